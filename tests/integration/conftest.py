@@ -1,0 +1,69 @@
+"""Fixtures that start real Gregor brokers for integration tests.
+
+- `broker_factory`: function-scoped; `broker_factory(overrides={...})` starts a
+  broker with config overrides; all are killed at teardown.
+- `broker`: a fresh broker for one test (use for tests that crash/restart it).
+- `module_broker`: one broker shared by a module; tests on it must use their
+  own topic names (`harness.unique_topic`).
+
+On failure the tail of every broker log the test touched is attached to the
+report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import BrokerFactory, BrokerProcess
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
+    factory = BrokerFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def broker(broker_factory: BrokerFactory) -> BrokerProcess:
+    return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    factory = BrokerFactory(tmp_path_factory.mktemp("module-broker"))
+    try:
+        yield factory()
+    finally:
+        factory.close()
+
+
+def _brokers_of(item: pytest.Item) -> list[BrokerProcess]:
+    found: list[BrokerProcess] = []
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, BrokerProcess):
+            found.append(value)
+        elif isinstance(value, BrokerFactory):
+            found.extend(value.brokers)
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    if report.failed:
+        for b in dict.fromkeys(_brokers_of(item)):
+            report.sections.append((f"broker log {b.bootstrap}", b.log_tail(150)))
+    return report

@@ -1,0 +1,343 @@
+"""Start real Gregor broker processes for integration tests, and shared helpers.
+
+A `BrokerProcess` owns one `gregor broker` subprocess: its YAML config, its data
+dir and its stderr log, all under one work dir. It can be stopped cleanly
+(SIGTERM), crashed (SIGKILL) and restarted on the same port and data dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+JAVA_DEPS = REPO_ROOT / ".deps" / "java"
+
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 15.0
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def gregor_command() -> list[str]:
+    script = Path(sys.executable).with_name("gregor")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("gregor")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from broker.cli import main; sys.exit(main())"]
+
+
+def _api_versions_probe(port: int, timeout: float) -> bool:
+    """True when the broker answers an ApiVersions v0 request on `port`."""
+    correlation_id = 0x4752
+    client_id = b"gregor-harness"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            head = _recv_exact(s, 8)
+    except OSError:
+        return False
+    if head is None:
+        return False
+    _size, got_id = struct.unpack(">ii", head)
+    return got_id == correlation_id
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+class BrokerProcess:
+    """One `gregor broker` subprocess with its own config, data dir and log."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        overrides: dict[str, Any] | None = None,
+        node_id: int = 1,
+        port: int | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.data_dir = workdir / "data"
+        self.config_path = workdir / "broker.yaml"
+        self.log_path = workdir / "broker.log"
+        self.config: dict[str, Any] = {
+            "node.id": node_id,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": 1,
+            "default.replication.factor": 1,
+            "auto.create.topics.enable": True,
+            "log.segment.bytes": 1073741824,
+        }
+        self.config.update(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    # -- addressing -------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def partition_dir(self, topic: str, partition: int = 0) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> BrokerProcess:
+        if self.running:
+            raise RuntimeError("broker already running")
+        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== harness: start #{self.starts} =====\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [*gregor_command(), "broker", "--config", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                self.proc = None
+                raise BrokerStartError(
+                    f"broker exited with code {code} during start-up\n{self.log_tail()}"
+                )
+            if _api_versions_probe(self.port, timeout=1.0):
+                return
+            time.sleep(0.05)
+        self.kill9()
+        raise BrokerStartError(
+            f"broker did not answer ApiVersions on {self.bootstrap} within {timeout}s\n"
+            f"{self.log_tail()}"
+        )
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """Clean shutdown (SIGTERM); returns the exit code. Kills if it hangs."""
+        if self.proc is None:
+            return 0
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(
+                f"broker did not exit within {timeout}s of SIGTERM\n{self.log_tail()}"
+            ) from None
+
+    def kill9(self) -> None:
+        """Crash the broker: SIGKILL, no chance to flush or clean up."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    def restart(self, clean: bool = True) -> BrokerProcess:
+        if clean:
+            self.stop()
+        else:
+            self.kill9()
+        return self.start()
+
+    def close(self) -> None:
+        self.kill9()
+
+    # -- logs ---------------------------------------------------------------
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 80) -> str:
+        text = self.log_text().splitlines()[-lines:]
+        return f"--- {self.log_path} (last {len(text)} lines) ---\n" + "\n".join(text)
+
+
+class BrokerFactory:
+    """Creates brokers under a base dir and kills them all on close()."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.brokers: list[BrokerProcess] = []
+
+    def __call__(
+        self, overrides: dict[str, Any] | None = None, start: bool = True, **kw: Any
+    ) -> BrokerProcess:
+        b = BrokerProcess(self.base / f"broker{len(self.brokers)}", overrides, **kw)
+        self.brokers.append(b)
+        return b.start() if start else b
+
+    def close(self) -> None:
+        for b in self.brokers:
+            b.close()
+
+
+# -- test data ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rec:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp: int
+
+
+def unique_topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def make_records(n: int, base_ts: int | None = None, tag: str = "r") -> list[Rec]:
+    """Deterministic records: varied sizes (incl. empty and null), keys, headers.
+
+    Timestamps are strictly increasing by 10 ms from `base_ts` (default: 100 s
+    ago), so offsets-for-times answers are exact.
+    """
+    if base_ts is None:
+        base_ts = int(time.time() * 1000) - 100_000
+    out = []
+    for i in range(n):
+        key = None if i % 17 == 5 else f"{tag}-key-{i % 23}".encode()
+        if i % 31 == 7:
+            value: bytes | None = None
+        elif i % 29 == 3:
+            value = b""
+        else:
+            word = f"{tag}:{i:06d}:".encode()
+            value = word * (1 + (i * 37) % 60) + bytes([i % 256, 0, 255])
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if i % 3:
+            headers = (("idx", str(i).encode()), ("bin", bytes([i % 256, 0, 1])))
+        if i % 11 == 0:
+            headers = (*headers, ("empty", b""))
+        out.append(Rec(key, value, headers, base_ts + 10 * i))
+    return out
+
+
+def norm_headers(h: Any) -> tuple[tuple[str, bytes], ...]:
+    if not h:
+        return ()
+    return tuple((k if isinstance(k, str) else k.decode(), bytes(v or b"")) for k, v in h)
+
+
+def assert_same_records(sent: list[Rec], got: list[Rec]) -> None:
+    assert len(got) == len(sent), f"sent {len(sent)} records, consumed {len(got)}"
+    for i, (s, g) in enumerate(zip(sent, got, strict=True)):
+        assert g.key == s.key, f"record {i}: key {g.key!r} != {s.key!r}"
+        assert g.value == s.value, f"record {i}: value differs ({_short(g.value)} != {_short(s.value)})"
+        assert g.headers == s.headers, f"record {i}: headers {g.headers!r} != {s.headers!r}"
+        assert g.timestamp == s.timestamp, f"record {i}: timestamp {g.timestamp} != {s.timestamp}"
+
+
+def _short(b: bytes | None) -> str:
+    if b is None:
+        return "None"
+    return repr(b[:40]) + (f"...({len(b)} bytes)" if len(b) > 40 else "")
+
+
+def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.05, msg: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = pred()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {msg or pred}")
+        time.sleep(interval)
+
+
+# -- on-disk inspection -----------------------------------------------------
+
+
+def segment_files(partition_dir: Path, suffix: str = ".log") -> list[Path]:
+    return sorted(partition_dir.glob(f"{'[0-9]' * 20}{suffix}"))
+
+
+def iter_batches(log_file: Path) -> Iterator[tuple[int, int, int]]:
+    """(file position, baseOffset, lastOffsetDelta) of each whole batch in a .log file."""
+    data = log_file.read_bytes()
+    pos = 0
+    while pos + 61 <= len(data):
+        base_offset, length = struct.unpack_from(">qi", data, pos)
+        if length < 49 or pos + 12 + length > len(data):
+            return
+        (last_delta,) = struct.unpack_from(">i", data, pos + 23)
+        yield pos, base_offset, last_delta
+        pos += 12 + length
+
+
+def read_offset_index(index_file: Path) -> list[tuple[int, int]]:
+    """Entries of a Kafka `.index` file, dropping trailing zero padding.
+
+    (0, 0) is a real entry only in first place; later ones are the padding of
+    a preallocated (active) index.
+    """
+    data = index_file.read_bytes()
+    entries = [struct.unpack_from(">ii", data, i) for i in range(0, len(data) - len(data) % 8, 8)]
+    while len(entries) > 1 and entries[-1] == (0, 0):
+        entries.pop()
+    return entries
+
+
+@contextlib.contextmanager
+def timer(label: str) -> Iterator[None]:
+    t0 = time.monotonic()
+    yield
+    print(f"{label}: {time.monotonic() - t0:.2f}s")
