@@ -1,0 +1,18 @@
+"""Handlers, one module per API family; HANDLER_TABLE drives dispatch and ApiVersions."""
+
+from broker.handlers import (
+    api_versions,
+    configs,
+    fetch,
+    list_offsets,
+    log_dirs,
+    metadata,
+    produce,
+    records,
+    topics,
+)
+from broker.handlers.registry import build_table
+
+HANDLER_TABLE = build_table(
+    [api_versions, metadata, produce, fetch, list_offsets, topics, configs, records, log_dirs]
+)

@@ -1,0 +1,58 @@
+"""`gregor` command line: `gregor broker --config FILE [--override key=value ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from broker.config import ConfigError, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gregor", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    broker = sub.add_parser("broker", help="run a broker")
+    broker.add_argument("--config", required=True, type=Path, help="YAML config file")
+    broker.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE",
+        help="set a config key, overriding the file (repeatable)",
+    )
+    broker.add_argument("--log-level", default="INFO")
+    return parser
+
+
+async def _run_broker(config_path: Path, overrides: list[str]) -> None:
+    from broker.server import Broker
+
+    config = load_config(config_path, overrides)
+    broker = Broker(config)
+    await broker.start()
+    await broker.run_until_stopped()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        pass
+    try:
+        asyncio.run(_run_broker(args.config, args.override))
+    except ConfigError as exc:
+        print(f"gregor: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Fetch: read stored batches up to the high watermark (or LSO); long-poll on appends.
+
+Fetch sessions are declined by answering session id 0, so clients send full
+fetch requests. A fetch waits for min_bytes until max_wait_ms, woken by
+appends to the partitions it reads, never by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.consumer import FetchResponse
+
+from broker.handlers.resolve import check_leader_epoch, resolve_partition
+from broker.replica_manager import Partition
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+API_KEY = 1
+R = FetchResponse
+PartitionData = R.FetchableTopicResponse.PartitionData
+READ_COMMITTED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    topic: Any
+    fetch: Any
+    part: Partition | None
+    error: ErrorCode
+
+
+def _wanted(ctx: RequestContext, request: Any) -> list[Wanted]:
+    result = []
+    for topic in request.topics:
+        for fetch in topic.partitions:
+            part, error = resolve_partition(ctx, topic, fetch.partition)
+            if part is not None:
+                error = check_leader_epoch(part, fetch.current_leader_epoch)
+            result.append(Wanted(topic, fetch, part, error))
+    return result
+
+
+def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
+    hw = part.log.high_watermark if part else -1
+    start = part.log.log_start_offset if part else -1
+    return PartitionData(
+        partition_index=index, error_code=error, high_watermark=hw, last_stable_offset=hw,
+        log_start_offset=start, aborted_transactions=None, records=b"",
+    )
+
+
+def _read(w: Wanted, budget: int, isolation: int, first: bool) -> tuple[Any, int]:
+    index = w.fetch.partition
+    if w.part is None or w.error != ErrorCode.NONE:
+        return _empty(index, w.error, w.part), 0
+    log = w.part.log
+    stable = log.high_watermark  # LSO == HW until transactions arrive
+    upper = stable if isolation == READ_COMMITTED else log.high_watermark
+    max_bytes = min(w.fetch.partition_max_bytes, budget)
+    info = log.read(w.fetch.fetch_offset, max_bytes, upper, first)
+    if info.error != ErrorCode.NONE:
+        return _empty(index, ErrorCode(info.error), w.part), 0
+    data = PartitionData(
+        partition_index=index, error_code=ErrorCode.NONE, high_watermark=log.high_watermark,
+        last_stable_offset=stable, log_start_offset=log.log_start_offset,
+        aborted_transactions=[] if isolation == READ_COMMITTED else None, records=info.records,
+    )
+    return data, len(info.records)
+
+
+def _read_all(wanted: list[Wanted], request: Any) -> tuple[list[Any], int, bool]:
+    budget = request.max_bytes
+    total = 0
+    errors = False
+    out = []
+    for w in wanted:
+        data, size = _read(w, max(budget - total, 0), request.isolation_level, total == 0)
+        total += size
+        errors = errors or data.error_code != ErrorCode.NONE
+        out.append(data)
+    return out, total, errors
+
+
+def _response(request: Any, wanted: list[Wanted], parts: list[Any]) -> Any:
+    by_topic: dict[int, list[Any]] = {}
+    for w, data in zip(wanted, parts, strict=True):
+        by_topic.setdefault(id(w.topic), []).append(data)
+    topics = [
+        R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=by_topic[id(t)])
+        for t in request.topics
+        if id(t) in by_topic
+    ]
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    if request.session_id != 0 or request.session_epoch > 0:
+        error = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
+    wanted = _wanted(ctx, request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait_ms / 1000
+    live = [w.part for w in wanted if w.part is not None]
+    while True:
+        parts, total, errors = _read_all(wanted, request)
+        remaining = deadline - loop.time()
+        if total >= request.min_bytes or errors or remaining <= 0 or not live:
+            return _response(request, wanted, parts)
+        waiter = ctx.broker.replicas.waiter(live)
+        try:
+            await asyncio.wait_for(waiter, remaining)
+        except TimeoutError:
+            pass
+        finally:
+            ctx.broker.replicas.forget(waiter, live)
+
+
+VERSIONS = {API_KEY: (4, 18)}
+HANDLERS = {API_KEY: handle}

@@ -1,0 +1,91 @@
+"""ListOffsets (earliest, latest, by timestamp, max timestamp) and OffsetForLeaderEpoch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
+
+from broker.handlers.resolve import check_leader_epoch, resolve_partition
+from broker.replica_manager import Partition
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 2, 23
+L = ListOffsetsResponse
+LPart = L.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+E = OffsetForLeaderEpochResponse
+EPart = E.OffsetForLeaderTopicResult.EpochEndOffset
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+READ_COMMITTED = 1
+
+
+def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, int]:
+    """(offset, timestamp, leader_epoch) for one ListOffsets query."""
+    log = part.log
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return log.log_start_offset, -1, part.leader_epoch
+    if timestamp == LATEST:
+        end = log.high_watermark  # the LSO under read_committed once transactions exist
+        return end, -1, part.leader_epoch
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return -1, -1, -1
+    found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1, -1
+    offset, ts, epoch = found
+    return offset, ts, epoch
+
+
+def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> Any:
+    index = query.partition_index
+    part, error = resolve_partition(ctx, topic, index)
+    if part is not None:
+        error = check_leader_epoch(part, query.current_leader_epoch)
+    if part is None or error != ErrorCode.NONE:
+        return LPart(partition_index=index, error_code=error, old_style_offsets=[])
+    offset, ts, epoch = _lookup(part, query.timestamp, isolation)
+    old = [offset] if offset >= 0 else []
+    return LPart(
+        partition_index=index, error_code=ErrorCode.NONE, old_style_offsets=old,
+        timestamp=ts, offset=offset, leader_epoch=epoch,
+    )
+
+
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+    isolation = request.isolation_level if ctx.version >= 2 else 0
+    topics = [
+        L.ListOffsetsTopicResponse(
+            name=topic.name,
+            partitions=[_list_one(ctx, topic, q, isolation) for q in topic.partitions],
+        )
+        for topic in request.topics
+    ]
+    return L(throttle_time_ms=0, topics=topics)
+
+
+def _epoch_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
+    part, error = resolve_partition(ctx, topic, query.partition)
+    if part is not None:
+        error = check_leader_epoch(part, query.current_leader_epoch)
+    if part is None or error != ErrorCode.NONE:
+        return EPart(error_code=error, partition=query.partition, leader_epoch=-1, end_offset=-1)
+    epoch, end = part.log.end_offset_for_epoch(query.leader_epoch)
+    return EPart(error_code=ErrorCode.NONE, partition=query.partition, leader_epoch=epoch, end_offset=end)
+
+
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    topics = [
+        E.OffsetForLeaderTopicResult(
+            topic=topic.topic, partitions=[_epoch_one(ctx, topic, q) for q in topic.partitions]
+        )
+        for topic in request.topics
+    ]
+    return E(throttle_time_ms=0, topics=topics)
+
+
+VERSIONS = {LIST_OFFSETS: (0, 11), OFFSET_FOR_LEADER_EPOCH: (0, 4)}
+HANDLERS = {LIST_OFFSETS: handle_list_offsets, OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch}

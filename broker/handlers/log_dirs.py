@@ -1,0 +1,52 @@
+"""DescribeLogDirs: the partitions in each log dir and their sizes."""
+
+from __future__ import annotations
+
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import DescribeLogDirsResponse
+
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+API_KEY = 35
+R = DescribeLogDirsResponse
+Result = R.DescribeLogDirsResult
+TopicResult = Result.DescribeLogDirsTopic
+PartResult = TopicResult.DescribeLogDirsPartition
+
+
+def _wanted(ctx: RequestContext, request: Any) -> dict[str, set[int]]:
+    replicas = ctx.broker.replicas.all_partitions()
+    if request.topics is None:
+        wanted: dict[str, set[int]] = {}
+        for part in replicas:
+            wanted.setdefault(part.topic, set()).add(part.index)
+        return wanted
+    return {t.topic: set(t.partitions) for t in request.topics}
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    topics = []
+    for name, indexes in sorted(_wanted(ctx, request).items()):
+        parts = []
+        for index in sorted(indexes):
+            part = broker.replicas.partition(name, index)
+            if part is not None:
+                parts.append(PartResult(partition_index=index, partition_size=part.log.size_in_bytes,
+                                        offset_lag=0, is_future_key=False))
+        if parts:
+            topics.append(TopicResult(name=name, partitions=parts))
+    log_dir = broker.config.log_dirs[0]
+    usage = shutil.disk_usage(log_dir)
+    result = Result(error_code=ErrorCode.NONE, log_dir=str(log_dir.resolve()), topics=topics,
+                    total_bytes=usage.total, usable_bytes=usage.free)
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[result])
+
+
+VERSIONS = {API_KEY: (0, 5)}
+HANDLERS = {API_KEY: handle}

@@ -1,0 +1,104 @@
+"""Metadata (all versions, v0/v1 kept for aiokafka) and DescribeCluster."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.metadata import MetadataResponse
+
+from broker.metadata import TopicMetadata, topic_name_error
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+    from broker.server import Broker
+
+METADATA, DESCRIBE_CLUSTER = 3, 60
+M = MetadataResponse
+D = DescribeClusterResponse
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _brokers(broker: Broker) -> list[Any]:
+    ad = broker.config.advertised
+    return [M.MetadataResponseBroker(node_id=broker.node_id, host=ad.host, port=ad.port, rack=None)]
+
+
+def _partitions(broker: Broker, topic: TopicMetadata) -> list[Any]:
+    result = []
+    for index in range(topic.partitions):
+        part = broker.replicas.partition(topic.name, index)
+        epoch = part.leader_epoch if part else 0
+        nodes = [broker.node_id]
+        result.append(
+            M.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=ErrorCode.NONE, partition_index=index, leader_id=broker.node_id,
+                leader_epoch=epoch, replica_nodes=nodes, isr_nodes=nodes, offline_replicas=[],
+            )
+        )
+    return result
+
+
+def _topic(broker: Broker, topic: TopicMetadata) -> Any:
+    return M.MetadataResponseTopic(
+        error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
+        is_internal=topic.internal, partitions=_partitions(broker, topic),
+    )
+
+
+def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> Any:
+    return M.MetadataResponseTopic(
+        error_code=error, name=name, topic_id=topic_id, is_internal=False, partitions=[]
+    )
+
+
+def _lookup(ctx: RequestContext, wanted: Any, auto_create: bool) -> Any:
+    broker = ctx.broker
+    if wanted.name is None:
+        found = broker.topics.by_id(wanted.topic_id)
+        if found is None:
+            return _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, wanted.topic_id)
+        return _topic(broker, found)
+    if topic_name_error(wanted.name):
+        return _error_topic(ErrorCode.INVALID_TOPIC_EXCEPTION, wanted.name)
+    topic = broker.topics.get(wanted.name)
+    if topic is None and auto_create:
+        result = broker.topics.auto_create(wanted.name)
+        if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            return _error_topic(result.error, wanted.name)
+        topic = broker.topics.get(wanted.name)
+    if topic is None:
+        return _error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, wanted.name)
+    return _topic(broker, topic)
+
+
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    all_topics = request.topics is None or (ctx.version == 0 and not request.topics)
+    if all_topics:
+        topics = [_topic(broker, t) for t in broker.topics.all().values()]
+    else:
+        auto = ctx.version < 4 or bool(request.allow_auto_topic_creation)
+        topics = [_lookup(ctx, wanted, auto) for wanted in request.topics]
+    return M(
+        throttle_time_ms=0, brokers=_brokers(broker), cluster_id=broker.cluster_id,
+        controller_id=broker.node_id, topics=topics, error_code=ErrorCode.NONE,
+    )
+
+
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    ad = broker.config.advertised
+    return D(
+        throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
+        cluster_id=broker.cluster_id, controller_id=broker.node_id,
+        brokers=[D.DescribeClusterBroker(broker_id=broker.node_id, host=ad.host, port=ad.port,
+                                         rack=None, is_fenced=False)],
+        cluster_authorized_operations=-2147483648,
+    )
+
+
+VERSIONS = {METADATA: (0, 13), DESCRIBE_CLUSTER: (0, 2)}
+HANDLERS = {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}

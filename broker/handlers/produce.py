@@ -1,0 +1,65 @@
+"""Produce: validate per partition, append the batch as received, answer per partition."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.producer import ProduceResponse
+
+from broker.handlers.resolve import resolve_partition
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+log = logging.getLogger(__name__)
+API_KEY = 0
+R = ProduceResponse
+PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
+
+
+def _error(index: int, error: ErrorCode, message: str | None = None) -> Any:
+    return PartitionResponse(index=index, error_code=error, base_offset=-1, error_message=message)
+
+
+def _append(ctx: RequestContext, topic_data: Any, part_data: Any, acks: int) -> Any:
+    index = part_data.index
+    part, error = resolve_partition(ctx, topic_data, index)
+    if part is None:
+        return _error(index, error)
+    if part.topic.startswith("__"):
+        return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, "cannot append to internal topic")
+    if part_data.records is None:
+        return _error(index, ErrorCode.INVALID_RECORD, "produce request has null records")
+    if acks == -1 and part.log.config.min_insync_replicas > 1:
+        return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
+    result = ctx.broker.replicas.append(part, part_data.records, ctx.now_ms())
+    if result.error != ErrorCode.NONE:
+        log.info("rejected produce to %s-%d: %s %s", part.topic, index,
+                 ErrorCode(result.error).name, result.error_message or "")
+        return _error(index, ErrorCode(result.error), result.error_message)
+    return PartitionResponse(
+        index=index, error_code=ErrorCode.NONE, base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset,
+    )
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    acks = request.acks
+    responses = []
+    for topic_data in request.topic_data:
+        if acks not in (-1, 0, 1):
+            parts = [_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
+        else:
+            parts = [_append(ctx, topic_data, p, acks) for p in topic_data.partition_data]
+        responses.append(
+            R.TopicProduceResponse(
+                name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=parts
+            )
+        )
+    return R(responses=responses, throttle_time_ms=0)
+
+
+VERSIONS = {API_KEY: (3, 13)}
+HANDLERS = {API_KEY: handle}

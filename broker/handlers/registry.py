@@ -1,0 +1,45 @@
+"""One table keyed by API key drives both dispatch and the ApiVersions answer."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from protocol.messages import REQUESTS, RESPONSES, schema_versions
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    api_key: int
+    min_version: int
+    max_version: int
+    request: Any
+    response: Any
+    handle: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+def handler_from(module: ModuleType, api_key: int) -> ApiHandler:
+    low, high = schema_versions(api_key)
+    versions: dict[int, tuple[int, int]] = module.VERSIONS
+    min_version, max_version = versions[api_key]
+    assert max_version <= high and min_version >= 0, (api_key, min_version, max_version, low, high)
+    handle = module.HANDLERS[api_key]
+    return ApiHandler(
+        api_key, min_version, max_version, REQUESTS[api_key], RESPONSES[api_key], handle
+    )
+
+
+def build_table(modules: list[ModuleType]) -> dict[int, ApiHandler]:
+    table: dict[int, ApiHandler] = {}
+    for module in modules:
+        for api_key in module.VERSIONS:
+            assert api_key not in table, f"API key {api_key} served twice"
+            table[api_key] = handler_from(module, api_key)
+    return table

@@ -1,0 +1,49 @@
+"""Finding the partition a request names, by topic name or (newer versions) topic id."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from broker.replica_manager import Partition
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def topic_name(ctx: RequestContext, named: Any) -> tuple[str | None, ErrorCode]:
+    """The topic's name from a request entry carrying `name`/`topic` or `topic_id`."""
+    name = getattr(named, "name", None) or getattr(named, "topic", None)
+    if name:
+        return name, ErrorCode.NONE
+    topic_id = getattr(named, "topic_id", None)
+    if topic_id is not None and topic_id != ZERO_UUID:
+        found = ctx.broker.topics.by_id(topic_id)
+        if found is not None:
+            return found.name, ErrorCode.NONE
+        return None, ErrorCode.UNKNOWN_TOPIC_ID
+    return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def resolve_partition(
+    ctx: RequestContext, named: Any, index: int
+) -> tuple[Partition | None, ErrorCode]:
+    name, error = topic_name(ctx, named)
+    if name is None:
+        return None, error
+    part = ctx.broker.replicas.partition(name, index)
+    if part is None:
+        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return part, ErrorCode.NONE
+
+
+def check_leader_epoch(part: Partition, requested: int) -> ErrorCode:
+    """Kafka's current-leader-epoch check (-1 means the client did not say)."""
+    if requested == -1 or requested == part.leader_epoch:
+        return ErrorCode.NONE
+    if requested > part.leader_epoch:
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    return ErrorCode.FENCED_LEADER_EPOCH

@@ -1,0 +1,115 @@
+"""Topic metadata and the local metadata store (single-node mode).
+
+The store is one JSON file in the first log dir, written atomically. It holds
+the topics (id, partition count, config overrides) and, in later issues, the
+producer-id blocks. The cluster mode will put the same records in etcd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+STORE_FILE = "gregor-metadata.json"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_LENGTH = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic_id": str(self.topic_id),
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "configs": self.configs,
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> TopicMetadata:
+        return cls(
+            name=name,
+            topic_id=uuid.UUID(data["topic_id"]),
+            partitions=int(data["partitions"]),
+            replication_factor=int(data.get("replication_factor", 1)),
+            configs=dict(data.get("configs", {})),
+        )
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Kafka's topic name rules; None when the name is legal."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_TOPIC_LENGTH:
+        return f"topic name is longer than {MAX_TOPIC_LENGTH} characters"
+    if not _LEGAL_TOPIC.match(name):
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'"
+    return None
+
+
+class LocalMetadataStore:
+    """Topics and cluster facts in one atomically replaced JSON file."""
+
+    def __init__(self, directory: Path) -> None:
+        self._path = directory / STORE_FILE
+        self._topics: dict[str, TopicMetadata] = {}
+        self._load()
+
+    def _load(self) -> None:
+        if not self._path.exists():
+            return
+        data = json.loads(self._path.read_text())
+        for name, topic in data.get("topics", {}).items():
+            self._topics[name] = TopicMetadata.from_json(name, topic)
+
+    def _save(self) -> None:
+        data = {"topics": {name: t.to_json() for name, t in sorted(self._topics.items())}}
+        tmp = self._path.with_suffix(".tmp")
+        with open(tmp, "w") as out:
+            json.dump(data, out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self._path)
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return dict(self._topics)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return next((t for t in self._topics.values() if t.topic_id == topic_id), None)
+
+    def put_topic(self, topic: TopicMetadata) -> None:
+        self._topics[topic.name] = topic
+        self._save()
+
+    def delete_topic(self, name: str) -> None:
+        self._topics.pop(name, None)
+        self._save()
+
+    def set_partitions(self, name: str, count: int) -> TopicMetadata:
+        topic = replace(self._topics[name], partitions=count)
+        self.put_topic(topic)
+        return topic
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.put_topic(replace(self._topics[name], configs=dict(configs)))

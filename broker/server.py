@@ -1,0 +1,100 @@
+"""The broker process: owns the storage, metadata and handlers, and serves sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from storage.log_manager import LogManager
+
+from broker.config import BrokerConfig
+from broker.connection import Connection
+from broker.context import now_ms
+from broker.handlers import HANDLER_TABLE
+from broker.metadata import LocalMetadataStore
+from broker.replica_manager import ReplicaManager
+from broker.topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        dirs = config.log_dirs
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.log_manager = LogManager(dirs, config.node_id, config["cluster.id"] or None)
+        self.store = LocalMetadataStore(dirs[0])
+        self.replicas = ReplicaManager(self.log_manager, config.node_id)
+        self.topics = TopicManager(config, self.store, self.replicas)
+        self.handlers = HANDLER_TABLE
+        self._server: asyncio.base_events.Server | None = None
+        self._stopping = asyncio.Event()
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def cluster_id(self) -> str:
+        return str(self.log_manager.cluster_id)
+
+    async def start(self) -> None:
+        self.topics.open_all()
+        listener = self.config.listener
+        self._server = await asyncio.start_server(
+            self._on_connect, listener.host, listener.port, limit=2**16, reuse_address=True
+        )
+        advertised = self.config.advertised
+        log.info(
+            "broker %d serving on %s:%d (advertised %s:%d), cluster %s, data in %s",
+            self.node_id, listener.host, listener.port, advertised.host, advertised.port,
+            self.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
+        )
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await Connection(self, reader, writer).run()
+        finally:
+            self._connections.discard(task)
+
+    async def run_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopping.set)
+        housekeeping = asyncio.create_task(self._housekeeping())
+        await self._stopping.wait()
+        housekeeping.cancel()
+        await self.stop()
+
+    async def _housekeeping(self) -> None:
+        """Time-based flush, checkpoints and retention."""
+        flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
+        retention_every = self.config["log.retention.check.interval.ms"]
+        checkpoint_every = self.config["log.flush.offset.checkpoint.interval.ms"]
+        last_retention = last_checkpoint = now_ms()
+        while True:
+            await asyncio.sleep(flush_every)
+            now = now_ms()
+            self.log_manager.flush_due(now)
+            if now - last_retention >= retention_every:
+                self.log_manager.cleanup(now)
+                last_retention = now
+            if now - last_checkpoint >= checkpoint_every:
+                self.log_manager.checkpoint()
+                last_checkpoint = now
+
+    async def stop(self) -> None:
+        log.info("broker %d shutting down", self.node_id)
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        self.log_manager.shutdown()
+        log.info("broker %d stopped cleanly", self.node_id)

@@ -1,0 +1,55 @@
+"""The request/response message classes, keyed by API key.
+
+The classes are kafka-python's schema-driven codecs (one class per API, every
+version described by the JSON schema). This module only indexes them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+import kafka.protocol as _kp
+from kafka.protocol.api_message import ApiMessage
+
+_SKIP = {"kafka.protocol.old", "kafka.protocol.generate_stubs"}
+
+
+def _all_message_classes() -> list[Any]:
+    found: list[Any] = []
+    for info in pkgutil.walk_packages(_kp.__path__, "kafka.protocol."):
+        if any(info.name.startswith(skip) for skip in _SKIP):
+            continue
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, ApiMessage) and value is not ApiMessage:
+                if getattr(value, "_json", None) is not None and value._class_version is None:
+                    found.append(value)
+    return found
+
+
+def _index() -> tuple[dict[int, Any], dict[int, Any]]:
+    requests: dict[int, Any] = {}
+    responses: dict[int, Any] = {}
+    for cls in _all_message_classes():
+        table = requests if cls.is_request() else responses
+        table[cls.API_KEY] = cls
+    return requests, responses
+
+
+REQUESTS, RESPONSES = _index()
+
+
+def schema_versions(api_key: int) -> tuple[int, int]:
+    """The (min, max) versions the request schema declares as valid."""
+    low, high = REQUESTS[api_key].valid_versions
+    return int(low), int(high)
+
+
+def request_is_flexible(api_key: int, version: int) -> bool:
+    return bool(REQUESTS[api_key].flexible_version_q(version))
+
+
+def response_is_flexible(api_key: int, version: int) -> bool:
+    return bool(RESPONSES[api_key].flexible_version_q(version))
