@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from pathlib import Path
+
+import uvloop
 
 from broker.config import ConfigError, load_config
 
@@ -41,13 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        pass
-    try:
-        asyncio.run(_run_broker(args.config, args.override))
+        uvloop.run(_run_broker(args.config, args.override))
     except ConfigError as exc:
         print(f"gregor: configuration error: {exc}", file=sys.stderr)
         return 2
