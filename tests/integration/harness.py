@@ -146,16 +146,13 @@ class BrokerProcess:
             code = self.proc.poll()
             if code is not None:
                 self.proc = None
-                raise BrokerStartError(
-                    f"broker exited with code {code} during start-up\n{self.log_tail()}"
-                )
+                raise BrokerStartError(f"broker exited with code {code} during start-up\n{self.log_tail()}")
             if _api_versions_probe(self.port, timeout=1.0):
                 return
             time.sleep(0.05)
         self.kill9()
         raise BrokerStartError(
-            f"broker did not answer ApiVersions on {self.bootstrap} within {timeout}s\n"
-            f"{self.log_tail()}"
+            f"broker did not answer ApiVersions on {self.bootstrap} within {timeout}s\n{self.log_tail()}"
         )
 
     @property
@@ -321,6 +318,15 @@ def iter_batches(log_file: Path) -> Iterator[tuple[int, int, int]]:
         (last_delta,) = struct.unpack_from(">i", data, pos + 23)
         yield pos, base_offset, last_delta
         pos += 12 + length
+
+
+def whole_batches_end(log_file: Path) -> int:
+    """File position just past the last whole batch of a .log file."""
+    end = 0
+    data = log_file.read_bytes()
+    for pos, _base, _delta in iter_batches(log_file):
+        end = pos + 12 + struct.unpack_from(">i", data, pos + 8)[0]
+    return end
 
 
 def read_offset_index(index_file: Path) -> list[tuple[int, int]]:
