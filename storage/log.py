@@ -1,0 +1,586 @@
+"""One partition's durable log (Kafka's UnifiedLog/LocalLog, single replica for now)."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.errors import ErrorCode
+from protocol.record_batch import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    Compression,
+    TimestampType,
+    compute_crc,
+    patch_offset_and_epoch,
+    set_log_append_time,
+)
+from storage.checkpoints import fsync_dir
+from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
+from storage.log_config import LogConfig
+from storage.segment import LOG_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment
+
+log = logging.getLogger(__name__)
+
+NO_TIMESTAMP = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error: ErrorCode
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """Whole batches read from one segment. ``segment_path``/``file_position`` say
+    where ``records`` came from, for a future sendfile path."""
+
+    error: ErrorCode
+    records: bytes
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    segment_path: Path | None = None
+    file_position: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``<topic>-<partition>`` → (topic, partition); None for anything else."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit() or "." in part:
+        return None
+    return topic, int(part)
+
+
+class Log:
+    """Invariants: segments sorted by base offset and contiguous in offsets;
+    log_start_offset <= high_watermark <= log_end_offset;
+    recovery_point <= log_end_offset."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        recovery_point: int,
+        now_ms: int,
+    ) -> None:
+        if not segments:
+            raise ValueError("a log needs at least one segment")
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._high_watermark = log_start_offset
+        self._last_flush_ms = now_ms
+        self._pending_roll_flush: int | None = None
+        self.epoch_cache = LeaderEpochCache(directory)
+        # Single replica: the high watermark follows the log end offset.
+        self.auto_advance_high_watermark = True
+        self.update_high_watermark(self.log_end_offset)
+
+    # -- opening and recovery ----------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        recovery_point: int,
+        log_start_offset: int | None,
+        clean_shutdown: bool,
+        now_ms: int,
+    ) -> Log:
+        directory.mkdir(parents=True, exist_ok=True)
+        for tmp in directory.glob("*.tmp"):
+            tmp.unlink()
+        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in directory.glob("*" + LOG_SUFFIX))
+        interval = config.index_interval_bytes
+        segments = [LogSegment.open(directory, b, interval, now_ms) for b in bases]
+        if not segments:
+            start = log_start_offset or 0
+            segments = [LogSegment(directory, start, interval, now_ms)]
+        if not clean_shutdown:
+            recovery_point = _recover_from(segments, recovery_point, directory)
+        else:
+            for seg in segments:
+                if seg.needs_recovery:
+                    log.warning("%s: rebuilding indexes of segment %d", directory, seg.base_offset)
+                    seg.recover()
+            recovery_point = segments[-1].next_offset
+        first = segments[0].base_offset
+        start = first if log_start_offset is None else max(log_start_offset, first)
+        start = min(start, segments[-1].next_offset)
+        opened = cls(directory, config, segments, start, recovery_point, now_ms)
+        opened.epoch_cache.truncate_from_end(opened.log_end_offset)
+        opened.epoch_cache.truncate_from_start(start)
+        return opened
+
+    # -- properties ---------------------------------------------------------
+
+    @property
+    def topic_partition(self) -> tuple[str, int] | None:
+        return parse_partition_dir(self.directory.name)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epoch_cache.latest_epoch
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self._recovery_point
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
+        self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+        return self._high_watermark
+
+    # -- produce path -------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> AppendResult:
+        """Validate one client batch by its header, assign offsets, append it."""
+        problem = validate_client_batch(records, self.config.max_message_bytes)
+        if problem is not None:
+            error, message = problem
+            return AppendResult(error, -1, -1, NO_TIMESTAMP, self._log_start_offset, message)
+        buf = bytearray(records)
+        base = self.log_end_offset
+        patch_offset_and_epoch(buf, 0, base, leader_epoch)
+        append_time = NO_TIMESTAMP
+        if self.config.log_append_time:
+            header = set_log_append_time(buf, 0, now_ms)
+            append_time = now_ms
+        else:
+            header = BatchHeader.parse(buf)
+        self.epoch_cache.assign(leader_epoch, base)
+        self._append(buf, header, now_ms)
+        if self.auto_advance_high_watermark:
+            self.update_high_watermark(self.log_end_offset)
+        return AppendResult(ErrorCode.NONE, base, header.last_offset, append_time, self._log_start_offset)
+
+    def append_control_batch(self, batch: bytes, leader_epoch: int, now_ms: int) -> int:
+        """Append a broker-built control batch (e.g. a transaction marker); returns its offset."""
+        buf = bytearray(batch)
+        base = self.log_end_offset
+        patch_offset_and_epoch(buf, 0, base, leader_epoch)
+        header = BatchHeader.parse(buf)
+        if not header.is_control or compute_crc(buf, 0, header) != header.crc:
+            raise ValueError("not a valid control batch")
+        self.epoch_cache.assign(leader_epoch, base)
+        self._append(buf, header, now_ms)
+        if self.auto_advance_high_watermark:
+            self.update_high_watermark(self.log_end_offset)
+        return base
+
+    def _append(self, batch: bytearray | bytes, header: BatchHeader, now_ms: int) -> None:
+        """Core append for validated, offset-assigned batches (leader and, later, follower)."""
+        if header.base_offset < self.log_end_offset:
+            raise ValueError(f"batch offset {header.base_offset} below log end {self.log_end_offset}")
+        segment = self._maybe_roll(header, now_ms)
+        segment.append(header, batch)
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush(now_ms=now_ms)
+
+    def _maybe_roll(self, header: BatchHeader, now_ms: int) -> LogSegment:
+        seg = self.active_segment
+        if seg.size == 0:
+            return seg
+        full = seg.size > self.config.segment_bytes - header.size_in_bytes
+        if seg.first_batch_timestamp is not None and seg.first_batch_timestamp >= 0:
+            waited = header.max_timestamp - seg.first_batch_timestamp
+        else:
+            waited = now_ms - seg.created_ms
+        too_old = waited > self.config.segment_ms
+        overflow = header.last_offset - seg.base_offset > MAX_RELATIVE_OFFSET
+        if full or too_old or overflow:
+            return self.roll(now_ms, header.base_offset)
+        return seg
+
+    def roll(self, now_ms: int, new_base: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op when it is empty)."""
+        seg = self.active_segment
+        base = self.log_end_offset if new_base is None else new_base
+        if seg.size == 0 and seg.base_offset == base:
+            return seg
+        seg.on_become_inactive()
+        new = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms)
+        self._segments.append(new)
+        # Kafka flushes the rolled segment asynchronously; flush_due() does it here.
+        self._pending_roll_flush = base
+        log.info("%s: rolled new segment at offset %d", self.directory.name, base)
+        return new
+
+    # -- fetch path ---------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> FetchDataInfo:
+        """Whole batches from one segment starting at the batch holding ``fetch_offset``
+        whose last offset is below ``max_offset`` (exclusive), within ``max_bytes``
+        (the first batch is returned whole when ``min_one_batch``: KIP-74)."""
+        if not self._log_start_offset <= fetch_offset <= self.log_end_offset:
+            return self._fetch_info(ErrorCode.OFFSET_OUT_OF_RANGE, b"")
+        i = self._segment_index_for(fetch_offset)
+        for seg in self._segments[i:]:
+            found = seg.translate_offset(fetch_offset)
+            if found is None:
+                continue
+            return self._read_from(seg, found[0], max_bytes, max_offset, min_one_batch)
+        return self._fetch_info(ErrorCode.NONE, b"")
+
+    def _read_from(
+        self, seg: LogSegment, start: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> FetchDataInfo:
+        end = start
+        for pos, header in seg.iter_headers(start):
+            if header.last_offset >= max_offset:
+                break
+            too_big = pos + header.size_in_bytes - start > max_bytes
+            if too_big and not (min_one_batch and pos == start):
+                break
+            end = pos + header.size_in_bytes
+        records = seg.read_at(start, end - start) if end > start else b""
+        return self._fetch_info(ErrorCode.NONE, records, seg, start)
+
+    def _fetch_info(
+        self, error: ErrorCode, records: bytes, seg: LogSegment | None = None, position: int = 0
+    ) -> FetchDataInfo:
+        return FetchDataInfo(
+            error,
+            records,
+            self._log_start_offset,
+            self.log_end_offset,
+            self._high_watermark,
+            seg.log_path if seg is not None else None,
+            position,
+        )
+
+    def _segment_index_for(self, offset: int) -> int:
+        bases = [s.base_offset for s in self._segments]
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+    # -- ListOffsets / OffsetForLeaderEpoch ---------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The first record at or after log start with timestamp >= ``timestamp``."""
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp or seg.next_offset <= self._log_start_offset:
+                continue
+            found = seg.find_by_timestamp(timestamp)
+            if found is None:
+                continue
+            pos, header = found
+            batch = seg.read_at(pos, header.size_in_bytes)
+            hit = _first_record_at_or_after(
+                batch, header, lambda off, ts: ts >= timestamp and off >= self._log_start_offset
+            )
+            if hit is not None:
+                return hit
+        return None
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp."""
+        live = [s for s in self._segments if s.max_timestamp >= 0]
+        if not live:
+            return None
+        seg = max(live, key=lambda s: s.max_timestamp)
+        found = seg.translate_offset(seg.offset_of_max_timestamp)
+        if found is None:
+            return None
+        pos, header = found
+        batch = seg.read_at(pos, header.size_in_bytes)
+        hit = _first_record_at_or_after(batch, header, lambda _o, ts: ts == seg.max_timestamp)
+        return hit or TimestampOffset(header.last_offset, header.max_timestamp, header.partition_leader_epoch)
+
+    def leader_epoch_for_offset(self, offset: int) -> int:
+        return self.epoch_cache.epoch_for_offset(offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch; (-1, -1) when unknown."""
+        return self.epoch_cache.end_offset_for_epoch(epoch, self.log_end_offset)
+
+    # -- deletion -----------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> ErrorCode:
+        """Advance the log start offset (DeleteRecords); -1 means the high watermark."""
+        if offset == -1:
+            offset = self._high_watermark
+        if offset < 0 or offset > self._high_watermark:
+            return ErrorCode.OFFSET_OUT_OF_RANGE
+        if offset > self._log_start_offset:
+            self._advance_log_start(offset)
+            self._delete_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset
+            )
+        return ErrorCode.NONE
+
+    def _advance_log_start(self, offset: int) -> None:
+        self._log_start_offset = offset
+        self._high_watermark = max(self._high_watermark, offset)
+        self._recovery_point = max(self._recovery_point, offset)
+        self.epoch_cache.truncate_from_start(offset)
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete segments past retention.ms / retention.bytes; returns how many."""
+        if "delete" not in self.config.cleanup_policy:
+            return 0
+        deleted = 0
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            deleted += self._delete_segments(
+                lambda seg, _n: now_ms - seg.largest_timestamp() > retention_ms, now_ms
+            )
+        if self.config.retention_bytes >= 0:
+            excess = [self.size_in_bytes - self.config.retention_bytes]
+
+            def over_size(seg: LogSegment, _n: LogSegment | None) -> bool:
+                if excess[0] - seg.size < 0:
+                    return False
+                excess[0] -= seg.size
+                return True
+
+            deleted += self._delete_segments(over_size, now_ms)
+        return deleted
+
+    def _delete_segments(
+        self,
+        predicate: Callable[[LogSegment, LogSegment | None], bool],
+        now_ms: int | None = None,
+    ) -> int:
+        """Delete the oldest segments while ``predicate`` holds and all their data is
+        below the high watermark; the active segment only when non-empty (roll first)."""
+        doomed: list[LogSegment] = []
+        for i, seg in enumerate(self._segments):
+            nxt = self._segments[i + 1] if i + 1 < len(self._segments) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if upper > self._high_watermark or (nxt is None and seg.size == 0):
+                break
+            if nxt is None and now_ms is None:
+                break
+            if not predicate(seg, nxt):
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        if doomed[-1] is self.active_segment:
+            self.roll(now_ms if now_ms is not None else 0)
+        for seg in doomed:
+            self._segments.remove(seg)
+            log.info("%s: deleting segment %d", self.directory.name, seg.base_offset)
+            seg.delete()
+        new_start = max(self._log_start_offset, self._segments[0].base_offset)
+        if new_start > self._log_start_offset:
+            self._advance_log_start(new_start)
+        return len(doomed)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and after ``offset`` (follower truncation, later issues)."""
+        if offset >= self.log_end_offset:
+            return
+        offset = max(offset, self._log_start_offset)
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            self._segments.pop().delete()
+        self._segments[-1].truncate_to(offset)
+        self._recovery_point = min(self._recovery_point, self.log_end_offset)
+        self._high_watermark = min(self._high_watermark, self.log_end_offset)
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
+
+    # -- durability and lifecycle ------------------------------------------
+
+    def flush(self, up_to: int | None = None, now_ms: int | None = None) -> None:
+        """fsync segments holding offsets in [recovery_point, up_to); move the recovery point."""
+        target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+        if target <= self._recovery_point:
+            return
+        first = self._segment_index_for(self._recovery_point)
+        for seg in self._segments[first:]:
+            if seg.base_offset >= target:
+                break
+            seg.flush()
+        fsync_dir(self.directory)
+        self._recovery_point = target
+        if self._pending_roll_flush is not None and self._pending_roll_flush <= target:
+            self._pending_roll_flush = None
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Time-based flush (flush.ms) and the flush Kafka schedules after a roll."""
+        if self._pending_roll_flush is not None:
+            self.flush(self._pending_roll_flush, now_ms)
+        if now_ms - self._last_flush_ms >= self.config.flush_ms and self.unflushed_messages:
+            self.flush(now_ms=now_ms)
+            return True
+        return False
+
+    def close(self) -> None:
+        self.active_segment.on_become_inactive()
+        for seg in self._segments:
+            seg.close()
+
+    def delete(self) -> None:
+        for seg in self._segments:
+            seg.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def validate_client_batch(records: bytes, max_message_bytes: int) -> tuple[ErrorCode, str] | None:
+    """Kafka's produce-path checks for magic v2, from the header only.
+    Returns (error, message) or None when the batch may be appended."""
+    if len(records) < HEADER_SIZE:
+        if len(records) > 16 and records[16] != 2:
+            return ErrorCode.INVALID_RECORD, f"unsupported magic {records[16]}"
+        return ErrorCode.CORRUPT_MESSAGE, "record batch is truncated"
+    header = BatchHeader.parse(records)
+    if header.magic != 2:
+        return ErrorCode.INVALID_RECORD, f"produce requires magic 2, got {header.magic}"
+    if header.batch_length < MIN_BATCH_LENGTH or header.size_in_bytes > len(records):
+        return ErrorCode.CORRUPT_MESSAGE, "record batch length does not match its bytes"
+    if header.size_in_bytes < len(records):
+        if _looks_like_batch(records, header.size_in_bytes):
+            return ErrorCode.INVALID_RECORD, "a produce partition must hold exactly one batch"
+        return ErrorCode.CORRUPT_MESSAGE, "trailing bytes after the record batch"
+    if header.size_in_bytes > max_message_bytes:
+        return (
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes {max_message_bytes}",
+        )
+    if compute_crc(records, 0, header) != header.crc:
+        return ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch"
+    return _validate_header_fields(header)
+
+
+def _looks_like_batch(records: bytes, pos: int) -> bool:
+    if len(records) - pos < HEADER_SIZE:
+        return False
+    second = BatchHeader.parse(records, pos)
+    return second.magic == 2 and second.batch_length >= MIN_BATCH_LENGTH
+
+
+def _validate_header_fields(header: BatchHeader) -> tuple[ErrorCode, str] | None:
+    if header.base_offset != 0:
+        return ErrorCode.INVALID_RECORD, "the base offset of a produced batch must be 0"
+    if header.attributes & COMPRESSION_MASK > max(Compression):
+        return ErrorCode.CORRUPT_MESSAGE, f"unknown compression {header.compression}"
+    if header.is_control:
+        return ErrorCode.INVALID_RECORD, "clients may not write control batches"
+    if header.records_count <= 0:
+        return ErrorCode.INVALID_RECORD, "record batch has no records"
+    if header.last_offset_delta != header.records_count - 1:
+        return ErrorCode.INVALID_RECORD, "inconsistent batch offset range"
+    if header.is_transactional and not header.has_producer_id:
+        return ErrorCode.INVALID_RECORD, "transactional batch without a producer id"
+    if header.has_producer_id and header.base_sequence < 0:
+        return ErrorCode.INVALID_RECORD, "idempotent batch with a negative base sequence"
+    return None
+
+
+def _recover_from(segments: list[LogSegment], recovery_point: int, directory: Path) -> int:
+    """Unclean shutdown: re-validate every segment from the one holding the recovery
+    point; truncate at the first bad byte and drop later segments. Returns the new
+    recovery point (the recovered log end, after an fsync)."""
+    bases = [s.base_offset for s in segments]
+    first = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
+    for seg in segments[:first]:
+        if seg.needs_recovery:
+            seg.recover()
+    i = first
+    while i < len(segments):
+        seg = segments[i]
+        truncated = seg.recover()
+        nxt = segments[i + 1] if i + 1 < len(segments) else None
+        if truncated or (nxt is not None and nxt.base_offset < seg.next_offset):
+            log.warning(
+                "%s: truncated %d torn bytes in segment %d; dropping %d later segments",
+                directory.name,
+                truncated,
+                seg.base_offset,
+                len(segments) - i - 1,
+            )
+            for later in segments[i + 1 :]:
+                later.delete()
+            del segments[i + 1 :]
+            seg.flush()
+            break
+        seg.flush()
+        i += 1
+    return segments[-1].next_offset
+
+
+def _first_record_at_or_after(
+    batch: bytes, header: BatchHeader, match: Callable[[int, int], bool]
+) -> TimestampOffset | None:
+    """Decode one batch (off the hot path) and return its first matching record."""
+    epoch = header.partition_leader_epoch
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        for off in range(header.base_offset, header.next_offset):
+            if match(off, header.max_timestamp):
+                return TimestampOffset(off, header.max_timestamp, epoch)
+        return None
+    try:
+        from kafka.record.default_records import DefaultRecordBatch
+
+        for record in DefaultRecordBatch(bytearray(batch)):
+            if match(record.offset, record.timestamp):
+                return TimestampOffset(record.offset, record.timestamp, epoch)
+    except Exception:  # undecodable (e.g. codec missing): fall back to the batch
+        if match(header.last_offset, header.max_timestamp):
+            return TimestampOffset(header.base_offset, header.max_timestamp, epoch)
+    return None
+
+
+__all__ = [
+    "UNDEFINED_EPOCH",
+    "AppendResult",
+    "FetchDataInfo",
+    "Log",
+    "TimestampOffset",
+    "parse_partition_dir",
+    "validate_client_batch",
+]

@@ -1,0 +1,211 @@
+"""Owner of every partition log in the data dir(s): meta.properties, the
+per-dir offset checkpoints and the clean-shutdown marker (Kafka's LogManager)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from storage.checkpoints import (
+    CLEAN_SHUTDOWN_MARKER,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_CHECKPOINT,
+    CorruptCheckpointError,
+    MetaProperties,
+    OffsetCheckpointFile,
+    TopicPartition,
+    atomic_write,
+    fsync_dir,
+    random_kafka_uuid,
+)
+from storage.log import Log, parse_partition_dir
+from storage.log_config import LogConfig
+
+log = logging.getLogger(__name__)
+
+
+class InconsistentMetaPropertiesError(Exception):
+    """meta.properties belongs to another node or cluster."""
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        node_id: int,
+        cluster_id: str | None,
+        *,
+        default_config: LogConfig | None = None,
+        topic_configs: Mapping[str, LogConfig] | None = None,
+        now_ms: int = 0,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.node_id = node_id
+        self.default_config = default_config or LogConfig()
+        self._topic_configs = dict(topic_configs or {})
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._cluster_id = self._load_meta(cluster_id)
+        for d in self.log_dirs:
+            self._load_dir(d, now_ms)
+
+    # -- start-up -----------------------------------------------------------
+
+    def _load_meta(self, cluster_id: str | None) -> str:
+        metas: list[MetaProperties] = []
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            meta = MetaProperties.read(d)
+            if meta is None:
+                continue
+            if meta.node_id != self.node_id:
+                raise InconsistentMetaPropertiesError(
+                    f"{d}/meta.properties has node.id={meta.node_id} but this broker is "
+                    f"node.id={self.node_id}; point log.dirs at this node's data"
+                )
+            metas.append(meta)
+        found = {m.cluster_id for m in metas}
+        if len(found) > 1 or (cluster_id is not None and found and cluster_id not in found):
+            raise InconsistentMetaPropertiesError(
+                f"cluster.id mismatch: configured {cluster_id!r}, log dirs hold {sorted(found)}"
+            )
+        resolved = cluster_id or (found.pop() if found else random_kafka_uuid())
+        for d in self.log_dirs:
+            if MetaProperties.read(d) is None:
+                MetaProperties(self.node_id, resolved, random_kafka_uuid()).write(d)
+        return resolved
+
+    def _load_dir(self, directory: Path, now_ms: int) -> None:
+        marker = directory / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        recovery = _read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT)
+        starts = _read_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT)
+        if not clean:
+            log.warning("%s: no clean-shutdown marker; recovering logs", directory)
+        for child in sorted(directory.iterdir()):
+            tp = parse_partition_dir(child.name) if child.is_dir() else None
+            if tp is None:
+                continue
+            if tp in self._logs:
+                raise InconsistentMetaPropertiesError(f"{tp} found in two log dirs")
+            opened = Log.open(
+                child,
+                self._config_for(tp[0]),
+                recovery.get(tp, 0),
+                starts.get(tp),
+                clean,
+                now_ms,
+            )
+            self._logs[tp] = opened
+            self._dir_of[tp] = directory
+        # Kafka deletes the marker once the logs are loaded: a crash from now on is unclean.
+        marker.unlink(missing_ok=True)
+        if clean:
+            fsync_dir(directory)
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.default_config)
+
+    # -- queries ------------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    def topics(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, partition in sorted(self._logs):
+            out.setdefault(topic, []).append(partition)
+        return out
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[TopicPartition, Log]:
+        return dict(self._logs)
+
+    # -- changes ------------------------------------------------------------
+
+    def create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int = 0) -> Log:
+        """Create (or return the existing) log; new logs go to the least-loaded dir."""
+        tp = (topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        directory = min(self.log_dirs, key=lambda d: counts[d])
+        self._topic_configs[topic] = config
+        created = Log.open(directory / f"{topic}-{partition}", config, 0, None, True, now_ms)
+        fsync_dir(directory)
+        self._logs[tp] = created
+        self._dir_of[tp] = directory
+        return created
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        tp = (topic, partition)
+        removed = self._logs.pop(tp, None)
+        if removed is None:
+            return False
+        directory = self._dir_of.pop(tp)
+        removed.delete()
+        fsync_dir(directory)
+        self.checkpoint()
+        return True
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        self._topic_configs[topic] = config
+        for (t, _p), lg in self._logs.items():
+            if t == topic:
+                lg.config = config
+
+    # -- periodic work (the broker schedules these) -------------------------
+
+    def cleanup(self, now_ms: int) -> int:
+        """Retention for every log; returns the number of segments deleted."""
+        return sum(lg.apply_retention(now_ms) for lg in self._logs.values())
+
+    def flush_due(self, now_ms: int) -> int:
+        """Time-based (flush.ms) and post-roll flushes; returns how many logs flushed."""
+        return sum(1 for lg in self._logs.values() if lg.flush_due(now_ms))
+
+    def checkpoint(self) -> None:
+        for d in self.log_dirs:
+            mine = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == d}
+            recovery = {tp: lg.recovery_point for tp, lg in mine.items()}
+            hw = {tp: lg.high_watermark for tp, lg in mine.items()}
+            starts = {tp: lg.log_start_offset for tp, lg in mine.items()}
+            OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(recovery)
+            OffsetCheckpointFile(d / REPLICATION_CHECKPOINT).write(hw)
+            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(starts)
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The replication-offset checkpoint (for the replica manager's start-up)."""
+        out: dict[TopicPartition, int] = {}
+        for d in self.log_dirs:
+            out.update(_read_checkpoint(d / REPLICATION_CHECKPOINT))
+        return out
+
+    def shutdown(self) -> None:
+        """Flush everything, write checkpoints, close, then mark the shutdown clean."""
+        for lg in self._logs.values():
+            lg.flush()
+        self.checkpoint()
+        for lg in self._logs.values():
+            lg.close()
+        for d in self.log_dirs:
+            atomic_write(d / CLEAN_SHUTDOWN_MARKER, "")
+        self._logs.clear()
+
+
+def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    try:
+        return OffsetCheckpointFile(path).read()
+    except (CorruptCheckpointError, OSError) as exc:
+        log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
+        return {}

@@ -1,0 +1,32 @@
+"""Test helpers: client-style record batches built with kafka-python."""
+
+from __future__ import annotations
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+
+def make_batch(
+    values: list[bytes],
+    *,
+    timestamp: int = 1_000,
+    timestamp_step: int = 1,
+    compression: int = 0,
+    transactional: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    timestamps: list[int] | None = None,
+) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=10**8,
+    )
+    for i, value in enumerate(values):
+        ts = timestamps[i] if timestamps is not None else timestamp + i * timestamp_step
+        builder.append(i, timestamp=ts, key=None, value=value, headers=[])
+    return bytes(builder.build())
