@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import logging
 import shutil
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -564,7 +565,9 @@ def _first_record_at_or_after(
                 return TimestampOffset(off, header.max_timestamp, epoch)
         return None
     try:
-        from kafka.record.default_records import DefaultRecordBatch
+        with warnings.catch_warnings():  # kafka-python's import-time read_text warning
+            warnings.filterwarnings("ignore", "(read|open)_text", DeprecationWarning)
+            from kafka.record.default_records import DefaultRecordBatch
 
         for record in DefaultRecordBatch(bytearray(batch)):
             if match(record.offset, record.timestamp):

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
+import warnings
+
+# kafka-python 3.0.12 calls the deprecated importlib.resources.read_text at import time;
+# with filterwarnings=error that would break collection (a pyproject filter would be better).
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "(read|open)_text is deprecated", DeprecationWarning)
+    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+__all__ = ["DefaultRecordBatch", "DefaultRecordBatchBuilder", "make_batch"]
 
 
 def make_batch(
