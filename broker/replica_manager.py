@@ -59,6 +59,7 @@ class ReplicaManager:
         log_ = self.log_manager.get_log(topic, index) or self.log_manager.create_log(
             topic, index, config
         )
+        log_.update_high_watermark(log_.log_end_offset)  # sole replica: HW = LEO
         part = Partition(topic, index, log_, epoch)
         self._partitions[(topic, index)] = part
         return part
@@ -75,7 +76,7 @@ class ReplicaManager:
     def append(self, part: Partition, records: bytes, now_ms: int) -> AppendResult:
         result = part.log.append_as_leader(records, part.leader_epoch, now_ms)
         if result.error == 0:
-            part.log.update_high_watermark()
+            part.log.update_high_watermark(part.log.log_end_offset)
             part.wake()
         return result
 

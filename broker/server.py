@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 
+from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 
 from broker.config import BrokerConfig
@@ -27,8 +28,16 @@ class Broker:
         dirs = config.log_dirs
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.log_manager = LogManager(dirs, config.node_id, config["cluster.id"] or None)
         self.store = LocalMetadataStore(dirs[0])
+        self.log_manager = LogManager(
+            dirs, config.node_id, config["cluster.id"] or None,
+            default_config=LogConfig.from_properties(config.explicit, {}),
+            topic_configs={
+                name: LogConfig.from_properties(config.explicit, topic.configs)
+                for name, topic in self.store.topics().items()
+            },
+            now_ms=now_ms(),
+        )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
         self.topics = TopicManager(config, self.store, self.replicas)
         self.handlers = HANDLER_TABLE

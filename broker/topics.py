@@ -40,8 +40,18 @@ class TopicManager:
         return LogConfig.from_properties(self.config.explicit, topic.configs)
 
     def open_all(self) -> None:
-        """Become leader of every partition the store lists (single node)."""
-        for topic in self.store.topics().values():
+        """Become leader of every partition the store lists (single node).
+
+        A log on disk whose topic the store no longer has (a crash in the middle
+        of a delete) is removed.
+        """
+        topics = self.store.topics()
+        for name, partitions in self.replicas.log_manager.topics().items():
+            for index in partitions:
+                if name not in topics or index >= topics[name].partitions:
+                    log.warning("removing log %s-%d of a deleted topic", name, index)
+                    self.replicas.log_manager.delete_log(name, index)
+        for topic in topics.values():
             self._open_partitions(topic, 0)
 
     def _open_partitions(self, topic: TopicMetadata, first: int) -> None:

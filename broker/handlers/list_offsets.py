@@ -36,8 +36,7 @@ def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, 
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
     if found is None:
         return -1, -1, -1
-    offset, ts, epoch = found
-    return offset, ts, epoch
+    return found.offset, found.timestamp, found.leader_epoch
 
 
 def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> Any:
