@@ -42,7 +42,8 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    futures = admin(bootstrap).create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
+    a = admin(bootstrap)  # keep a reference: the futures fail if the client is collected
+    futures = a.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
     futures[topic].result(timeout=20)
 
 
@@ -211,7 +212,8 @@ def test_auto_create_on_produce(bootstrap: str) -> None:
     recs = make_records(30)
     offsets = produce(bootstrap, topic, recs, "zstd", partition=None)
     assert offsets == list(range(30))
-    md = admin(bootstrap).list_topics(topic, timeout=10)
+    a = admin(bootstrap)
+    md = a.list_topics(topic, timeout=10)
     assert topic in md.topics and md.topics[topic].error is None
     assert len(md.topics[topic].partitions) == 1  # num.partitions
     assert_same_records(recs, consume_from(bootstrap, topic, len(recs)))

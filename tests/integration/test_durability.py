@@ -43,9 +43,8 @@ def seq_of(value: bytes) -> int:
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
-    fs = AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, 1, 1)], operation_timeout=10
-    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=10)
     fs[topic].result(timeout=20)
 
 
