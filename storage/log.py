@@ -439,24 +439,26 @@ class Log:
         target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
         if now_ms is not None:
             self._last_flush_ms = now_ms
-        if target <= self._recovery_point:
-            return
-        first = self._segment_index_for(self._recovery_point)
-        for seg in self._segments[first:]:
-            if seg.base_offset >= target:
-                break
-            seg.flush()
-        fsync_dir(self.directory)
-        self._recovery_point = target
-        if self._pending_roll_flush is not None and self._pending_roll_flush <= target:
+        if target > self._recovery_point:
+            first = self._segment_index_for(self._recovery_point)
+            for seg in self._segments[first:]:
+                if seg.base_offset >= target:
+                    break
+                seg.flush()
+            fsync_dir(self.directory)
+            self._recovery_point = target
+        pending = self._pending_roll_flush
+        if pending is not None and pending <= self._recovery_point:
             self._pending_roll_flush = None
 
     def flush_due(self, now_ms: int) -> bool:
-        """Time-based flush (flush.ms) and the flush Kafka schedules after a roll."""
-        if self._pending_roll_flush is not None:
-            self.flush(self._pending_roll_flush, now_ms)
+        """Time-based flush (flush.ms) and the flush Kafka schedules after a roll.
+        Returns True when something was fsynced."""
         if now_ms - self._last_flush_ms >= self.config.flush_ms and self.unflushed_messages:
             self.flush(now_ms=now_ms)
+            return True
+        if self._pending_roll_flush is not None:
+            self.flush(self._pending_roll_flush)
             return True
         return False
 

@@ -30,9 +30,7 @@ i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
 u32 = st.integers(0, 2**32 - 1)
 
-headers = st.builds(
-    BatchHeader, i64, i32, i32, i8, u32, i16, i32, i64, i64, i64, i16, i32, i32
-)
+headers = st.builds(BatchHeader, i64, i32, i32, i8, u32, i16, i32, i64, i64, i64, i16, i32, i32)
 
 
 def test_header_exact_bytes() -> None:
@@ -134,9 +132,7 @@ def test_set_log_append_time() -> None:
 
 @pytest.mark.parametrize("kind", [ControlType.ABORT, ControlType.COMMIT])
 def test_control_batch(kind: ControlType) -> None:
-    batch = build_control_batch(
-        kind, producer_id=77, producer_epoch=4, coordinator_epoch=12, timestamp=500
-    )
+    batch = build_control_batch(kind, producer_id=77, producer_epoch=4, coordinator_epoch=12, timestamp=500)
     h = BatchHeader.parse(batch)
     assert h.is_control and h.is_transactional and crc_ok(batch, 0, h)
     assert (h.producer_id, h.producer_epoch, h.records_count) == (77, 4, 1)

@@ -29,14 +29,14 @@ def test_offset_checkpoint_reads_kafka_file(tmp_path: Path) -> None:
     path = tmp_path / "log-start-offset-checkpoint"
     path.write_text("0\n3\n__consumer_offsets 12 0\nt 0 100\nt 1 5\n")
     assert OffsetCheckpointFile(path).read() == {
-        ("__consumer_offsets", 12): 0, ("t", 0): 100, ("t", 1): 5,
+        ("__consumer_offsets", 12): 0,
+        ("t", 0): 100,
+        ("t", 1): 5,
     }
     assert OffsetCheckpointFile(tmp_path / "absent").read() == {}
 
 
-@pytest.mark.parametrize(
-    "text", ["1\n0\n", "0\n2\nt 0 1\n", "0\n1\nt 0\n", "0\n1\nt x 1\n", ""]
-)
+@pytest.mark.parametrize("text", ["1\n0\n", "0\n2\nt 0 1\n", "0\n1\nt 0\n", "0\n1\nt x 1\n", ""])
 def test_offset_checkpoint_rejects_malformed(tmp_path: Path, text: str) -> None:
     path = tmp_path / "cp"
     path.write_text(text)

@@ -39,7 +39,7 @@ def test_offset_index_writes_exact_bytes(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         idx.append(60, 9500)
     idx.close()
-    assert path.read_bytes() == bytes.fromhex("00000002" "00000064" "0000000a" "00002328")
+    assert path.read_bytes() == bytes.fromhex("00000002000000640000000a00002328")
     again = OffsetIndex(path, 50)
     assert again.entries() == [(52, 100), (60, 9000)]
     again.truncate_to(60)
@@ -74,7 +74,7 @@ def test_time_index_fixture_and_monotonic(tmp_path: Path) -> None:
     assert not ti.maybe_append(1500, 20)  # not larger: Kafka skips it
     assert ti.maybe_append(2500, 20)
     ti.close()
-    assert path.read_bytes()[24:] == bytes.fromhex("00000000000009c4" "0000000a")
+    assert path.read_bytes()[24:] == bytes.fromhex("00000000000009c40000000a")
     again = TimeIndex(path, 10)
     again.sanity_check()
     assert again.last_entry() == (2500, 20)
@@ -87,8 +87,7 @@ def test_txn_index_fixture_round_trip_and_order(tmp_path: Path) -> None:
     assert len(entry) == 34
     path.write_bytes(entry)
     ti = TransactionIndex(path, 0)
-    assert list(ti) == [AbortedTxn(producer_id=42, first_offset=5, last_offset=9,
-                                   last_stable_offset=5)]
+    assert list(ti) == [AbortedTxn(producer_id=42, first_offset=5, last_offset=9, last_stable_offset=5)]
     ti.append(AbortedTxn(7, 8, 12, 8))
     with pytest.raises(ValueError):
         ti.append(AbortedTxn(8, 10, 12, 8))  # last offset must increase
