@@ -93,17 +93,17 @@ def produce(
     return [o for _, o in reports]
 
 
-def consumer(bootstrap: str, reset: str = "earliest") -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "gregor-it-unused",  # required by librdkafka; never used with assign()
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": reset,
-            "fetch.wait.max.ms": 100,
-        }
-    )
+def consumer(bootstrap: str, reset: str = "earliest", **extra: object) -> Consumer:
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "gregor-it-unused",  # required by librdkafka; never used with assign()
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": reset,
+        "fetch.wait.max.ms": 100,
+    }
+    conf.update(extra)
+    return Consumer(conf)
 
 
 def consume(c: Consumer, n: int, timeout: float = 30.0, first_offset: int = 0) -> list[Rec]:
@@ -111,7 +111,7 @@ def consume(c: Consumer, n: int, timeout: float = 30.0, first_offset: int = 0) -
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
         m = c.poll(0.2)
-        if m is None:
+        if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
             continue
         assert m.error() is None, f"consumer error: {m.error()}"
         assert m.offset() == first_offset + len(got), (
@@ -127,7 +127,7 @@ def consume_from(bootstrap: str, topic: str, n: int, start: int = OFFSET_BEGINNI
     c = consumer(bootstrap)
     try:
         c.assign([TopicPartition(topic, 0, start)])
-        return consume(c, n)
+        return consume(c, n, first_offset=max(start, 0))
     finally:
         c.close()
 
@@ -186,22 +186,25 @@ def test_latest_sees_only_new_records(bootstrap: str) -> None:
     create_topic(bootstrap, topic)
     produce(bootstrap, topic, make_records(50), "snappy")
 
-    c = consumer(bootstrap, reset="latest")
+    c = consumer(bootstrap, reset="latest", **{"enable.partition.eof": True})
     try:
         c.assign([TopicPartition(topic, 0, OFFSET_END)])
-        # Let the consumer resolve "end" to an offset before producing more.
+        # Partition EOF means "end" has been resolved to an offset and fetched from.
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            assert c.poll(0.1) is None
-            (pos,) = c.position([TopicPartition(topic, 0)])
-            if pos.offset >= 0:
+        while True:
+            assert time.monotonic() < deadline, "no partition EOF within 10 s"
+            m = c.poll(0.1)
+            if m is None:
+                continue
+            assert m.error() is not None, f"latest consumer got old record at {m.offset()}"
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                assert m.offset() == 50
                 break
-        else:
-            time.sleep(1.0)  # librdkafka may not expose the resolved position
         extra = make_records(9, tag="late")
         produce(bootstrap, topic, extra, "snappy")
         got = consume(c, len(extra), first_offset=50)
-        assert c.poll(0.5) is None
+        m = c.poll(0.5)
+        assert m is None or m.error().code() == KafkaError._PARTITION_EOF, "unexpected extra record"
     finally:
         c.close()
     assert_same_records(extra, got)
