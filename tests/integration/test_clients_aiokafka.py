@@ -89,7 +89,7 @@ async def produce(
             for r in recs
         ]
         metas = await asyncio.wait_for(asyncio.gather(*futures), 30)
-        return [m.offset for m in metas]
+        return [-1 if m is None else m.offset for m in metas]  # acks=0: no metadata
     finally:
         await p.stop()
 
