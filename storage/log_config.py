@@ -15,11 +15,12 @@ class ConfigSource(enum.IntEnum):
     """DescribeConfigs ``config_source`` values."""
 
     UNKNOWN = 0
-    TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
+    TOPIC_CONFIG = 1  # Kafka's DYNAMIC_TOPIC_CONFIG
+    DYNAMIC_BROKER_LOGGER_CONFIG = 2
+    DYNAMIC_BROKER_CONFIG = 3
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 4
+    STATIC_BROKER_CONFIG = 5
+    DEFAULT_CONFIG = 6
 
 
 ConfigValue = int | str | float | bool

@@ -84,12 +84,14 @@ class LogManager:
         clean = marker.exists()
         recovery = _read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT)
         starts = _read_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT)
-        if not clean:
+        found = [
+            (child, tp)
+            for child in sorted(directory.iterdir())
+            if child.is_dir() and (tp := parse_partition_dir(child.name)) is not None
+        ]
+        if found and not clean:
             log.warning("%s: no clean-shutdown marker; recovering logs", directory)
-        for child in sorted(directory.iterdir()):
-            tp = parse_partition_dir(child.name) if child.is_dir() else None
-            if tp is None:
-                continue
+        for child, tp in found:
             if tp in self._logs:
                 raise InconsistentMetaPropertiesError(f"{tp} found in two log dirs")
             opened = Log.open(

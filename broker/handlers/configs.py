@@ -14,6 +14,7 @@ from kafka.protocol.admin import (
 from protocol.errors import ErrorCode
 from storage.log_config import (
     TOPIC_CONFIGS,
+    ConfigSource,
     format_config_value,
     parse_config_value,
     resolve_topic_config,
@@ -29,7 +30,6 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 D = DescribeConfigsResponse
 Entry = D.DescribeConfigsResult.DescribeConfigsResourceResult
 WIRE_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
-STATIC_BROKER_SOURCE = 5
 
 
 def _topic_entries(ctx: RequestContext, name: str) -> list[Any]:
@@ -51,7 +51,7 @@ def _broker_entries(ctx: RequestContext) -> list[Any]:
     values = ctx.broker.config.values
     return [
         Entry(name=key, value=format_config_value(value), read_only=True,
-              config_source=STATIC_BROKER_SOURCE, is_default=False, is_sensitive=False,
+              config_source=int(ConfigSource.STATIC_BROKER_CONFIG), is_default=False, is_sensitive=False,
               synonyms=[], config_type=0)
         for key, value in sorted(values.items())
     ]
