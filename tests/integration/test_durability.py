@@ -58,7 +58,8 @@ class AckTracker:
             "enable.idempotence": False,
             "retries": 0,
             "linger.ms": 2,
-            "compression.type": "lz4",
+            "compression.type": "none",
+            "batch.size": 16384,  # many batches, so many index entries
             "message.timeout.ms": 4000,
             "reconnect.backoff.max.ms": 200,
         }
@@ -66,6 +67,7 @@ class AckTracker:
         self.producer = Producer(conf)
         self.topic = topic
         self.next_seq = 0
+        self.sent = 0
         self.acked: dict[int, int] = {}  # seq -> offset
         self.failed: list[tuple[int, KafkaError]] = []
 
@@ -78,16 +80,19 @@ class AckTracker:
 
     @property
     def outstanding(self) -> int:
-        return self.next_seq - len(self.acked) - len(self.failed)
+        return self.sent - len(self.acked) - len(self.failed)
 
     def send(self, count: int = 1, window: int = 2000) -> None:
         for _ in range(count):
+            deadline = time.monotonic() + 30
             while self.outstanding >= window:
+                assert time.monotonic() < deadline, f"{self.outstanding} records stuck in flight"
                 self.producer.poll(0.01)
             self.producer.produce(
                 self.topic, value=value_of(self.next_seq), partition=0, on_delivery=self._on_delivery
             )
             self.next_seq += 1
+            self.sent += 1
             self.producer.poll(0)
 
     def send_until_acked(self, n_acked: int, timeout: float = 60.0) -> None:
@@ -207,6 +212,7 @@ def test_kill9_mid_stream_keeps_every_acknowledged_record(broker: BrokerProcess)
 
     broker.start()
     got = read_all(broker.bootstrap, topic)
+    print(f"sent {t.sent}, acked {len(t.acked)}, failed {len(t.failed)}, recovered {len(got)}")
     assert_acked_exactly_once(t, got)
 
     # The restarted broker keeps appending after what survived.
@@ -219,6 +225,8 @@ def test_kill9_mid_stream_keeps_every_acknowledged_record(broker: BrokerProcess)
     got2 = read_all(broker.bootstrap, topic)
     assert got2[: len(got)] == got
     assert_acked_exactly_once(t2, got2)
+    assert broker.stop() == 0
+    check_indexes(broker.partition_dir(topic))
 
 
 def test_repeated_kill9_restarts(broker: BrokerProcess) -> None:
@@ -318,4 +326,6 @@ def test_torn_tail_is_truncated_on_recovery(broker_factory: BrokerFactory, tail:
     assert_acked_exactly_once(t2, got2)
 
     assert broker.stop() == 0
-    assert check_indexes(pdir) > 0
+    entries = check_indexes(pdir)
+    print(f"{len(segment_files(pdir))} segments, {entries} index entries checked")
+    assert entries > 0
