@@ -101,6 +101,7 @@ def test_java_produced_records_read_by_librdkafka(
 ) -> None:
     result = java_run.results.get(case)
     assert result is not None, f"no result for {case}\n{java_run.output()}"
+    assert result.get("produced") == N, f"Java did not produce {case}: {result['errors']}"
     sent = make_records(N, java_run.base_ts, tag="j")
     c = Consumer(
         {
