@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from coordinator.producer_ids import ProducerIdBlock
+
 STORE_FILE = "gregor-metadata.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_LENGTH = 249
@@ -71,6 +73,7 @@ class LocalMetadataStore:
     def __init__(self, directory: Path) -> None:
         self._path = directory / STORE_FILE
         self._topics: dict[str, TopicMetadata] = {}
+        self._next_producer_id = 0
         self._load()
 
     def _load(self) -> None:
@@ -79,9 +82,13 @@ class LocalMetadataStore:
         data = json.loads(self._path.read_text())
         for name, topic in data.get("topics", {}).items():
             self._topics[name] = TopicMetadata.from_json(name, topic)
+        self._next_producer_id = int(data.get("next_producer_id_block", 0))
 
     def _save(self) -> None:
-        data = {"topics": {name: t.to_json() for name, t in sorted(self._topics.items())}}
+        data = {
+            "topics": {name: t.to_json() for name, t in sorted(self._topics.items())},
+            "next_producer_id_block": self._next_producer_id,
+        }
         tmp = self._path.with_suffix(".tmp")
         with open(tmp, "w") as out:
             json.dump(data, out, indent=1)
@@ -110,6 +117,13 @@ class LocalMetadataStore:
         topic = replace(self._topics[name], partitions=count)
         self.put_topic(topic)
         return topic
+
+    def reserve_producer_ids(self, size: int) -> ProducerIdBlock:
+        """Durably move the next-block pointer past a new block, then hand it out."""
+        block = ProducerIdBlock(self._next_producer_id, size)
+        self._next_producer_id = block.last + 1
+        self._save()
+        return block
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         self.put_topic(replace(self._topics[name], configs=dict(configs)))

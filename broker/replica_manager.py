@@ -13,9 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from storage.log import AppendResult, Log
-from storage.log_manager import LogManager
-
 from storage.log_config import LogConfig
+from storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 

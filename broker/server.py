@@ -7,9 +7,6 @@ import contextlib
 import logging
 import signal
 
-from storage.log_config import LogConfig
-from storage.log_manager import LogManager
-
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
@@ -17,6 +14,9 @@ from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
 from broker.replica_manager import ReplicaManager
 from broker.topics import TopicManager
+from coordinator.producer_ids import ProducerIdManager
+from storage.log_config import LogConfig
+from storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class Broker:
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
         self.topics = TopicManager(config, self.store, self.replicas)
+        self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
         self.handlers = HANDLER_TABLE
         self._server: asyncio.base_events.Server | None = None
         self._stopping = asyncio.Event()

@@ -8,11 +8,15 @@ from broker.handlers import (
     log_dirs,
     metadata,
     produce,
+    producers,
     records,
     topics,
 )
 from broker.handlers.registry import build_table
 
 HANDLER_TABLE = build_table(
-    [api_versions, metadata, produce, fetch, list_offsets, topics, configs, records, log_dirs]
+    [
+        api_versions, metadata, produce, producers, fetch, list_offsets,
+        topics, configs, records, log_dirs,
+    ]
 )

@@ -1,0 +1,64 @@
+"""InitProducerId (idempotent producers) and DescribeProducers (KIP-664)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import DescribeProducersResponse
+from kafka.protocol.producer import InitProducerIdResponse
+
+from broker.handlers.resolve import resolve_partition
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+log = logging.getLogger(__name__)
+INIT_PRODUCER_ID, DESCRIBE_PRODUCERS = 22, 61
+InitResponse = InitProducerIdResponse
+D = DescribeProducersResponse
+PartResponse = D.TopicResponse.PartitionResponse
+ProducerState = PartResponse.ProducerState
+
+
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id is not None:
+        # Transactions arrive with the transaction coordinator (a later issue).
+        return InitResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                 producer_id=-1, producer_epoch=-1)
+    # Like Kafka, an idempotent producer always gets a fresh id with epoch 0,
+    # also when it asks for an epoch bump of its current id (KIP-360).
+    producer_id = ctx.broker.producer_ids.generate()
+    log.info("new idempotent producer id %d for client %s", producer_id, ctx.header.client_id)
+    return InitResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
+
+
+def _describe_partition(ctx: RequestContext, topic: Any, index: int) -> Any:
+    part, error = resolve_partition(ctx, topic, index)
+    if part is None:
+        return PartResponse(partition_index=index, error_code=error, active_producers=[])
+    producers = [
+        ProducerState(
+            producer_id=p.producer_id, producer_epoch=p.producer_epoch,
+            last_sequence=p.last_sequence, last_timestamp=p.last_timestamp,
+            coordinator_epoch=p.coordinator_epoch, current_txn_start_offset=p.current_txn_start_offset,
+        )
+        for p in part.log.active_producers()
+    ]
+    return PartResponse(partition_index=index, error_code=ErrorCode.NONE, active_producers=producers)
+
+
+async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+    topics = [
+        D.TopicResponse(
+            name=topic.name,
+            partitions=[_describe_partition(ctx, topic, i) for i in topic.partition_indexes],
+        )
+        for topic in request.topics
+    ]
+    return D(throttle_time_ms=0, topics=topics)
+
+
+VERSIONS = {INIT_PRODUCER_ID: (0, 6), DESCRIBE_PRODUCERS: (0, 0)}
+HANDLERS = {INIT_PRODUCER_ID: handle_init_producer_id, DESCRIBE_PRODUCERS: handle_describe_producers}
