@@ -31,7 +31,9 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     # also when it asks for an epoch bump of its current id (KIP-360).
     producer_id = ctx.broker.producer_ids.generate()
     log.info("new idempotent producer id %d for client %s", producer_id, ctx.header.client_id)
-    return InitResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
+    return InitResponse(
+        throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0
+    )
 
 
 def _describe_partition(ctx: RequestContext, topic: Any, index: int) -> Any:
