@@ -99,8 +99,8 @@ class Connection:
             ) from None
         ctx = RequestContext(self.broker, header, self.host)
         if handler.api_key == 0 and request.acks == 0:
-            task = asyncio.create_task(handler.handle(ctx, request))
-            task.add_done_callback(_log_failure)
+            fire: asyncio.Task[Any] = asyncio.create_task(handler.handle(ctx, request))
+            fire.add_done_callback(_log_failure)
             return None
         return asyncio.create_task(self._respond(ctx, handler, request))
 

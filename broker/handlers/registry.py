@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from protocol.messages import REQUESTS, RESPONSES, schema_versions
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
+Handler = Callable[[Any, Any], Coroutine[Any, Any, Any]]
 
 
 @dataclass(frozen=True, slots=True)
