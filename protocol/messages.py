@@ -24,7 +24,7 @@ def _all_message_classes() -> list[Any]:
         module = importlib.import_module(info.name)
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, ApiMessage) and value is not ApiMessage:
-                if getattr(value, "_json", None) is not None and getattr(value, "_class_version") is None:
+                if getattr(value, "_json", None) is not None and vars(value).get("_class_version") is None:
                     found.append(value)
     return found
 
