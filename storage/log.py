@@ -17,14 +17,25 @@ from protocol.record_batch import (
     MIN_BATCH_LENGTH,
     BatchHeader,
     Compression,
+    CorruptBatchError,
     TimestampType,
     compute_crc,
+    parse_control_batch,
     patch_offset_and_epoch,
     set_log_append_time,
 )
 from storage.checkpoints import fsync_dir
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from storage.log_config import LogConfig
+from storage.producer_state import (
+    AppendError,
+    AppendOrigin,
+    ProducerStateEntry,
+    ProducerStateInfo,
+    ProducerStateLoad,
+    ProducerStateManager,
+    validate_data_batch,
+)
 from storage.segment import LOG_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment
 
 log = logging.getLogger(__name__)
@@ -96,6 +107,8 @@ class Log:
         self._last_flush_ms = now_ms
         self._pending_roll_flush: int | None = None
         self.epoch_cache = LeaderEpochCache(directory)
+        self.producer_state = ProducerStateManager(directory)
+        self.producer_state_load: ProducerStateLoad | None = None
         # Single replica: the high watermark follows the log end offset.
         self.auto_advance_high_watermark = True
         self.update_high_watermark(self.log_end_offset)
@@ -135,7 +148,47 @@ class Log:
         opened = cls(directory, config, segments, start, recovery_point, now_ms)
         opened.epoch_cache.truncate_from_end(opened.log_end_offset)
         opened.epoch_cache.truncate_from_start(start)
+        opened.producer_state.remove_stray_snapshots([s.base_offset for s in segments])
+        opened._rebuild_producer_state(now_ms)
         return opened
+
+    def _rebuild_producer_state(self, now_ms: int | None) -> None:
+        """Load the newest intact snapshot at or below the log end offset, then replay
+        the batch headers after it (Kafka's rebuildProducerState)."""
+        ps = self.producer_state
+        end = self.log_end_offset
+        snap = ps.truncate_and_reload(
+            self._log_start_offset, end, now_ms, self.config.producer_id_expiration_ms
+        )
+        start = max(ps.map_end_offset, self._log_start_offset)
+        if start < end:
+            self._replay_producer_state(start, end)
+        ps.map_end_offset = end
+        ps.take_snapshot()
+        self.producer_state_load = ProducerStateLoad(snap, start, end)
+        log.info(
+            "%s: producer state of %d producers from snapshot %s and offsets [%d, %d)",
+            self.directory.name,
+            ps.producer_count,
+            snap,
+            start,
+            end,
+        )
+
+    def _replay_producer_state(self, start: int, end: int) -> None:
+        """Apply the producer fields of every batch in [start, end) without validation."""
+        for seg in self._segments[self._segment_index_for(start) :]:
+            if seg.base_offset >= end:
+                break
+            found = seg.translate_offset(start)
+            if found is None:
+                continue
+            for pos, header in seg.iter_headers(found[0]):
+                if header.base_offset >= end:
+                    break
+                if header.has_producer_id:
+                    epoch = _marker_coordinator_epoch(seg.read_at(pos, header.size_in_bytes), header)
+                    self.producer_state.apply_replicated(header, epoch)
 
     # -- properties ---------------------------------------------------------
 
@@ -192,6 +245,14 @@ class Log:
         if problem is not None:
             error, message = problem
             return AppendResult(error, -1, -1, NO_TIMESTAMP, self._log_start_offset, message)
+        received = BatchHeader.parse(records)
+        current = self._producer_entry(received)
+        if current is not None:
+            duplicate = current.find_duplicate(received)
+            if duplicate is not None:
+                append_time = duplicate.timestamp if self.config.log_append_time else NO_TIMESTAMP
+                first, last = duplicate.first_offset, duplicate.last_offset
+                return AppendResult(ErrorCode.NONE, first, last, append_time, self._log_start_offset)
         buf = bytearray(records)
         base = self.log_end_offset
         patch_offset_and_epoch(buf, 0, base, leader_epoch)
@@ -201,11 +262,26 @@ class Log:
             append_time = now_ms
         else:
             header = BatchHeader.parse(buf)
+        entry = None
+        if current is not None:
+            outcome = validate_data_batch(current, header, AppendOrigin.CLIENT)
+            if isinstance(outcome, AppendError):
+                log.info("%s: producer %d: %s", self.directory.name, header.producer_id, outcome.message)
+                return AppendResult(
+                    outcome.error, -1, -1, NO_TIMESTAMP, self._log_start_offset, outcome.message
+                )
+            entry = outcome
         self.epoch_cache.assign(leader_epoch, base)
-        self._append(buf, header, now_ms)
+        self._append(buf, header, now_ms, entry)
         if self.auto_advance_high_watermark:
             self.update_high_watermark(self.log_end_offset)
         return AppendResult(ErrorCode.NONE, base, header.last_offset, append_time, self._log_start_offset)
+
+    def _producer_entry(self, header: BatchHeader) -> ProducerStateEntry | None:
+        """The producer's current entry (empty when unknown), None without a producer id."""
+        if not header.has_producer_id:
+            return None
+        return self.producer_state.entry_for(header.producer_id)
 
     def append_control_batch(self, batch: bytes, leader_epoch: int, now_ms: int) -> int:
         """Append a broker-built control batch (e.g. a transaction marker); returns its offset."""
@@ -221,12 +297,28 @@ class Log:
             self.update_high_watermark(self.log_end_offset)
         return base
 
-    def _append(self, batch: bytearray | bytes, header: BatchHeader, now_ms: int) -> None:
-        """Core append for validated, offset-assigned batches (leader and, later, follower)."""
+    def _append(
+        self,
+        batch: bytearray | bytes,
+        header: BatchHeader,
+        now_ms: int,
+        producer_entry: ProducerStateEntry | None = None,
+    ) -> None:
+        """Core append for validated, offset-assigned batches (leader and, later, follower).
+        ``producer_entry`` is the leader's validated next state for the batch's producer;
+        without it the producer state is updated unvalidated (replication, markers)."""
         if header.base_offset < self.log_end_offset:
             raise ValueError(f"batch offset {header.base_offset} below log end {self.log_end_offset}")
+        marker_epoch = None
+        if producer_entry is None and header.has_producer_id:
+            marker_epoch = _marker_coordinator_epoch(batch, header)
         segment = self._maybe_roll(header, now_ms)
         segment.append(header, batch)
+        if producer_entry is not None:
+            self.producer_state.update(producer_entry)
+        elif header.has_producer_id:
+            self.producer_state.apply_replicated(header, marker_epoch)
+        self.producer_state.map_end_offset = header.next_offset
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms=now_ms)
 
@@ -254,6 +346,8 @@ class Log:
         seg.on_become_inactive()
         new = LogSegment(self.directory, base, self.config.index_interval_bytes, now_ms)
         self._segments.append(new)
+        # A snapshot at the new segment's base lets recovery start replay at this segment.
+        self.producer_state.take_snapshot(base)
         # Kafka flushes the rolled segment asynchronously; flush_due() does it here.
         self._pending_roll_flush = base
         log.info("%s: rolled new segment at offset %d", self.directory.name, base)
@@ -366,6 +460,7 @@ class Log:
         self._high_watermark = max(self._high_watermark, offset)
         self._recovery_point = max(self._recovery_point, offset)
         self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.on_log_start_offset_incremented(offset)
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete segments past retention.ms / retention.bytes; returns how many."""
@@ -415,13 +510,16 @@ class Log:
             self._segments.remove(seg)
             log.info("%s: deleting segment %d", self.directory.name, seg.base_offset)
             seg.delete()
+            self.producer_state.delete_snapshot(seg.base_offset)
+        self.producer_state.delete_snapshots_below(self._segments[0].base_offset)
         new_start = max(self._log_start_offset, self._segments[0].base_offset)
         if new_start > self._log_start_offset:
             self._advance_log_start(new_start)
         return len(doomed)
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove everything at and after ``offset`` (follower truncation, later issues)."""
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> None:
+        """Remove everything at and after ``offset`` (follower truncation, later issues);
+        producer state is reloaded from a snapshot at or below it plus replay."""
         if offset >= self.log_end_offset:
             return
         offset = max(offset, self._log_start_offset)
@@ -431,6 +529,20 @@ class Log:
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
         self._high_watermark = min(self._high_watermark, self.log_end_offset)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state(now_ms)
+
+    # -- producer state -----------------------------------------------------
+
+    def active_producers(self) -> list[ProducerStateInfo]:
+        """Producers with state in this partition (DescribeProducers, KIP-664)."""
+        return self.producer_state.active_producers()
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms (not those in a transaction)."""
+        removed = self.producer_state.remove_expired_producers(now_ms, self.config.producer_id_expiration_ms)
+        if removed:
+            log.info("%s: expired %d idle producer ids", self.directory.name, removed)
+        return removed
 
     # -- durability and lifecycle ------------------------------------------
 
@@ -463,6 +575,8 @@ class Log:
         return False
 
     def close(self) -> None:
+        """Clean close: a snapshot at the log end spares the next open any replay."""
+        self.producer_state.take_snapshot(self.log_end_offset)
         self.active_segment.on_become_inactive()
         for seg in self._segments:
             seg.close()
@@ -556,6 +670,17 @@ def _recover_from(segments: list[LogSegment], recovery_point: int, directory: Pa
     return segments[-1].next_offset
 
 
+def _marker_coordinator_epoch(batch: bytes | bytearray, header: BatchHeader) -> int | None:
+    """The coordinator epoch of a control batch's end-transaction marker; None for data
+    batches and for empty or undecodable control batches."""
+    if not header.is_control or header.records_count < 1:
+        return None
+    try:
+        return parse_control_batch(bytes(batch)).coordinator_epoch
+    except CorruptBatchError:
+        return None
+
+
 def _first_record_at_or_after(
     batch: bytes, header: BatchHeader, match: Callable[[int, int], bool]
 ) -> TimestampOffset | None:
@@ -585,6 +710,7 @@ __all__ = [
     "AppendResult",
     "FetchDataInfo",
     "Log",
+    "ProducerStateInfo",
     "TimestampOffset",
     "parse_partition_dir",
     "validate_client_batch",

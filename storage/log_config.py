@@ -193,6 +193,12 @@ _DEFS = [
 
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in _DEFS}
 
+# Broker-only keys that LogConfig carries (not topic configs: absent from TOPIC_CONFIGS).
+PRODUCER_ID_EXPIRATION_MS = "producer.id.expiration.ms"
+_PRODUCER_ID_EXPIRATION_DEF = TopicConfigDef(
+    PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION_MS, "int", 86400000, None, _at_least(1)
+)
+
 
 def parse_config_value(definition: TopicConfigDef, raw: object) -> ConfigValue:
     """Convert a YAML/wire value to the config's type; ValueError when it does not fit."""
@@ -294,6 +300,8 @@ class LogConfig:
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
     file_delete_delay_ms: int = 60000
+    # A broker-level key with no topic override (Kafka's producer.id.expiration.ms).
+    producer_id_expiration_ms: int = 86400000
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 14:
@@ -302,6 +310,8 @@ class LogConfig:
             raise ValueError(f"bad message_timestamp_type {self.message_timestamp_type!r}")
         if self.index_interval_bytes < 0 or self.max_message_bytes < 0:
             raise ValueError("index_interval_bytes and max_message_bytes must be >= 0")
+        if self.producer_id_expiration_ms < 1:
+            raise ValueError("producer_id_expiration_ms must be >= 1")
 
     @property
     def log_append_time(self) -> bool:
@@ -317,4 +327,7 @@ class LogConfig:
         for d in _DEFS:
             if d.field is not None and d.field in known:
                 kwargs[d.field] = resolve_topic_config(d.name, broker_props, topic_overrides).value
+        expiration = broker_props.get(PRODUCER_ID_EXPIRATION_MS)
+        if expiration is not None:
+            kwargs["producer_id_expiration_ms"] = _checked(_PRODUCER_ID_EXPIRATION_DEF, expiration)
         return cls(**kwargs)  # type: ignore[arg-type]

@@ -169,8 +169,13 @@ class LogManager:
     # -- periodic work (the broker schedules these) -------------------------
 
     def cleanup(self, now_ms: int) -> int:
-        """Retention for every log; returns the number of segments deleted."""
-        return sum(lg.apply_retention(now_ms) for lg in self._logs.values())
+        """Retention and producer-id expiration for every log; returns the number of
+        segments deleted."""
+        deleted = 0
+        for lg in self._logs.values():
+            deleted += lg.apply_retention(now_ms)
+            lg.remove_expired_producers(now_ms)
+        return deleted
 
     def flush_due(self, now_ms: int) -> int:
         """Time-based (flush.ms) and post-roll flushes; returns how many logs flushed."""

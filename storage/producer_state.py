@@ -1,0 +1,400 @@
+"""Per-partition producer state for idempotent and transactional producers
+(Kafka's ProducerStateEntry, ProducerAppendInfo and ProducerStateManager).
+
+Entries are immutable values: validating a batch builds the next entry without
+touching the map, and ``update`` commits it in one step once the batch is on
+disk. Everything comes from the batch header; no record is decoded (markers
+excepted, whose coordinator epoch the caller reads from the control record).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from protocol.errors import ErrorCode
+from protocol.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP, BatchHeader
+from storage.snapshot import (
+    CorruptSnapshotError,
+    SnapshotEntry,
+    list_snapshots,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
+)
+
+log = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+INT32_MAX = 2**31 - 1
+NO_TXN = -1
+NO_COORDINATOR_EPOCH = -1
+
+
+class AppendOrigin(enum.Enum):
+    CLIENT = "client"  # full validation
+    COORDINATOR = "coordinator"  # epoch only (no sequences on coordinator writes)
+    REPLICATION = "replication"  # none: replica fetch, recovery and snapshot replay
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Sequences wrap from Int32.MAX to 0."""
+    if sequence < decrement:
+        return sequence - decrement + INT32_MAX + 1
+    return sequence - decrement
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStateInfo:
+    """One producer as DescribeProducers (KIP-664) reports it."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendError:
+    error: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStateEntry:
+    """Invariant: at most NUM_BATCHES_TO_RETAIN batches, all of ``producer_epoch``,
+    oldest first."""
+
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: tuple[BatchMetadata, ...] = ()
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    last_timestamp: int = NO_TIMESTAMP
+    current_txn_first_offset: int = NO_TXN
+
+    def __post_init__(self) -> None:
+        if len(self.batches) > NUM_BATCHES_TO_RETAIN:
+            raise ValueError(f"producer {self.producer_id} holds {len(self.batches)} batches")
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.batches[-1].offset_delta if self.batches else 0
+
+    @property
+    def has_ongoing_txn(self) -> bool:
+        return self.current_txn_first_offset >= 0
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        """The cached batch with the same epoch and sequence range, if any."""
+        if header.producer_epoch != self.producer_epoch:
+            return None
+        first, last = header.base_sequence, header.last_sequence
+        for batch in self.batches:
+            if batch.first_seq == first and batch.last_seq == last:
+                return batch
+        return None
+
+    def with_data_batch(self, header: BatchHeader) -> ProducerStateEntry:
+        """The entry after appending the (offset-assigned) data batch ``header``."""
+        kept = self.batches if header.producer_epoch == self.producer_epoch else ()
+        batch = BatchMetadata(
+            header.last_sequence,
+            header.last_offset,
+            header.last_offset - header.base_offset,
+            header.max_timestamp,
+        )
+        txn = self.current_txn_first_offset
+        if header.is_transactional and txn < 0:
+            txn = header.base_offset  # this batch begins a transaction
+        return replace(
+            self,
+            producer_epoch=header.producer_epoch,
+            batches=(*kept[-(NUM_BATCHES_TO_RETAIN - 1) :], batch),
+            last_timestamp=header.max_timestamp,
+            current_txn_first_offset=txn,
+        )
+
+    def with_end_txn_marker(self, epoch: int, coordinator_epoch: int, timestamp: int) -> ProducerStateEntry:
+        """The entry after a COMMIT/ABORT marker: the transaction is over."""
+        kept = self.batches if epoch == self.producer_epoch else ()
+        return replace(
+            self,
+            producer_epoch=epoch,
+            batches=kept,
+            coordinator_epoch=coordinator_epoch,
+            last_timestamp=timestamp,
+            current_txn_first_offset=NO_TXN,
+        )
+
+    def info(self) -> ProducerStateInfo:
+        return ProducerStateInfo(
+            self.producer_id,
+            self.producer_epoch,
+            self.last_seq,
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+    def to_snapshot(self) -> SnapshotEntry:
+        """Only the last batch goes into a snapshot (Kafka's format keeps one)."""
+        return SnapshotEntry(
+            self.producer_id,
+            self.producer_epoch,
+            self.last_seq,
+            self.last_data_offset,
+            self.last_offset_delta,
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+    @classmethod
+    def from_snapshot(cls, e: SnapshotEntry) -> ProducerStateEntry:
+        batches: tuple[BatchMetadata, ...] = ()
+        if e.last_offset >= 0:
+            batches = (BatchMetadata(e.last_sequence, e.last_offset, e.offset_delta, e.timestamp),)
+        return cls(
+            e.producer_id,
+            e.epoch,
+            batches,
+            e.coordinator_epoch,
+            e.timestamp,
+            e.current_txn_first_offset if e.current_txn_first_offset >= 0 else NO_TXN,
+        )
+
+
+def validate_data_batch(
+    current: ProducerStateEntry, header: BatchHeader, origin: AppendOrigin
+) -> ProducerStateEntry | AppendError:
+    """Kafka's ProducerAppendInfo.appendDataBatch for one offset-assigned batch:
+    the next entry, or why the batch must be refused. ``current`` is not changed."""
+    if origin is not AppendOrigin.REPLICATION:
+        problem = _check_epoch(current, header)
+        if problem is None and origin is AppendOrigin.CLIENT:
+            problem = _check_sequence(current, header)
+        if problem is not None:
+            return problem
+        if current.has_ongoing_txn and not header.is_transactional:
+            return AppendError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"expected a transactional write from producer {header.producer_id} "
+                f"at offset {header.base_offset}",
+            )
+    return current.with_data_batch(header)
+
+
+def _check_epoch(current: ProducerStateEntry, header: BatchHeader) -> AppendError | None:
+    if header.producer_epoch < current.producer_epoch:
+        return AppendError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"epoch {header.producer_epoch} of producer {header.producer_id} is smaller than "
+            f"the last seen epoch {current.producer_epoch}",
+        )
+    return None
+
+
+def _check_sequence(current: ProducerStateEntry, header: BatchHeader) -> AppendError | None:
+    first = header.base_sequence
+    if header.producer_epoch != current.producer_epoch:
+        if first != 0 and current.producer_epoch != NO_PRODUCER_EPOCH:
+            return AppendError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"invalid sequence {first} for new epoch {header.producer_epoch} of producer "
+                f"{header.producer_id} (current epoch {current.producer_epoch})",
+            )
+        return None
+    # No known epoch (e.g. its data was deleted): any sequence is accepted (KIP-360).
+    if current.producer_epoch == NO_PRODUCER_EPOCH or in_sequence(current.last_seq, first):
+        return None
+    return AppendError(
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        f"out of order sequence {first} from producer {header.producer_id}, expected {current.last_seq} + 1",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerStateLoad:
+    """How producer state was rebuilt at open / truncation (for logs and tests)."""
+
+    snapshot_offset: int | None
+    replay_from: int
+    replay_to: int
+
+
+class ProducerStateManager:
+    """Owner of the producer map and the ``.snapshot`` files of one partition.
+    Invariants: ``map_end_offset`` is the offset the map is current up to; a
+    snapshot file named N holds the map as it was at offset N."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._producers: dict[int, ProducerStateEntry] = {}
+        self._snapshots = list_snapshots(directory)
+        self.map_end_offset = 0
+        self._last_snap_offset = 0
+
+    # -- queries ------------------------------------------------------------
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self._producers.get(producer_id)
+
+    def entry_for(self, producer_id: int) -> ProducerStateEntry:
+        return self._producers.get(producer_id) or ProducerStateEntry(producer_id)
+
+    def active_producers(self) -> list[ProducerStateInfo]:
+        return [e.info() for _pid, e in sorted(self._producers.items())]
+
+    @property
+    def producer_count(self) -> int:
+        return len(self._producers)
+
+    def snapshot_offsets(self) -> list[int]:
+        return sorted(self._snapshots)
+
+    def latest_snapshot_offset(self) -> int | None:
+        return max(self._snapshots, default=None)
+
+    # -- changes ------------------------------------------------------------
+
+    def update(self, entry: ProducerStateEntry) -> None:
+        """Commit an entry built by validate_data_batch / with_end_txn_marker."""
+        if entry.producer_id < 0:
+            raise ValueError(f"invalid producer id {entry.producer_id}")
+        self._producers[entry.producer_id] = entry
+
+    def apply_replicated(self, header: BatchHeader, coordinator_epoch: int | None = None) -> None:
+        """Replay a batch already in the log (no validation). ``coordinator_epoch``
+        is given for an end-transaction marker."""
+        current = self.entry_for(header.producer_id)
+        if header.is_control:
+            if coordinator_epoch is None:
+                return  # an empty control batch: its transaction was cleaned away
+            entry = current.with_end_txn_marker(
+                header.producer_epoch, coordinator_epoch, header.max_timestamp
+            )
+        else:
+            entry = current.with_data_batch(header)
+        self._producers[header.producer_id] = entry
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``expiration_ms`` without an open transaction."""
+        expired = [pid for pid, e in self._producers.items() if _is_expired(e, now_ms, expiration_ms)]
+        for pid in expired:
+            del self._producers[pid]
+        return len(expired)
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        self.map_end_offset = max(self.map_end_offset, log_start_offset)
+        latest = self.latest_snapshot_offset()
+        self._last_snap_offset = log_start_offset if latest is None else latest
+
+    # -- snapshots ----------------------------------------------------------
+
+    def take_snapshot(self, offset: int | None = None) -> Path | None:
+        """Write the map as a snapshot at ``offset`` (default: the map end offset),
+        unless that offset is not past the last snapshot taken."""
+        if offset is not None:
+            self.map_end_offset = offset
+        if self.map_end_offset <= self._last_snap_offset:
+            return None
+        path = snapshot_path(self.directory, self.map_end_offset)
+        write_snapshot(path, (e.to_snapshot() for e in self._producers.values()))
+        self._snapshots[self.map_end_offset] = path
+        self._last_snap_offset = self.map_end_offset
+        log.debug(
+            "%s: producer snapshot at %d with %d producers",
+            self.directory.name,
+            self.map_end_offset,
+            len(self._producers),
+        )
+        return path
+
+    def delete_snapshot(self, offset: int) -> None:
+        path = self._snapshots.pop(offset, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        for snap in [o for o in self._snapshots if o < offset]:
+            self.delete_snapshot(snap)
+
+    def remove_stray_snapshots(self, segment_bases: list[int]) -> None:
+        """Delete snapshots that belong to no segment, except the newest one when it
+        is above every segment base (the one written at clean shutdown)."""
+        bases = set(segment_bases)
+        strays = [o for o in sorted(self._snapshots) if o not in bases]
+        keep = strays[-1] if strays and segment_bases and strays[-1] > max(segment_bases) else None
+        for offset in strays:
+            if offset != keep:
+                log.info("%s: deleting stray producer snapshot %d", self.directory.name, offset)
+                self.delete_snapshot(offset)
+
+    def truncate_and_reload(
+        self, log_start_offset: int, log_end_offset: int, now_ms: int | None, expiration_ms: int
+    ) -> int | None:
+        """Drop snapshots outside [log start, log end] and load the newest intact one
+        (deleting corrupt ones); returns its offset, None when the map starts empty at
+        the log start. Replay then runs from ``map_end_offset``."""
+        for offset in [o for o in self._snapshots if o > log_end_offset or o < log_start_offset]:
+            self.delete_snapshot(offset)
+        self._producers.clear()
+        while self._snapshots:
+            offset = max(self._snapshots)
+            try:
+                entries = read_snapshot(self._snapshots[offset])
+            except (CorruptSnapshotError, OSError) as exc:
+                log.warning(
+                    "%s: deleting unreadable producer snapshot %d: %s", self.directory.name, offset, exc
+                )
+                self.delete_snapshot(offset)
+                continue
+            for e in entries:
+                entry = ProducerStateEntry.from_snapshot(e)
+                if now_ms is None or not _is_expired(entry, now_ms, expiration_ms):
+                    self._producers[entry.producer_id] = entry
+            self.map_end_offset = self._last_snap_offset = offset
+            return offset
+        self.map_end_offset = self._last_snap_offset = log_start_offset
+        return None
+
+    def delete_all(self) -> None:
+        for offset in list(self._snapshots):
+            self.delete_snapshot(offset)
+        self._producers.clear()
+
+
+def _is_expired(entry: ProducerStateEntry, now_ms: int, expiration_ms: int) -> bool:
+    return not entry.has_ongoing_txn and now_ms - entry.last_timestamp >= expiration_ms
