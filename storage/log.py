@@ -148,7 +148,8 @@ class Log:
         opened = cls(directory, config, segments, start, recovery_point, now_ms)
         opened.epoch_cache.truncate_from_end(opened.log_end_offset)
         opened.epoch_cache.truncate_from_start(start)
-        opened.producer_state.remove_stray_snapshots([s.base_offset for s in segments])
+        bases = [s.base_offset for s in segments]
+        opened.producer_state.remove_stray_snapshots(bases, opened.log_end_offset)
         opened._rebuild_producer_state(now_ms)
         return opened
 

@@ -351,9 +351,13 @@ class ProducerStateManager:
         for snap in [o for o in self._snapshots if o < offset]:
             self.delete_snapshot(snap)
 
-    def remove_stray_snapshots(self, segment_bases: list[int]) -> None:
-        """Delete snapshots that belong to no segment, except the newest one when it
-        is above every segment base (the one written at clean shutdown)."""
+    def remove_stray_snapshots(self, segment_bases: list[int], log_end_offset: int) -> None:
+        """Delete snapshots above the log end, then those that belong to no segment
+        except the newest one when it is above every segment base (the one written
+        at clean shutdown)."""
+        for offset in [o for o in self._snapshots if o > log_end_offset]:
+            log.info("%s: deleting producer snapshot %d above the log end", self.directory.name, offset)
+            self.delete_snapshot(offset)
         bases = set(segment_bases)
         strays = [o for o in sorted(self._snapshots) if o not in bases]
         keep = strays[-1] if strays and segment_bases and strays[-1] > max(segment_bases) else None
