@@ -187,9 +187,12 @@ class Log:
             for pos, header in seg.iter_headers(found[0]):
                 if header.base_offset >= end:
                     break
-                if header.has_producer_id:
+                if not header.has_producer_id:
+                    continue
+                epoch = None
+                if header.is_control:  # the only batches whose records are read
                     epoch = _marker_coordinator_epoch(seg.read_at(pos, header.size_in_bytes), header)
-                    self.producer_state.apply_replicated(header, epoch)
+                self.producer_state.apply_replicated(header, epoch)
 
     # -- properties ---------------------------------------------------------
 

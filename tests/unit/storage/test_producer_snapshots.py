@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from protocol.errors import ErrorCode
+from protocol.record_batch import ControlType, build_control_batch
 from storage.log import AppendResult, Log
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -251,3 +252,39 @@ def test_log_manager_cleanup_expires_and_shutdown_snapshots(tmp_path: Path) -> N
     assert reloaded is not None and reloaded.producer_state_load is not None
     assert reloaded.producer_state_load.snapshot_offset == 2
     assert append(reloaded, batch(0, pid=2, timestamp=NOW + DAY)).base_offset == 1
+
+
+def txn_batch(seq: int, pid: int = PID, timestamp: int = NOW) -> bytes:
+    return make_batch(
+        [b"t"], producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True, timestamp=timestamp
+    )
+
+
+def test_open_transaction_survives_snapshot_and_is_not_expired(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log, 2, pid=1)
+    append(log, txn_batch(0))
+    log.close()
+    entries = read_snapshot(snapshot_path(log.directory, 3))
+    assert {e.producer_id: e.current_txn_first_offset for e in entries} == {1: -1, PID: 2}
+    reopened = open_log(tmp_path, now_ms=NOW + 10 * DAY)
+    assert [(p.producer_id, p.current_txn_start_offset) for p in reopened.active_producers()] == [(PID, 2)]
+
+
+def test_markers_are_replayed(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, txn_batch(0))
+    log.close()  # snapshot at 1 holds the open transaction
+    log = open_log(tmp_path)
+    marker = build_control_batch(
+        ControlType.ABORT, producer_id=PID, producer_epoch=0, coordinator_epoch=5, timestamp=NOW
+    )
+    log.append_control_batch(marker, 0, NOW)
+    append(log, txn_batch(1))
+    log.flush()
+    crash(log)
+    reopened = open_log(tmp_path, clean=False)
+    load = reopened.producer_state_load
+    assert load is not None and (load.snapshot_offset, load.replay_from, load.replay_to) == (1, 1, 3)
+    [info] = reopened.active_producers()
+    assert (info.coordinator_epoch, info.current_txn_start_offset, info.last_sequence) == (5, 2, 1)
