@@ -24,6 +24,7 @@ from protocol.headers import (
     header_is_flexible,
     peek_header,
 )
+from protocol.messages import RequestDecodeError, decode_request
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -90,12 +91,13 @@ class Connection:
         header, handler = self._parse_header(payload)
         if handler is None:
             return asyncio.create_task(self._unsupported_api_versions(header))
+        body = memoryview(payload)[header.size :]
         try:
-            request = handler.request.decode(memoryview(payload)[header.size :], version=header.api_version)
-        except Exception as exc:  # the codec raises assorted errors on bad bytes
+            request = decode_request(handler.api_key, header.api_version, body)
+        except RequestDecodeError as exc:
             raise CloseConnection(
                 f"cannot decode {handler.request.__name__} v{header.api_version} "
-                f"(client {header.client_id!r}): {type(exc).__name__}: {exc}"
+                f"(client {header.client_id!r}): {exc}"
             ) from None
         ctx = RequestContext(self.broker, header, self.host)
         if handler.api_key == 0 and request.acks == 0:

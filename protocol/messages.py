@@ -53,3 +53,28 @@ def request_is_flexible(api_key: int, version: int) -> bool:
 
 def response_is_flexible(api_key: int, version: int) -> bool:
     return bool(RESPONSES[api_key].flexible_version_q(version))
+
+
+class RequestDecodeError(ValueError):
+    """The request body does not parse as its schema says, or leaves bytes over."""
+
+
+def decode_request(api_key: int, version: int, body: memoryview) -> Any:
+    """Decode a request body, requiring that it use exactly the bytes given.
+
+    kafka-python's codec raises assorted exceptions on malformed input and
+    quietly accepts a body with trailing bytes (or a length field pointing past
+    them); both become RequestDecodeError here.
+    """
+    cls = REQUESTS[api_key]
+    flexible = bool(cls.flexible_version_q(version))
+    decode = cls._struct.compiled_decode_from(
+        version, compact=flexible, tagged=flexible, data_class=cls
+    )
+    try:
+        message, end = decode(body, 0)
+    except Exception as exc:  # struct.error, IndexError, ValueError, OverflowError, ...
+        raise RequestDecodeError(f"{type(exc).__name__}: {exc}") from None
+    if end != len(body):
+        raise RequestDecodeError(f"body has {len(body)} bytes but the schema used {end}")
+    return message

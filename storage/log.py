@@ -167,7 +167,8 @@ class Log:
         ps.map_end_offset = end
         ps.take_snapshot()
         self.producer_state_load = ProducerStateLoad(snap, start, end)
-        log.info(
+        log.log(
+            logging.INFO if end > 0 else logging.DEBUG,
             "%s: producer state of %d producers from snapshot %s and offsets [%d, %d)",
             self.directory.name,
             ps.producer_count,

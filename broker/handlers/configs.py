@@ -11,10 +11,12 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from broker.metadata import TopicMetadata
 from protocol.errors import ErrorCode
 from storage.log_config import (
     TOPIC_CONFIGS,
     ConfigSource,
+    ResolvedConfig,
     format_config_value,
     parse_config_value,
     resolve_topic_config,
@@ -32,19 +34,23 @@ Entry = D.DescribeConfigsResult.DescribeConfigsResourceResult
 WIRE_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
 
 
+def resolved_topic_configs(ctx: RequestContext, topic: TopicMetadata) -> list[ResolvedConfig]:
+    """Every topic config's effective value and source (DescribeConfigs, CreateTopics v5+)."""
+    props = ctx.broker.config.explicit
+    return [resolve_topic_config(key, props, topic.configs) for key in sorted(TOPIC_CONFIGS)]
+
+
 def _topic_entries(ctx: RequestContext, name: str) -> list[Any]:
     topic = ctx.broker.topics.get(name)
     assert topic is not None
-    props = ctx.broker.config.explicit
-    entries = []
-    for key, definition in sorted(TOPIC_CONFIGS.items()):
-        resolved = resolve_topic_config(key, props, topic.configs)
-        entries.append(Entry(
-            name=key, value=format_config_value(resolved.value), read_only=False,
-            config_source=int(resolved.source), is_default=resolved.is_default,
-            is_sensitive=False, synonyms=[], config_type=WIRE_TYPES.get(definition.type, 0),
-        ))
-    return entries
+    return [
+        Entry(
+            name=r.name, value=format_config_value(r.value), read_only=False,
+            config_source=int(r.source), is_default=r.is_default, is_sensitive=False,
+            synonyms=[], config_type=WIRE_TYPES.get(TOPIC_CONFIGS[r.name].type, 0),
+        )
+        for r in resolved_topic_configs(ctx, topic)
+    ]
 
 
 def _broker_entries(ctx: RequestContext) -> list[Any]:

@@ -96,7 +96,6 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=broker.cluster_id, controller_id=broker.node_id,
         brokers=[D.DescribeClusterBroker(broker_id=broker.node_id, host=ad.host, port=ad.port,
                                          rack=None, is_fenced=False)],
-        cluster_authorized_operations=-2147483648,
     )
 
 

@@ -10,8 +10,10 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from broker.handlers.configs import resolved_topic_configs
 from broker.handlers.resolve import ZERO_UUID
 from protocol.errors import ErrorCode
+from storage.log_config import format_config_value
 
 if TYPE_CHECKING:
     from broker.context import RequestContext
@@ -43,10 +45,17 @@ def _create_one(ctx: RequestContext, topic: Any, validate_only: bool, seen: set[
             name=topic.name, error_code=result.error, error_message=result.message
         )
     created = result.topic
+    entries = [
+        C.CreatableTopicResult.CreatableTopicConfigs(
+            name=r.name, value=format_config_value(r.value), read_only=False,
+            config_source=int(r.source), is_sensitive=False,
+        )
+        for r in resolved_topic_configs(ctx, created)
+    ]
     return C.CreatableTopicResult(
         name=topic.name, topic_id=created.topic_id, error_code=ErrorCode.NONE,
         num_partitions=created.partitions, replication_factor=created.replication_factor,
-        configs=None,
+        configs=entries,
     )
 
 
