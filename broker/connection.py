@@ -97,7 +97,7 @@ class Connection:
         except RequestDecodeError as exc:
             raise CloseConnection(
                 f"cannot decode {handler.request.__name__} v{header.api_version} "
-                f"(client {header.client_id!r}): {exc}"
+                f"(client {header.client_id!r}): {exc}; frame starts {bytes(payload[:48]).hex()}"
             ) from None
         ctx = RequestContext(self.broker, header, self.host)
         if handler.api_key == 0 and request.acks == 0:
