@@ -228,3 +228,11 @@ def test_consume_from_middle_offset(bootstrap: str) -> None:
     recs = make_records(N)
     produce(bootstrap, topic, recs, "gzip")
     assert_same_records(recs[123:], consume_from(bootstrap, topic, N - 123, start=123))
+
+
+def test_describe_cluster(bootstrap: str, module_broker: BrokerProcess) -> None:
+    a = admin(bootstrap)
+    desc = a.describe_cluster(request_timeout=10).result(timeout=20)
+    assert desc.cluster_id
+    assert [(n.id, n.host, n.port) for n in desc.nodes] == [(1, "127.0.0.1", module_broker.port)]
+    assert desc.controller is not None and desc.controller.id == 1

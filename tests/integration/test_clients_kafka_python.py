@@ -202,3 +202,12 @@ def test_consume_from_middle_offset(bootstrap: str, admin: KafkaAdminClient) -> 
     recs = make_records(N)
     produce(bootstrap, topic, recs, "zstd")
     assert_same_records(recs[123:], consume_from(bootstrap, topic, N - 123, start=123))
+
+
+def test_describe_cluster(admin: KafkaAdminClient, module_broker: BrokerProcess) -> None:
+    desc = admin.describe_cluster()  # raises on a non-zero error_code
+    assert desc["cluster_id"]
+    assert desc["controller_id"] == 1
+    assert [(b["broker_id"], b["host"], b["port"]) for b in desc["brokers"]] == [
+        (1, "127.0.0.1", module_broker.port)
+    ]

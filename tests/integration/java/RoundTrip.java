@@ -68,7 +68,11 @@ public class RoundTrip {
         long baseTs = Long.parseLong(args[2]);
         String prefix = args[3];
         boolean allOk = true;
-        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+        Map<String, Object> adminConf = Map.of(
+                AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap,
+                AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 15000,
+                AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, 10000);
+        try (Admin admin = Admin.create(adminConf)) {
             for (int a = 4; a < args.length; a++) {
                 Result r = new Result(args[a]);
                 try {
