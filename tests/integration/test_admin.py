@@ -212,3 +212,49 @@ def test_kafka_python_admin_round_trip(module_broker: BrokerProcess) -> None:
             kadmin.delete_topics([topic])
     finally:
         kadmin.close()
+
+
+def test_list_offsets_by_timestamp_and_max_timestamp(
+    admin: AdminClient, module_broker: BrokerProcess
+) -> None:
+    topic = unique_topic("ts")
+    _create(admin, topic)
+    producer = Producer({"bootstrap.servers": module_broker.bootstrap, "linger.ms": 0})
+    for i, ts in enumerate([1_000_000, 3_000_000, 2_000_000, 4_000_000]):
+        producer.produce(topic, value=f"v{i}".encode(), timestamp=ts)
+        assert producer.flush(TIMEOUT) == 0
+    tp = TopicPartition(topic, 0)
+
+    def query(spec: OffsetSpec) -> Any:
+        return next(iter(admin.list_offsets({tp: spec}).values())).result(TIMEOUT)
+
+    assert query(OffsetSpec.earliest()).offset == 0
+    assert query(OffsetSpec.latest()).offset == 4
+    newest = query(OffsetSpec.max_timestamp())
+    assert (newest.offset, newest.timestamp) == (3, 4_000_000)
+    at = query(OffsetSpec.for_timestamp(2_500_000))
+    assert (at.offset, at.timestamp) == (1, 3_000_000)
+    assert query(OffsetSpec.for_timestamp(5_000_000)).offset == -1
+
+
+def test_offset_for_leader_epoch(module_broker: BrokerProcess) -> None:
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest as Req
+
+    from tests.integration.wire import WireClient
+
+    topic = unique_topic("epoch")
+    _produce(module_broker.bootstrap, topic, 6)  # auto-created; leader epoch 0
+    Topic = Req.OffsetForLeaderTopic
+    query = Req(replica_id=-1, topics=[Topic(topic=topic, partitions=[
+        Topic.OffsetForLeaderPartition(partition=0, current_leader_epoch=0, leader_epoch=0),
+        Topic.OffsetForLeaderPartition(partition=1, current_leader_epoch=0, leader_epoch=0),
+    ])])
+    with WireClient(module_broker.port) as client:
+        answer = client.call(query, 4)
+        fenced = client.call(Req(replica_id=-1, topics=[Topic(topic=topic, partitions=[
+            Topic.OffsetForLeaderPartition(partition=0, current_leader_epoch=5, leader_epoch=0)
+        ])]), 4)
+    first, missing = answer.topics[0].partitions
+    assert (first.error_code, first.leader_epoch, first.end_offset) == (0, 0, 6)
+    assert missing.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    assert fenced.topics[0].partitions[0].error_code == 75  # UNKNOWN_LEADER_EPOCH
