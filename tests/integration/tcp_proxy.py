@@ -150,6 +150,7 @@ class KafkaProxy:
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
+        self._listener.settimeout(0.1)  # so the accept loop notices close() promptly
         self.port: int = self._listener.getsockname()[1]
         self._pipes: list[_Pipe] = []
         self._stopped = False
@@ -172,12 +173,12 @@ class KafkaProxy:
 
     def close(self) -> None:
         self._stopped = True
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         with contextlib.suppress(OSError):
             self._listener.close()
         for p in list(self._pipes):
             p.close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     # -- accounting -------------------------------------------------------------
 
@@ -206,8 +207,11 @@ class KafkaProxy:
         while not self._stopped:
             try:
                 client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            client.settimeout(None)
             if self.target_port is None:
                 client.close()
                 continue

@@ -145,8 +145,11 @@ def producer_rows(partition: Any) -> dict[int, tuple[int, int, int, int, int]]:
     """producer id -> (epoch, last sequence, last timestamp, coordinator epoch, txn start offset)."""
     return {
         p.producer_id: (
-            p.producer_epoch, p.last_sequence, p.last_timestamp,
-            p.coordinator_epoch, p.current_txn_start_offset,
+            p.producer_epoch,
+            p.last_sequence,
+            p.last_timestamp,
+            p.coordinator_epoch,
+            p.current_txn_start_offset,
         )
         for p in partition.active_producers
     }
@@ -186,7 +189,9 @@ def test_same_batch_twice_is_one_copy_with_same_offset(
     assert client.log_end_offset(topic) == 7
     batches = log_batches(module_broker.partition_dir(topic))
     assert [(b.base_offset, b.producer_id, b.base_sequence) for b in batches] == [
-        (0, -1, -1), (2, pid, 0), (5, pid, 3)
+        (0, -1, -1),
+        (2, pid, 0),
+        (5, pid, 3),
     ]
 
 
@@ -298,17 +303,34 @@ def test_describe_producers_java_admin(client: WireClient, topic: str, module_br
         pytest.skip(reason)
     expected = _two_producers(client, topic)
     proc = subprocess.run(
-        ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "DescribeProducers.java"),
-         module_broker.bootstrap, topic, "0"],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+        [
+            "java",
+            "-cp",
+            f"{JAVA_DEPS}/*",
+            str(JAVA_DIR / "DescribeProducers.java"),
+            module_broker.bootstrap,
+            topic,
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
     )
-    lines = [json.loads(x[len("PARTITION "):]) for x in proc.stdout.splitlines() if x.startswith("PARTITION ")]
+    lines = [
+        json.loads(x[len("PARTITION ") :]) for x in proc.stdout.splitlines() if x.startswith("PARTITION ")
+    ]
     out = f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert proc.returncode == 0 and len(lines) == 1, out
     assert "error" not in lines[0], out
     got = {
-        p["producerId"]: (p["producerEpoch"], p["lastSequence"], p["lastTimestamp"],
-                          p["coordinatorEpoch"], p["currentTransactionStartOffset"])
+        p["producerId"]: (
+            p["producerEpoch"],
+            p["lastSequence"],
+            p["lastTimestamp"],
+            p["coordinatorEpoch"],
+            p["currentTransactionStartOffset"],
+        )
         for p in lines[0]["producers"]
     }
     assert got == expected, out
@@ -355,8 +377,9 @@ def _fill(broker: BrokerProcess) -> DurabilityRun:
     assert len(segment_files(broker.partition_dir(topic))) >= 3, "expected several segments"
     last_seq, last_batch, last_offset = batches[-1]
     older_seq, older_batch, _ = batches[-3]
-    return DurabilityRun(broker, topic, a, last_batch, last_seq, last_offset, older_batch, older_seq,
-                         leo, described)
+    return DurabilityRun(
+        broker, topic, a, last_batch, last_seq, last_offset, older_batch, older_seq, leo, described
+    )
 
 
 def _check_after_restart(run: DurabilityRun) -> None:
@@ -435,8 +458,8 @@ def test_dedup_state_rebuilt_from_log_when_snapshots_corrupt(broker_factory: Bro
         corrupt[p] = bytes(data)
     broker.start()
     _check_after_restart(run)
-    for p, data in corrupt.items():
-        assert not p.exists() or p.read_bytes() != data, f"corrupt {p.name} still there after start-up"
+    for p, bad in corrupt.items():
+        assert not p.exists() or p.read_bytes() != bad, f"corrupt {p.name} still there after start-up"
 
 
 def test_producer_ids_never_reissued_across_restarts(broker_factory: BrokerFactory) -> None:
