@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed
 CONFIG ?= config/broker.yaml
 
-.PHONY: run test unit integration lint venv java-deps clean
+.PHONY: run test unit integration lint bench venv java-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ integration: $(STAMP) $(JAVA_DEPS)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy protocol storage coordinator broker
+
+bench: $(STAMP)
+	$(PY) -m bench.produce_fetch
 
 clean:
 	rm -rf $(VENV) .deps data
