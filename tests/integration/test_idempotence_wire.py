@@ -385,11 +385,15 @@ def _fill(broker: BrokerProcess) -> DurabilityRun:
 def _check_after_restart(run: DurabilityRun) -> None:
     with WireClient(run.broker.port) as c:
         assert c.log_end_offset(run.topic) == run.leo, "log end offset changed across the restart"
-        assert producer_rows(describe_producers(c, run.topic, [0])[0]) == run.described
         # The re-sent last batch is recognised: same offset, nothing appended.
         got = send(c, run.topic, run.pid, 0, run.last_seq, batch=run.last_batch)
-        assert got == (NONE, run.last_offset), f"re-sent last batch after restart answered {got}"
+        assert got == (NONE, run.last_offset), (
+            f"re-sent last batch (seq {run.last_seq}) after restart answered {got}, "
+            f"want (0, {run.last_offset})"
+        )
         assert c.log_end_offset(run.topic) == run.leo
+        # DescribeProducers shows the same state as before the restart.
+        assert producer_rows(describe_producers(c, run.topic, [0])[0]) == run.described
         # An older batch is either recognised (its metadata survived) or rejected as
         # out of order (only the last batch is in a snapshot) -- never appended.
         err, _ = send(c, run.topic, run.pid, 0, run.older_seq, batch=run.older_batch)
