@@ -7,7 +7,7 @@ import logging
 import shutil
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from protocol.errors import ErrorCode
@@ -17,24 +17,31 @@ from protocol.record_batch import (
     MIN_BATCH_LENGTH,
     BatchHeader,
     Compression,
+    ControlRecord,
+    ControlType,
     CorruptBatchError,
     TimestampType,
+    build_control_batch,
     compute_crc,
     parse_control_batch,
     patch_offset_and_epoch,
     set_log_append_time,
 )
 from storage.checkpoints import fsync_dir
+from storage.index import AbortedTxn
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from storage.log_config import LogConfig
 from storage.producer_state import (
     AppendError,
     AppendOrigin,
+    CompletedTxn,
+    OngoingTxn,
     ProducerStateEntry,
     ProducerStateInfo,
     ProducerStateLoad,
     ProducerStateManager,
     validate_data_batch,
+    validate_end_txn_marker,
 )
 from storage.segment import LOG_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment
 
@@ -54,9 +61,19 @@ class AppendResult:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkerResult:
+    """Outcome of appending one COMMIT/ABORT marker (WriteTxnMarkers)."""
+
+    error: ErrorCode
+    offset: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FetchDataInfo:
     """Whole batches read from one segment. ``segment_path``/``file_position`` say
-    where ``records`` came from, for a future sendfile path."""
+    where ``records`` came from, for a future sendfile path. ``aborted_transactions``
+    is filled when asked for (read_committed): those overlapping the returned range."""
 
     error: ErrorCode
     records: bytes
@@ -65,6 +82,7 @@ class FetchDataInfo:
     high_watermark: int
     segment_path: Path | None = None
     file_position: int = 0
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +152,15 @@ class Log:
         if not segments:
             start = log_start_offset or 0
             segments = [LogSegment(directory, start, interval, now_ms)]
+        recovered: list[LogSegment] = []
         if not clean_shutdown:
-            recovery_point = _recover_from(segments, recovery_point, directory)
+            recovery_point = _recover_from(segments, recovery_point, directory, recovered)
         else:
             for seg in segments:
                 if seg.needs_recovery:
                     log.warning("%s: rebuilding indexes of segment %d", directory, seg.base_offset)
                     seg.recover()
+                    recovered.append(seg)
             recovery_point = segments[-1].next_offset
         first = segments[0].base_offset
         start = first if log_start_offset is None else max(log_start_offset, first)
@@ -150,8 +170,48 @@ class Log:
         opened.epoch_cache.truncate_from_start(start)
         bases = [s.base_offset for s in segments]
         opened.producer_state.remove_stray_snapshots(bases, opened.log_end_offset)
+        opened._rebuild_txn_indexes(recovered)
         opened._rebuild_producer_state(now_ms)
         return opened
+
+    def _rebuild_txn_indexes(self, recovered: list[LogSegment]) -> None:
+        """Rewrite the ``.txnindex`` of every recovered segment by replaying markers over a
+        scratch copy of the producer state taken at the first one (Kafka's recoverSegment)."""
+        live = [s for s in recovered if s in self._segments]
+        if not live:
+            return
+        first, last = live[0].base_offset, live[-1].base_offset
+        scratch = ProducerStateManager(self.directory)
+        snap = scratch.load_snapshot_at_or_below(first)
+        start = self._segments[0].base_offset if snap is None else max(snap, self._segments[0].base_offset)
+        if snap is not None and snap < self._segments[0].base_offset:
+            scratch = ProducerStateManager(self.directory)  # its data is gone: start empty
+        for seg in self._segments[self._segment_index_for(start) :]:
+            if seg.base_offset > last:
+                break
+            rebuild = seg in live
+            if rebuild:
+                seg.txn_index.reset()
+            for pos, header in seg.iter_headers():
+                if header.base_offset < start or not header.has_producer_id:
+                    continue
+                marker = _marker(seg.read_at(pos, header.size_in_bytes), header)
+                prepared = scratch.prepare_replicated(header, marker)
+                if prepared is None:
+                    continue
+                entry, completed = prepared
+                if rebuild and completed is not None and completed.is_aborted:
+                    lso = scratch.last_stable_offset_after(completed)
+                    seg.txn_index.append(_aborted(completed, lso))
+                scratch.update(entry, completed)
+            if rebuild:
+                seg.txn_index.flush()
+                log.info(
+                    "%s: rebuilt transaction index of segment %d (%d aborted)",
+                    self.directory.name,
+                    seg.base_offset,
+                    len(seg.txn_index),
+                )
 
     def _rebuild_producer_state(self, now_ms: int | None) -> None:
         """Load the newest intact snapshot at or below the log end offset, then replay
@@ -165,6 +225,7 @@ class Log:
         if start < end:
             self._replay_producer_state(start, end)
         ps.map_end_offset = end
+        ps.on_high_watermark_updated(self._high_watermark)
         ps.take_snapshot()
         self.producer_state_load = ProducerStateLoad(snap, start, end)
         log.log(
@@ -190,10 +251,10 @@ class Log:
                     break
                 if not header.has_producer_id:
                     continue
-                epoch = None
+                marker = None
                 if header.is_control:  # the only batches whose records are read
-                    epoch = _marker_coordinator_epoch(seg.read_at(pos, header.size_in_bytes), header)
-                self.producer_state.apply_replicated(header, epoch)
+                    marker = _marker(seg.read_at(pos, header.size_in_bytes), header)
+                self.producer_state.apply_replicated(header, marker)
 
     # -- properties ---------------------------------------------------------
 
@@ -238,9 +299,24 @@ class Log:
         return self.log_end_offset - self._recovery_point
 
     def update_high_watermark(self, offset: int) -> int:
-        """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset];
+        transactions whose marker falls below it stop holding the LSO back."""
         self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+        self.producer_state.on_high_watermark_updated(self._high_watermark)
         return self._high_watermark
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """Lowest first offset of an open (or completed but unreplicated) transaction,
+        never below the log start offset; None when there is none."""
+        fuo = self.producer_state.first_unstable_offset()
+        return None if fuo is None else max(fuo, self._log_start_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """LSO = min(first unstable offset, high watermark): read_committed reads below it."""
+        fuo = self.first_unstable_offset
+        return fuo if fuo is not None and fuo < self._high_watermark else self._high_watermark
 
     # -- produce path -------------------------------------------------------
 
@@ -302,27 +378,84 @@ class Log:
             self.update_high_watermark(self.log_end_offset)
         return base
 
+    def append_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> MarkerResult:
+        """Append the COMMIT/ABORT marker of one producer's transaction (WriteTxnMarkers).
+        Refused with INVALID_PRODUCER_EPOCH for an epoch below the producer's, and with
+        TRANSACTION_COORDINATOR_FENCED for a coordinator epoch below the one recorded.
+        A marker for a producer without an open transaction is still written."""
+        current = self.producer_state.entry_for(producer_id)
+        origin = AppendOrigin.COORDINATOR
+        problem = validate_end_txn_marker(current, producer_epoch, coordinator_epoch, origin)
+        if problem is not None:
+            log.info("%s: marker refused: %s", self.directory.name, problem.message)
+            return MarkerResult(problem.error, -1, problem.message)
+        control = ControlType.COMMIT if commit else ControlType.ABORT
+        base = self.log_end_offset
+        buf = bytearray(
+            build_control_batch(
+                control,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                timestamp=now_ms,
+                base_offset=base,
+                partition_leader_epoch=leader_epoch,
+            )
+        )
+        if self.config.log_append_time:
+            header = set_log_append_time(buf, 0, now_ms)
+        else:
+            header = BatchHeader.parse(buf)
+        entry = current.with_end_txn_marker(producer_epoch, coordinator_epoch, now_ms)
+        completed = current.completed_by_marker(base, control)
+        self.epoch_cache.assign(leader_epoch, base)
+        self._append(buf, header, now_ms, entry, completed)
+        if self.auto_advance_high_watermark:
+            self.update_high_watermark(self.log_end_offset)
+        log.debug(
+            "%s: %s marker for producer %d at %d (transaction from %s)",
+            self.directory.name,
+            control.name,
+            producer_id,
+            base,
+            completed.first_offset if completed is not None else "none",
+        )
+        return MarkerResult(ErrorCode.NONE, base)
+
     def _append(
         self,
         batch: bytearray | bytes,
         header: BatchHeader,
         now_ms: int,
         producer_entry: ProducerStateEntry | None = None,
+        completed: CompletedTxn | None = None,
     ) -> None:
         """Core append for validated, offset-assigned batches (leader and, later, follower).
-        ``producer_entry`` is the leader's validated next state for the batch's producer;
-        without it the producer state is updated unvalidated (replication, markers)."""
+        ``producer_entry`` is the leader's validated next state for the batch's producer
+        (and ``completed`` the transaction its marker ends); without it the producer state
+        is updated unvalidated (replication). An ABORT goes into the transaction index of
+        the segment holding its marker."""
         if header.base_offset < self.log_end_offset:
             raise ValueError(f"batch offset {header.base_offset} below log end {self.log_end_offset}")
-        marker_epoch = None
         if producer_entry is None and header.has_producer_id:
-            marker_epoch = _marker_coordinator_epoch(batch, header)
+            prepared = self.producer_state.prepare_replicated(header, _marker(batch, header))
+            if prepared is not None:
+                producer_entry, completed = prepared
         segment = self._maybe_roll(header, now_ms)
         segment.append(header, batch)
         if producer_entry is not None:
-            self.producer_state.update(producer_entry)
-        elif header.has_producer_id:
-            self.producer_state.apply_replicated(header, marker_epoch)
+            if completed is not None and completed.is_aborted:
+                lso = self.producer_state.last_stable_offset_after(completed)
+                segment.txn_index.append(_aborted(completed, lso))
+            self.producer_state.update(producer_entry, completed)
         self.producer_state.map_end_offset = header.next_offset
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms=now_ms)
@@ -360,33 +493,68 @@ class Log:
 
     # -- fetch path ---------------------------------------------------------
 
-    def read(self, fetch_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> FetchDataInfo:
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        max_offset: int,
+        min_one_batch: bool,
+        collect_aborted: bool = False,
+    ) -> FetchDataInfo:
         """Whole batches from one segment starting at the batch holding ``fetch_offset``
-        whose last offset is below ``max_offset`` (exclusive), within ``max_bytes``
-        (the first batch is returned whole when ``min_one_batch``: KIP-74)."""
+        whose last offset is below ``max_offset`` (exclusive: read_committed passes the
+        LSO, so a batch straddling it is held back), within ``max_bytes`` (the first batch
+        is returned whole when ``min_one_batch``: KIP-74). ``collect_aborted`` adds the
+        aborted transactions overlapping the returned range (Kafka's addAbortedTransactions)."""
         if not self._log_start_offset <= fetch_offset <= self.log_end_offset:
             return self._fetch_info(ErrorCode.OFFSET_OUT_OF_RANGE, b"")
         i = self._segment_index_for(fetch_offset)
-        for seg in self._segments[i:]:
+        for j, seg in enumerate(self._segments[i:], start=i):
             found = seg.translate_offset(fetch_offset)
             if found is None:
                 continue
-            return self._read_from(seg, found[0], max_bytes, max_offset, min_one_batch)
-        return self._fetch_info(ErrorCode.NONE, b"")
+            info, upper = self._read_from(seg, found[0], max_bytes, max_offset, min_one_batch)
+            if upper is None:
+                nxt = self._segments[j + 1] if j + 1 < len(self._segments) else None
+                upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if collect_aborted:
+                aborted = self.aborted_transactions(fetch_offset, upper)
+                info = replace(info, aborted_transactions=aborted)
+            return info
+        info = self._fetch_info(ErrorCode.NONE, b"")
+        return replace(info, aborted_transactions=[]) if collect_aborted else info
 
     def _read_from(
         self, seg: LogSegment, start: int, max_bytes: int, max_offset: int, min_one_batch: bool
-    ) -> FetchDataInfo:
+    ) -> tuple[FetchDataInfo, int | None]:
+        """The batches read, and the base offset of the first batch after them in this
+        segment (None when they run to its end): the upper bound for aborted txns."""
         end = start
+        upper = None
         for pos, header in seg.iter_headers(start):
             if header.last_offset >= max_offset:
+                upper = header.base_offset
                 break
             too_big = pos + header.size_in_bytes - start > max_bytes
             if too_big and not (min_one_batch and pos == start):
+                upper = header.base_offset
                 break
             end = pos + header.size_in_bytes
         records = seg.read_at(start, end - start) if end > start else b""
-        return self._fetch_info(ErrorCode.NONE, records, seg, start)
+        return self._fetch_info(ErrorCode.NONE, records, seg, start), upper
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound_offset): from the
+        ``.txnindex`` of the segment holding ``start_offset`` onward, until an entry's
+        LSO reaches the upper bound (Kafka's collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        for seg in self._segments[self._segment_index_for(start_offset) :]:
+            for txn in seg.txn_index:
+                if txn.last_offset >= start_offset and txn.first_offset < upper_bound_offset:
+                    found.append(txn)
+                if txn.last_stable_offset >= upper_bound_offset:
+                    return found
+        return found
 
     def _fetch_info(
         self, error: ErrorCode, records: bytes, seg: LogSegment | None = None, position: int = 0
@@ -542,6 +710,10 @@ class Log:
         """Producers with state in this partition (DescribeProducers, KIP-664)."""
         return self.producer_state.active_producers()
 
+    def ongoing_transactions(self) -> list[OngoingTxn]:
+        """Open transactions, lowest first offset first (ListTransactions, find-hanging)."""
+        return self.producer_state.ongoing_transactions()
+
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms (not those in a transaction)."""
         removed = self.producer_state.remove_expired_producers(now_ms, self.config.producer_id_expiration_ms)
@@ -643,19 +815,24 @@ def _validate_header_fields(header: BatchHeader) -> tuple[ErrorCode, str] | None
     return None
 
 
-def _recover_from(segments: list[LogSegment], recovery_point: int, directory: Path) -> int:
+def _recover_from(
+    segments: list[LogSegment], recovery_point: int, directory: Path, recovered: list[LogSegment]
+) -> int:
     """Unclean shutdown: re-validate every segment from the one holding the recovery
     point; truncate at the first bad byte and drop later segments. Returns the new
-    recovery point (the recovered log end, after an fsync)."""
+    recovery point (the recovered log end, after an fsync); ``recovered`` gets every
+    segment recovered (their transaction indexes are rebuilt afterwards)."""
     bases = [s.base_offset for s in segments]
     first = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
     for seg in segments[:first]:
         if seg.needs_recovery:
             seg.recover()
+            recovered.append(seg)
     i = first
     while i < len(segments):
         seg = segments[i]
         truncated = seg.recover()
+        recovered.append(seg)
         nxt = segments[i + 1] if i + 1 < len(segments) else None
         if truncated or (nxt is not None and nxt.base_offset < seg.next_offset):
             log.warning(
@@ -675,15 +852,20 @@ def _recover_from(segments: list[LogSegment], recovery_point: int, directory: Pa
     return segments[-1].next_offset
 
 
-def _marker_coordinator_epoch(batch: bytes | bytearray, header: BatchHeader) -> int | None:
-    """The coordinator epoch of a control batch's end-transaction marker; None for data
-    batches and for empty or undecodable control batches."""
+def _marker(batch: bytes | bytearray, header: BatchHeader) -> ControlRecord | None:
+    """The end-transaction marker of a control batch; None for data batches and for
+    empty or undecodable control batches."""
     if not header.is_control or header.records_count < 1:
         return None
     try:
-        return parse_control_batch(bytes(batch)).coordinator_epoch
+        return parse_control_batch(bytes(batch))
     except CorruptBatchError:
         return None
+
+
+def _aborted(completed: CompletedTxn, last_stable_offset: int) -> AbortedTxn:
+    c = completed
+    return AbortedTxn(c.producer_id, c.first_offset, c.last_offset, last_stable_offset)
 
 
 def _first_record_at_or_after(
@@ -713,8 +895,11 @@ def _first_record_at_or_after(
 __all__ = [
     "UNDEFINED_EPOCH",
     "AppendResult",
+    "AbortedTxn",
     "FetchDataInfo",
     "Log",
+    "MarkerResult",
+    "OngoingTxn",
     "ProducerStateInfo",
     "TimestampOffset",
     "parse_partition_dir",

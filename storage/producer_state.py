@@ -15,7 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from protocol.errors import ErrorCode
-from protocol.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP, BatchHeader
+from protocol.record_batch import (
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    ControlRecord,
+    ControlType,
+)
 from storage.snapshot import (
     CorruptSnapshotError,
     SnapshotEntry,
@@ -85,6 +92,31 @@ class AppendError:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by the marker at ``last_offset`` (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_offset <= self.last_offset:
+            raise ValueError(f"bad completed transaction range {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingTxn:
+    """An open transaction of one producer in this partition (ListTransactions,
+    DescribeProducers, ``find-hanging``)."""
+
+    producer_id: int
+    producer_epoch: int
+    first_offset: int
+    last_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerStateEntry:
     """Invariant: at most NUM_BATCHES_TO_RETAIN batches, all of ``producer_epoch``,
     oldest first."""
@@ -146,6 +178,14 @@ class ProducerStateEntry:
             current_txn_first_offset=txn,
         )
 
+    def completed_by_marker(self, offset: int, control_type: ControlType) -> CompletedTxn | None:
+        """The transaction a marker at ``offset`` ends; None when none is open (an empty
+        transaction neither moves the LSO nor goes into the transaction index)."""
+        if not self.has_ongoing_txn:
+            return None
+        aborted = control_type is ControlType.ABORT
+        return CompletedTxn(self.producer_id, self.current_txn_first_offset, offset, aborted)
+
     def with_end_txn_marker(self, epoch: int, coordinator_epoch: int, timestamp: int) -> ProducerStateEntry:
         """The entry after a COMMIT/ABORT marker: the transaction is over."""
         kept = self.batches if epoch == self.producer_epoch else ()
@@ -202,7 +242,7 @@ def validate_data_batch(
     """Kafka's ProducerAppendInfo.appendDataBatch for one offset-assigned batch:
     the next entry, or why the batch must be refused. ``current`` is not changed."""
     if origin is not AppendOrigin.REPLICATION:
-        problem = _check_epoch(current, header)
+        problem = _check_epoch(current, header.producer_epoch)
         if problem is None and origin is AppendOrigin.CLIENT:
             problem = _check_sequence(current, header)
         if problem is not None:
@@ -216,11 +256,28 @@ def validate_data_batch(
     return current.with_data_batch(header)
 
 
-def _check_epoch(current: ProducerStateEntry, header: BatchHeader) -> AppendError | None:
-    if header.producer_epoch < current.producer_epoch:
+def validate_end_txn_marker(
+    current: ProducerStateEntry, producer_epoch: int, coordinator_epoch: int, origin: AppendOrigin
+) -> AppendError | None:
+    """Kafka's ProducerAppendInfo.appendEndTxnMarker checks: a stale producer epoch,
+    then a stale coordinator epoch (a zombie coordinator). Replication checks nothing."""
+    if origin is AppendOrigin.REPLICATION:
+        return None
+    problem = _check_epoch(current, producer_epoch)
+    if problem is None and coordinator_epoch < current.coordinator_epoch:
+        problem = AppendError(
+            ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+            f"invalid coordinator epoch {coordinator_epoch} (zombie) for producer "
+            f"{current.producer_id}, current {current.coordinator_epoch}",
+        )
+    return problem
+
+
+def _check_epoch(current: ProducerStateEntry, epoch: int) -> AppendError | None:
+    if epoch < current.producer_epoch:
         return AppendError(
             ErrorCode.INVALID_PRODUCER_EPOCH,
-            f"epoch {header.producer_epoch} of producer {header.producer_id} is smaller than "
+            f"epoch {epoch} of producer {current.producer_id} is smaller than "
             f"the last seen epoch {current.producer_epoch}",
         )
     return None
@@ -265,6 +322,12 @@ class ProducerStateManager:
         self._snapshots = list_snapshots(directory)
         self.map_end_offset = 0
         self._last_snap_offset = 0
+        # Open transactions, first offset -> producer id. Insertion order is offset
+        # order (a transaction starts at the log end), so the first key is the lowest.
+        self._ongoing: dict[int, int] = {}
+        # Completed transactions whose marker is not yet below the high watermark:
+        # first offset -> (producer id, marker offset). They still hold the LSO back.
+        self._unreplicated: dict[int, tuple[int, int]] = {}
 
     # -- queries ------------------------------------------------------------
 
@@ -281,6 +344,36 @@ class ProducerStateManager:
     def producer_count(self) -> int:
         return len(self._producers)
 
+    def first_undecided_offset(self) -> int | None:
+        """The lowest first offset of an open transaction."""
+        return next(iter(self._ongoing), None)
+
+    def first_unstable_offset(self) -> int | None:
+        """The lowest first offset of an open transaction or of a completed one whose
+        marker is not yet below the high watermark (Kafka's firstUnstableOffset)."""
+        undecided = self.first_undecided_offset()
+        unreplicated = min(self._unreplicated, default=None)  # a handful at most
+        if unreplicated is None or (undecided is not None and undecided < unreplicated):
+            return undecided
+        return unreplicated
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is over, for its transaction-index entry: the first
+        offset of the next open transaction of another producer, else the offset after
+        the marker (Kafka's lastStableOffset(CompletedTxn); the high watermark is ignored)."""
+        for first, pid in self._ongoing.items():
+            if pid != completed.producer_id:
+                return first
+        return completed.last_offset + 1
+
+    def ongoing_transactions(self) -> list[OngoingTxn]:
+        """Open transactions, lowest first offset first."""
+        out = []
+        for first, pid in self._ongoing.items():
+            e = self._producers[pid]
+            out.append(OngoingTxn(pid, e.producer_epoch, first, e.last_timestamp))
+        return out
+
     def snapshot_offsets(self) -> list[int]:
         return sorted(self._snapshots)
 
@@ -289,25 +382,67 @@ class ProducerStateManager:
 
     # -- changes ------------------------------------------------------------
 
-    def update(self, entry: ProducerStateEntry) -> None:
-        """Commit an entry built by validate_data_batch / with_end_txn_marker."""
-        if entry.producer_id < 0:
-            raise ValueError(f"invalid producer id {entry.producer_id}")
-        self._producers[entry.producer_id] = entry
+    def update(self, entry: ProducerStateEntry, completed: CompletedTxn | None = None) -> None:
+        """Commit an entry built by validate_data_batch / with_end_txn_marker. A data
+        entry with a new transaction opens it; a marker entry passes the transaction
+        it ``completed`` (the caller writes the transaction index first)."""
+        pid = entry.producer_id
+        if pid < 0:
+            raise ValueError(f"invalid producer id {pid}")
+        before = self._producers.get(pid)
+        open_before = before.current_txn_first_offset if before is not None else NO_TXN
+        open_after = entry.current_txn_first_offset
+        if completed is not None:
+            if completed.producer_id != pid or completed.first_offset != open_before or open_after >= 0:
+                raise ValueError(f"{completed} does not end the transaction of {before}")
+        elif open_before >= 0 and open_after != open_before:
+            raise ValueError(f"producer {pid}: transaction at {open_before} ended without a marker")
+        if open_after >= 0 and open_after != open_before:
+            last = next(reversed(self._ongoing), None)
+            if last is not None and open_after <= last:
+                raise ValueError(f"transaction start {open_after} not after open transaction {last}")
+        self._producers[pid] = entry
+        if completed is not None:
+            del self._ongoing[completed.first_offset]
+            self._unreplicated[completed.first_offset] = (pid, completed.last_offset)
+        elif open_after >= 0 and open_after != open_before:
+            self._ongoing[open_after] = pid
 
-    def apply_replicated(self, header: BatchHeader, coordinator_epoch: int | None = None) -> None:
-        """Replay a batch already in the log (no validation). ``coordinator_epoch``
-        is given for an end-transaction marker."""
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Completed transactions whose marker is below the high watermark are stable."""
+        self._drop_unreplicated_below(high_watermark)
+
+    def _drop_unreplicated_below(self, offset: int) -> None:
+        if self._unreplicated:
+            self._unreplicated = {f: v for f, v in self._unreplicated.items() if v[1] >= offset}
+
+    def prepare_replicated(
+        self, header: BatchHeader, marker: ControlRecord | None
+    ) -> tuple[ProducerStateEntry, CompletedTxn | None] | None:
+        """The next entry (and the transaction a marker ends) for a batch already in the
+        log, without validation; None for an empty control batch (its transaction was
+        cleaned away). ``marker`` is the decoded record of a control batch."""
         current = self.entry_for(header.producer_id)
-        if header.is_control:
-            if coordinator_epoch is None:
-                return  # an empty control batch: its transaction was cleaned away
-            entry = current.with_end_txn_marker(
-                header.producer_epoch, coordinator_epoch, header.max_timestamp
-            )
-        else:
-            entry = current.with_data_batch(header)
-        self._producers[header.producer_id] = entry
+        if not header.is_control:
+            return current.with_data_batch(header), None
+        if marker is None:
+            return None
+        completed = current.completed_by_marker(header.base_offset, marker.control_type)
+        entry = current.with_end_txn_marker(
+            header.producer_epoch, marker.coordinator_epoch, header.max_timestamp
+        )
+        return entry, completed
+
+    def apply_replicated(
+        self, header: BatchHeader, marker: ControlRecord | None = None
+    ) -> CompletedTxn | None:
+        """Replay a batch already in the log (no validation, no transaction index)."""
+        prepared = self.prepare_replicated(header, marker)
+        if prepared is None:
+            return None
+        entry, completed = prepared
+        self.update(entry, completed)
+        return completed
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``expiration_ms`` without an open transaction."""
@@ -317,6 +452,7 @@ class ProducerStateManager:
         return len(expired)
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        self._drop_unreplicated_below(log_start_offset)
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
         latest = self.latest_snapshot_offset()
         self._last_snap_offset = log_start_offset if latest is None else latest
@@ -374,7 +510,7 @@ class ProducerStateManager:
         the log start. Replay then runs from ``map_end_offset``."""
         for offset in [o for o in self._snapshots if o > log_end_offset or o < log_start_offset]:
             self.delete_snapshot(offset)
-        self._producers.clear()
+        self._clear()
         while self._snapshots:
             offset = max(self._snapshots)
             try:
@@ -385,19 +521,42 @@ class ProducerStateManager:
                 )
                 self.delete_snapshot(offset)
                 continue
-            for e in entries:
-                entry = ProducerStateEntry.from_snapshot(e)
-                if now_ms is None or not _is_expired(entry, now_ms, expiration_ms):
-                    self._producers[entry.producer_id] = entry
+            self._load_entries(entries, now_ms, expiration_ms)
             self.map_end_offset = self._last_snap_offset = offset
             return offset
         self.map_end_offset = self._last_snap_offset = log_start_offset
         return None
 
+    def load_snapshot_at_or_below(self, offset: int) -> int | None:
+        """Load the newest intact snapshot at or below ``offset`` into this (empty) map
+        without deleting any file; its offset, or None. For a scratch copy of the state,
+        e.g. to rebuild transaction indexes during recovery (Kafka's recoverSegment)."""
+        for snap in sorted((o for o in self._snapshots if o <= offset), reverse=True):
+            try:
+                entries = read_snapshot(self._snapshots[snap])
+            except (CorruptSnapshotError, OSError):
+                continue
+            self._clear()
+            self._load_entries(entries, None, 0)
+            self.map_end_offset = snap
+            return snap
+        return None
+
+    def _load_entries(self, entries: list[SnapshotEntry], now_ms: int | None, expiration_ms: int) -> None:
+        loaded = [ProducerStateEntry.from_snapshot(e) for e in entries]
+        loaded = [e for e in loaded if now_ms is None or not _is_expired(e, now_ms, expiration_ms)]
+        for entry in sorted(loaded, key=lambda e: e.current_txn_first_offset):
+            self.update(entry)
+
+    def _clear(self) -> None:
+        self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
+
     def delete_all(self) -> None:
         for offset in list(self._snapshots):
             self.delete_snapshot(offset)
-        self._producers.clear()
+        self._clear()
 
 
 def _is_expired(entry: ProducerStateEntry, now_ms: int, expiration_ms: int) -> bool:
