@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -347,3 +348,14 @@ def timer(label: str) -> Iterator[None]:
     t0 = time.monotonic()
     yield
     print(f"{label}: {time.monotonic() - t0:.2f}s")
+
+
+# -- the Java client ------------------------------------------------------------
+
+
+def require_java() -> None:
+    """Fail (never skip) when the Java client is missing: `make test` installs it."""
+    if shutil.which("java") is None:
+        pytest.fail("no `java` on PATH: the Java client tests need Java 17")
+    if not (JAVA_DEPS / ".installed").exists():
+        pytest.fail(f"Kafka Java client not installed in {JAVA_DEPS} (run `make java-deps`)")

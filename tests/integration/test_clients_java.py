@@ -10,7 +10,6 @@ Python, so the two clients agree byte for byte.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from typing import Any
@@ -28,6 +27,7 @@ from tests.integration.harness import (
     assert_same_records,
     make_records,
     norm_headers,
+    require_java,
     unique_topic,
 )
 
@@ -38,12 +38,6 @@ ACKS = ["0", "1", "all"]
 CASES = [f"{codec}:{acks}" for codec in CODECS for acks in ACKS] + ["zstd:all:auto", "none:1:auto"]
 
 
-def _java_available() -> str | None:
-    if shutil.which("java") is None:
-        return "no `java` on PATH"
-    if not (JAVA_DEPS / ".installed").exists():
-        return f"Kafka Java client not installed in {JAVA_DEPS} (run `make java-deps`)"
-    return None
 
 
 def run_java(program: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -76,9 +70,7 @@ class JavaRun:
 
 @pytest.fixture(scope="module")
 def java_run(module_broker: BrokerProcess) -> JavaRun:
-    reason = _java_available()
-    if reason:
-        pytest.skip(reason)
+    require_java()
     base_ts = int(time.time() * 1000) - 100_000
     prefix = unique_topic("java")
     proc = run_java("RoundTrip.java", module_broker.bootstrap, str(N), str(base_ts), prefix, *CASES)

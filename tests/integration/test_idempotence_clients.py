@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from tests.integration.harness import (
     assert_same_records,
     make_records,
     norm_headers,
+    require_java,
     unique_topic,
 )
 from tests.integration.tcp_proxy import KafkaProxy
@@ -167,12 +167,6 @@ def produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec], tag: str) -> l
     return asyncio.run(_produce_aiokafka(bootstrap, topic, recs))
 
 
-def _java_skip_reason() -> str | None:
-    if shutil.which("java") is None:
-        return "no `java` on PATH"
-    if not (JAVA_DEPS / ".installed").exists():
-        return f"Kafka Java client not installed in {JAVA_DEPS} (run `make java-deps`)"
-    return None
 
 
 def produce_java(
@@ -212,11 +206,9 @@ PRODUCERS = {
 }
 
 
-def _skip_if_unavailable(client: str) -> None:
+def _require_client(client: str) -> None:
     if client == "java":
-        reason = _java_skip_reason()
-        if reason:
-            pytest.skip(reason)
+        require_java()
 
 
 # -- checking ----------------------------------------------------------------------------------
@@ -278,7 +270,7 @@ def check_topic(broker: BrokerProcess, topic: str, sent: list[Rec], acked: list[
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_idempotent_round_trip(module_broker: BrokerProcess, client: str) -> None:
-    _skip_if_unavailable(client)
+    _require_client(client)
     topic = unique_topic(f"idem-{client}")
     with WireClient(module_broker.port) as c:
         create_topic(c, topic)
@@ -308,7 +300,7 @@ def test_idempotent_retries_after_dropped_responses(
 ) -> None:
     """The first few Produce responses after the second are never delivered: the proxy
     closes the connection once the broker has answered (so has appended)."""
-    _skip_if_unavailable(client)
+    _require_client(client)
     proxy, broker = proxied
     topic = unique_topic(f"idem-retry-{client}")
     with WireClient(broker.port) as c:
@@ -334,7 +326,7 @@ def test_idempotent_retries_after_dropped_responses(
 def test_java_idempotent_retries_after_request_timeout(proxied: tuple[KafkaProxy, BrokerProcess]) -> None:
     """A Produce response held past the Java client's request.timeout.ms: the client
     gives up on the request and re-sends the batch on a new connection."""
-    _skip_if_unavailable("java")
+    _require_client("java")
     proxy, broker = proxied
     topic = unique_topic("idem-timeout-java")
     with WireClient(broker.port) as c:

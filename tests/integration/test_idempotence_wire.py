@@ -17,7 +17,6 @@ Admin client).
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import subprocess
 import time
@@ -36,6 +35,7 @@ from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
     iter_batches,
+    require_java,
     segment_files,
     unique_topic,
 )
@@ -288,19 +288,11 @@ def test_describe_producers_wire(client: WireClient, topic: str) -> None:
     assert describe_producers(client, empty, [0])[0].active_producers == []
 
 
-def _java_skip_reason() -> str | None:
-    if shutil.which("java") is None:
-        return "no `java` on PATH"
-    if not (JAVA_DEPS / ".installed").exists():
-        return f"Kafka Java client not installed in {JAVA_DEPS} (run `make java-deps`)"
-    return None
 
 
 @pytest.mark.java
 def test_describe_producers_java_admin(client: WireClient, topic: str, module_broker: BrokerProcess) -> None:
-    reason = _java_skip_reason()
-    if reason:
-        pytest.skip(reason)
+    require_java()
     expected = _two_producers(client, topic)
     proc = subprocess.run(
         [
