@@ -12,39 +12,12 @@ report.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration.harness import BrokerFactory, BrokerProcess
-
-
-def _preimport_kafka_python() -> None:
-    """kafka-python 3.0.12 builds its message classes at import time with
-    importlib.resources.read_text, deprecated in Python 3.11; with
-    filterwarnings=error that breaks collection. Import every module of it
-    once here with that one warning silenced.
-    (Better: a pyproject filterwarnings entry for it.)"""
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="(read|open)_text is deprecated", category=DeprecationWarning
-        )
-        import kafka
-
-        for mod in pkgutil.walk_packages(kafka.__path__, "kafka."):
-            if mod.name.endswith("__main__"):
-                continue
-            try:
-                importlib.import_module(mod.name)
-            except ImportError:
-                pass
-
-
-_preimport_kafka_python()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
