@@ -1,0 +1,35 @@
+"""Transaction coordinator: a pure state machine over ``__transaction_state`` records."""
+
+from coordinator.transaction.machine import (
+    TV2,
+    ListResult,
+    MarkerIntent,
+    Outcome,
+    TransactionStateMachine,
+    append_error_to_coordinator_error,
+    fenced_error_for_version,
+)
+from coordinator.transaction.state import (
+    MAX_EPOCH,
+    VALID_PREVIOUS_STATES,
+    IllegalStateTransition,
+    TxnMetadata,
+    TxnState,
+    check_transition,
+)
+
+__all__ = [
+    "MAX_EPOCH",
+    "TV2",
+    "VALID_PREVIOUS_STATES",
+    "IllegalStateTransition",
+    "ListResult",
+    "MarkerIntent",
+    "Outcome",
+    "TransactionStateMachine",
+    "TxnMetadata",
+    "TxnState",
+    "append_error_to_coordinator_error",
+    "check_transition",
+    "fenced_error_for_version",
+]

@@ -1,0 +1,738 @@
+"""The transaction coordinator as a pure state machine (Kafka's TransactionCoordinator logic).
+
+An operation reads the current metadata, decides, and returns an ``Outcome``: at most one
+``__transaction_state`` record to append, the response to send once that record is durable,
+and, for Prepare* records, the markers to send afterwards. It never changes the metadata
+itself: the broker appends ``outcome.record``, then calls ``replay`` with it (the same call
+that loads the partition after a failover), then answers. While a record is in flight the id
+is *pending* (Kafka's pendingState): other requests for it get CONCURRENT_TRANSACTIONS. If
+the append fails the broker calls ``write_failed``.
+
+Time comes in as ``now_ms``; ``next_deadline_ms`` says when ``abort_timed_out`` next has work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from coordinator.hashing import coordinator_partition
+from coordinator.transaction.state import (
+    GROUP_METADATA_TOPIC,
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TopicPartition,
+    TxnMetadata,
+    TxnState,
+    is_epoch_exhausted,
+)
+from protocol.errors import ErrorCode
+from protocol.transaction_log import (
+    TxnLogValue,
+    UnknownRecordVersion,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+TV2 = 2  # transaction.version feature level that bumps the epoch on every EndTxn (KIP-890 part 2)
+_NO_ERRORS: Mapping[TopicPartition, ErrorCode] = MappingProxyType({})
+Record = tuple[bytes, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerIntent:
+    """WriteTxnMarkers to send for one transaction once its Prepare* record is durable."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    partitions: frozenset[TopicPartition]
+    transaction_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an operation decided. ``error`` and the response fields are sent after ``record``
+    (if any) is durable; if the append fails, the append error is sent instead."""
+
+    transactional_id: str
+    error: ErrorCode
+    record: Record | None = None
+    markers: MarkerIntent | None = None
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    partition_errors: Mapping[TopicPartition, ErrorCode] = field(default=_NO_ERRORS)
+    transit: TxnMetadata | None = None  # the metadata ``record`` encodes
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    error: ErrorCode
+    transactions: tuple[TxnMetadata, ...] = ()
+    unknown_state_filters: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Pending:
+    transit: TxnMetadata | None  # None: a tombstone
+    value: bytes | None
+    is_fence: bool = False
+
+
+def append_error_to_coordinator_error(error: ErrorCode) -> ErrorCode:
+    """How Kafka reports a failed ``__transaction_state`` append to the client."""
+    if error in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return error
+
+
+def fenced_error_for_version(error: ErrorCode, api_key: int, api_version: int) -> ErrorCode:
+    """PRODUCER_FENCED is new in InitProducerId v4, AddPartitionsToTxn / AddOffsetsToTxn /
+    EndTxn v2; older clients get INVALID_PRODUCER_EPOCH (KafkaApis)."""
+    first_version = {22: 4, 24: 2, 25: 2, 26: 2}.get(api_key)
+    if error is ErrorCode.PRODUCER_FENCED and first_version is not None and api_version < first_version:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+class TransactionStateMachine:
+    """Transaction metadata of the ``__transaction_state`` partitions this coordinator leads."""
+
+    def __init__(
+        self,
+        *,
+        num_partitions: int,
+        max_timeout_ms: int,
+        new_producer_id: Callable[[], int],
+        transaction_version_level: int = TV2,
+    ) -> None:
+        self.num_partitions = num_partitions
+        self.max_timeout_ms = max_timeout_ms
+        self.transaction_version_level = transaction_version_level
+        self._new_producer_id = new_producer_id
+        self._states: dict[str, TxnMetadata] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._failed_fence: set[str] = set()
+        self._epochs: dict[int, int] = {}  # loaded partition -> coordinator epoch
+        self._loading: set[int] = set()
+
+    # ------------------------------------------------------------ partitions and replay
+
+    def partition_for(self, transactional_id: str) -> int:
+        return coordinator_partition(transactional_id, self.num_partitions)
+
+    def begin_load(self, partition: int, coordinator_epoch: int) -> None:
+        """Start leading ``partition``: forget what we had for it, then replay its log."""
+        self._drop_partition(partition)
+        self._epochs[partition] = coordinator_epoch
+        self._loading.add(partition)
+
+    def finish_load(self, partition: int) -> list[MarkerIntent]:
+        """The log is replayed; the Prepare* transactions found must have their markers sent."""
+        self._loading.discard(partition)
+        return self.pending_completions(partition)
+
+    def unload(self, partition: int) -> None:
+        self._drop_partition(partition)
+        self._epochs.pop(partition, None)
+        self._loading.discard(partition)
+
+    def _drop_partition(self, partition: int) -> None:
+        for tid in [
+            t for t in self._states.keys() | self._pending.keys() if self.partition_for(t) == partition
+        ]:
+            self._states.pop(tid, None)
+            self._pending.pop(tid, None)
+            self._failed_fence.discard(tid)
+
+    def replay(self, key: bytes, value: bytes | None) -> TxnMetadata | None:
+        """Apply one ``__transaction_state`` record. Records of unknown versions are skipped,
+        as Kafka does; so are records of partitions we do not lead."""
+        try:
+            tid = decode_key(key)
+            decoded = None if value is None else decode_value(value)
+        except UnknownRecordVersion:
+            return None
+        pending = self._pending.get(tid)
+        if pending is not None and pending.value == value:
+            return self._apply(tid, pending.transit)
+        return self.apply(tid, decoded)
+
+    def apply(self, transactional_id: str, value: TxnLogValue | None) -> TxnMetadata | None:
+        """Typed ``replay``: the record's value, or None for a tombstone."""
+        metadata = None if value is None else TxnMetadata.from_log_value(transactional_id, value)
+        return self._apply(transactional_id, metadata)
+
+    def _apply(self, tid: str, metadata: TxnMetadata | None) -> TxnMetadata | None:
+        self._pending.pop(tid, None)
+        if self.partition_for(tid) not in self._epochs:
+            return None
+        if metadata is None:
+            self._states.pop(tid, None)
+            self._failed_fence.discard(tid)
+            return None
+        if metadata.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            self._failed_fence.discard(tid)
+        self._states[tid] = metadata
+        return metadata
+
+    def write_failed(self, transactional_id: str) -> None:
+        """The append of the pending record failed: the id is free again, its state unchanged.
+        A failed epoch fence is remembered so the retry does not bump the epoch again."""
+        pending = self._pending.pop(transactional_id, None)
+        if pending is not None and pending.is_fence:
+            self._failed_fence.add(transactional_id)
+
+    # ------------------------------------------------------------ helpers
+
+    def _ownership_error(self, tid: str) -> ErrorCode | None:
+        partition = self.partition_for(tid)
+        if partition in self._loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self._epochs:
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    def _value_version(self) -> int:
+        return 0 if self.transaction_version_level <= 0 else 1
+
+    def _write(self, transit: TxnMetadata, *, is_fence: bool = False) -> Record:
+        tid = transit.transactional_id
+        value = encode_value(transit.to_log_value(), self._value_version())
+        self._pending[tid] = _Pending(transit, value, is_fence)
+        return encode_key(tid), value
+
+    def _markers(self, prepared: TxnMetadata) -> MarkerIntent:
+        return MarkerIntent(
+            transactional_id=prepared.transactional_id,
+            producer_id=prepared.producer_id,
+            producer_epoch=prepared.producer_epoch,
+            commit=prepared.state is TxnState.PREPARE_COMMIT,
+            coordinator_epoch=self._epochs[self.partition_for(prepared.transactional_id)],
+            partitions=prepared.partitions,
+            transaction_version=prepared.client_transaction_version,
+        )
+
+    def get(self, transactional_id: str) -> TxnMetadata | None:
+        return self._states.get(transactional_id)
+
+    def is_pending(self, transactional_id: str) -> bool:
+        return transactional_id in self._pending
+
+    @property
+    def transactions(self) -> Mapping[str, TxnMetadata]:
+        return MappingProxyType(self._states)
+
+    # ------------------------------------------------------------ InitProducerId
+
+    def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected_producer_id: int,
+        expected_epoch: int,
+        now_ms: int,
+    ) -> Outcome:
+        tid = transactional_id
+        if not tid:
+            return Outcome(tid, ErrorCode.INVALID_REQUEST)
+        if (expected_producer_id == NO_PRODUCER_ID) != (expected_epoch == NO_PRODUCER_EPOCH):
+            return Outcome(tid, ErrorCode.INVALID_REQUEST)
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return Outcome(tid, ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        if (err := self._ownership_error(tid)) is not None:
+            return Outcome(tid, err)
+        if tid in self._pending:
+            return Outcome(tid, ErrorCode.CONCURRENT_TRANSACTIONS)
+        current = self._states.get(tid) or self._fresh(tid, timeout_ms, now_ms)
+        expected = None if expected_producer_id == NO_PRODUCER_ID else (expected_producer_id, expected_epoch)
+        if expected is not None and not _is_valid_producer_id(current, *expected):
+            return Outcome(tid, ErrorCode.PRODUCER_FENCED)
+        state = current.state
+        if state.is_prepare:
+            return Outcome(tid, ErrorCode.CONCURRENT_TRANSACTIONS)
+        if state is TxnState.ONGOING:
+            return self._fence_and_abort(current, now_ms, ErrorCode.CONCURRENT_TRANSACTIONS)
+        if state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            raise RuntimeError(f"{tid} found in state {state.display_name}, which is never stored")
+        expected_epoch_opt = None if expected is None else expected[1]
+        if is_epoch_exhausted(current.producer_epoch) and expected_epoch_opt in (
+            None,
+            current.producer_epoch,
+        ):
+            transit = current.transit(
+                TxnState.EMPTY,
+                producer_id=self._new_producer_id(),
+                producer_epoch=0,
+                last_producer_epoch=NO_PRODUCER_EPOCH if expected is None else current.producer_epoch,
+                timeout_ms=timeout_ms,
+                partitions=frozenset(),
+                txn_start_ms=-1,
+                last_update_ms=now_ms,
+            )
+        else:
+            epochs = _incremented_epochs(current, expected_epoch_opt)
+            if epochs is None:
+                return Outcome(tid, ErrorCode.PRODUCER_FENCED)
+            transit = current.transit(
+                TxnState.EMPTY,
+                producer_epoch=epochs[0],
+                last_producer_epoch=epochs[1],
+                timeout_ms=timeout_ms,
+                partitions=frozenset(),
+                txn_start_ms=-1,
+                last_update_ms=now_ms,
+            )
+        return Outcome(
+            tid,
+            ErrorCode.NONE,
+            record=self._write(transit),
+            producer_id=transit.producer_id,
+            producer_epoch=transit.producer_epoch,
+            transit=transit,
+        )
+
+    def _fresh(self, tid: str, timeout_ms: int, now_ms: int) -> TxnMetadata:
+        return TxnMetadata(
+            transactional_id=tid,
+            producer_id=self._new_producer_id(),
+            previous_producer_id=NO_PRODUCER_ID,
+            next_producer_id=NO_PRODUCER_ID,
+            producer_epoch=NO_PRODUCER_EPOCH,
+            last_producer_epoch=NO_PRODUCER_EPOCH,
+            timeout_ms=timeout_ms,
+            state=TxnState.EMPTY,
+            partitions=frozenset(),
+            txn_start_ms=-1,
+            last_update_ms=now_ms,
+            client_transaction_version=0,
+        )
+
+    def _fence_and_abort(self, current: TxnMetadata, now_ms: int, error: ErrorCode) -> Outcome:
+        """Kafka's prepareFenceProducerEpoch + the coordinator-initiated abort: bump the epoch
+        (once, even across a failed attempt), then PrepareAbort at the server's transaction
+        version. PrepareEpochFence itself is never written."""
+        if current.producer_epoch >= MAX_EPOCH:
+            raise RuntimeError(f"cannot fence {current.transactional_id}: epoch {current.producer_epoch}")
+        tid = current.transactional_id
+        fenced_epoch = current.producer_epoch if tid in self._failed_fence else current.producer_epoch + 1
+        tv = self.transaction_version_level
+        if tv >= TV2 and fenced_epoch < MAX_EPOCH:
+            epoch, last_epoch = fenced_epoch + 1, fenced_epoch
+        else:
+            epoch, last_epoch = fenced_epoch, NO_PRODUCER_EPOCH
+        transit = current.transit(
+            TxnState.PREPARE_ABORT,
+            producer_epoch=epoch,
+            last_producer_epoch=last_epoch,
+            next_producer_id=NO_PRODUCER_ID,
+            last_update_ms=now_ms,
+            client_transaction_version=tv,
+        )
+        return Outcome(
+            tid,
+            error,
+            record=self._write(transit, is_fence=True),
+            markers=self._markers(transit),
+            transit=transit,
+        )
+
+    # ------------------------------------------------------------ AddPartitionsToTxn / AddOffsetsToTxn
+
+    def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        now_ms: int,
+        verify_only: bool = False,
+        client_transaction_version: int = 0,
+    ) -> Outcome:
+        tid = transactional_id
+        wanted = frozenset(partitions)
+        if verify_only:
+            return self._verify_partitions(tid, producer_id, producer_epoch, wanted)
+        error = self._add_partitions_error(tid, producer_id, producer_epoch, wanted)
+        if error is not None:
+            return Outcome(tid, error, partition_errors=_all(wanted, error))
+        current = self._states[tid]
+        if current.state is TxnState.ONGOING and wanted <= current.partitions:
+            return Outcome(tid, ErrorCode.NONE, partition_errors=_all(wanted, ErrorCode.NONE))
+        starting = current.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        transit = current.transit(
+            TxnState.ONGOING,
+            partitions=current.partitions | wanted,
+            txn_start_ms=now_ms if starting else current.txn_start_ms,
+            last_update_ms=now_ms,
+            client_transaction_version=client_transaction_version,
+        )
+        return Outcome(
+            tid,
+            ErrorCode.NONE,
+            record=self._write(transit),
+            partition_errors=_all(wanted, ErrorCode.NONE),
+            transit=transit,
+        )
+
+    def _add_partitions_error(
+        self, tid: str, producer_id: int, producer_epoch: int, wanted: frozenset[TopicPartition]
+    ) -> ErrorCode | None:
+        if not tid:
+            return ErrorCode.INVALID_REQUEST
+        if (err := self._ownership_error(tid)) is not None:
+            return err
+        if tid in self._pending:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        current = self._states.get(tid)
+        if current is None or current.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if current.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if current.state.is_prepare:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return None
+
+    def _verify_partitions(
+        self, tid: str, producer_id: int, producer_epoch: int, wanted: frozenset[TopicPartition]
+    ) -> Outcome:
+        """KIP-890 part 1 (AddPartitionsToTxn v4+ verifyOnly): no record, no pending check."""
+        error: ErrorCode | None = ErrorCode.INVALID_REQUEST if not tid else self._ownership_error(tid)
+        current = self._states.get(tid)
+        if error is None:
+            if current is None or current.producer_id != producer_id:
+                error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            elif current.producer_epoch != producer_epoch:
+                error = ErrorCode.PRODUCER_FENCED
+            elif current.state.is_prepare:
+                error = ErrorCode.CONCURRENT_TRANSACTIONS
+        if error is not None or current is None:
+            err = error or ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            return Outcome(tid, err, partition_errors=_all(wanted, err))
+        results = {
+            tp: ErrorCode.NONE if tp in current.partitions else ErrorCode.TRANSACTION_ABORTABLE
+            for tp in wanted
+        }
+        return Outcome(tid, ErrorCode.NONE, partition_errors=MappingProxyType(results))
+
+    def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_partition: TopicPartition,
+        now_ms: int,
+        client_transaction_version: int = 0,
+    ) -> Outcome:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        outcome = self.add_partitions(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            [group_partition],
+            now_ms,
+            client_transaction_version=client_transaction_version,
+        )
+        return replace(outcome, partition_errors=_NO_ERRORS)
+
+    def offsets_partition_for(self, group_id: str, offsets_partitions: int) -> TopicPartition:
+        return GROUP_METADATA_TOPIC, coordinator_partition(group_id, offsets_partitions)
+
+    # ------------------------------------------------------------ EndTxn and markers
+
+    def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+        client_transaction_version: int = 0,
+    ) -> Outcome:
+        tid = transactional_id
+        if not tid:
+            return Outcome(tid, ErrorCode.INVALID_REQUEST)
+        if (err := self._ownership_error(tid)) is not None:
+            return Outcome(tid, err)
+        current = self._states.get(tid)
+        if current is None:
+            return Outcome(tid, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if client_transaction_version >= TV2:
+            return self._end_txn_v2(
+                current, producer_id, producer_epoch, commit, now_ms, client_transaction_version
+            )
+        return self._end_txn_v1(current, producer_id, producer_epoch, commit, now_ms)
+
+    def _end_txn_v1(
+        self, current: TxnMetadata, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+    ) -> Outcome:
+        tid = current.transactional_id
+        if current.producer_id != producer_id:
+            return Outcome(tid, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if current.producer_epoch != producer_epoch:
+            return Outcome(tid, ErrorCode.PRODUCER_FENCED)
+        if tid in self._pending:
+            return Outcome(tid, ErrorCode.CONCURRENT_TRANSACTIONS)
+        state = current.state
+        if state is TxnState.ONGOING:
+            return self._prepare_end(current, commit, now_ms, tv=0, retry_ids=False, no_partitions=False)
+        return Outcome(tid, _settled_answer(state, commit, is_retry=True))
+
+    def _end_txn_v2(
+        self, current: TxnMetadata, producer_id: int, producer_epoch: int, commit: bool, now_ms: int, tv: int
+    ) -> Outcome:
+        """KIP-890 part 2: every EndTxn bumps the epoch; a retry carries the epoch before the bump."""
+        tid, state = current.transactional_id, current.state
+        retry_on_overflow = (
+            current.previous_producer_id == producer_id
+            and producer_epoch == MAX_EPOCH - 1
+            and current.producer_epoch == 0
+        )
+        retry_on_bump = current.producer_epoch == producer_epoch + 1
+        if state.is_prepare:
+            valid_epoch = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid_epoch = retry_on_bump or retry_on_overflow or producer_epoch == current.producer_epoch
+        else:
+            valid_epoch = producer_epoch == current.producer_epoch
+        is_retry = retry_on_bump or retry_on_overflow
+        if current.producer_id != producer_id and not retry_on_overflow:
+            return Outcome(tid, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if not valid_epoch:
+            return Outcome(tid, ErrorCode.PRODUCER_FENCED)
+        if tid in self._pending:
+            return Outcome(tid, ErrorCode.CONCURRENT_TRANSACTIONS)
+        if state is TxnState.ONGOING:
+            return self._prepare_end(current, commit, now_ms, tv=tv, retry_ids=True, no_partitions=False)
+        if (
+            not commit
+            and not is_retry
+            and state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        ):
+            return self._prepare_end(current, False, now_ms, tv=tv, retry_ids=True, no_partitions=True)
+        error = _settled_answer(state, commit, is_retry)
+        if error is ErrorCode.NONE:
+            return Outcome(tid, error, producer_id=current.producer_id, producer_epoch=current.producer_epoch)
+        return Outcome(tid, error)
+
+    def _prepare_end(
+        self,
+        current: TxnMetadata,
+        commit: bool,
+        now_ms: int,
+        *,
+        tv: int,
+        retry_ids: bool,
+        no_partitions: bool,
+    ) -> Outcome:
+        """Kafka's prepareAbortOrCommit; at TV2 the epoch is bumped and, when that exhausts it,
+        a next producer id is allocated now and taken over at Complete*."""
+        next_pid = NO_PRODUCER_ID
+        if tv >= TV2:
+            if is_epoch_exhausted(current.producer_epoch):
+                next_pid = self._new_producer_id()
+            epoch, last_epoch = current.producer_epoch + 1, current.producer_epoch
+        else:
+            epoch, last_epoch = current.producer_epoch, current.last_producer_epoch
+        transit = current.transit(
+            TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            producer_epoch=epoch,
+            last_producer_epoch=last_epoch,
+            next_producer_id=next_pid,
+            txn_start_ms=now_ms if no_partitions else current.txn_start_ms,
+            last_update_ms=now_ms,
+            client_transaction_version=tv,
+        )
+        answer_id, answer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if retry_ids:  # TV2 answers with the id/epoch the producer uses next
+            answer_id, answer_epoch = (
+                (next_pid, 0) if next_pid != NO_PRODUCER_ID else (transit.producer_id, epoch)
+            )
+        return Outcome(
+            current.transactional_id,
+            ErrorCode.NONE,
+            record=self._write(transit),
+            markers=self._markers(transit),
+            producer_id=answer_id,
+            producer_epoch=answer_epoch,
+            transit=transit,
+        )
+
+    def complete_markers(self, transactional_id: str, now_ms: int) -> Outcome:
+        """All markers are written: persist CompleteCommit / CompleteAbort (Kafka's prepareComplete)."""
+        tid = transactional_id
+        if (err := self._ownership_error(tid)) is not None:
+            return Outcome(tid, err)
+        if tid in self._pending:
+            return Outcome(tid, ErrorCode.CONCURRENT_TRANSACTIONS)
+        current = self._states.get(tid)
+        if current is None:
+            return Outcome(tid, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if not current.state.is_prepare:
+            return Outcome(tid, ErrorCode.INVALID_TXN_STATE)
+        rotate = current.client_transaction_version >= TV2 and current.next_producer_id != NO_PRODUCER_ID
+        transit = current.transit(
+            TxnState.COMPLETE_COMMIT if current.state is TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT,
+            producer_id=current.next_producer_id if rotate else current.producer_id,
+            producer_epoch=0 if rotate else current.producer_epoch,
+            next_producer_id=NO_PRODUCER_ID,
+            partitions=frozenset(),
+            last_update_ms=now_ms,
+        )
+        return Outcome(
+            tid,
+            ErrorCode.NONE,
+            record=self._write(transit),
+            producer_id=transit.producer_id,
+            producer_epoch=transit.producer_epoch,
+            transit=transit,
+        )
+
+    def pending_completions(self, partition: int | None = None) -> list[MarkerIntent]:
+        """Markers for every Prepare* transaction (after a load: the ones a previous leader left)."""
+        return [
+            self._markers(md)
+            for tid, md in sorted(self._states.items())
+            if md.state.is_prepare
+            and (partition is None or self.partition_for(tid) == partition)
+            and self.partition_for(tid) not in self._loading
+        ]
+
+    # ------------------------------------------------------------ timeouts and expiration
+
+    def _idle_candidates(self) -> Iterable[TxnMetadata]:
+        for tid, md in sorted(self._states.items()):
+            partition = self.partition_for(tid)
+            if tid not in self._pending and partition in self._epochs and partition not in self._loading:
+                yield md
+
+    def abort_timed_out(self, now_ms: int) -> list[Outcome]:
+        """Ongoing transactions older than their timeout: fence the producer and abort."""
+        return [
+            self._fence_and_abort(md, now_ms, ErrorCode.NONE)
+            for md in self._idle_candidates()
+            if md.state is TxnState.ONGOING and md.txn_start_ms + md.timeout_ms < now_ms
+        ]
+
+    def next_deadline_ms(self) -> int | None:
+        """Earliest ``now_ms`` at which ``abort_timed_out`` has something to do."""
+        deadlines = [
+            md.txn_start_ms + md.timeout_ms + 1
+            for md in self._idle_candidates()
+            if md.state is TxnState.ONGOING
+        ]
+        return min(deadlines, default=None)
+
+    def expire_idle(self, now_ms: int, expiration_ms: int) -> list[Outcome]:
+        """Tombstones for ids idle past ``transactional.id.expiration.ms`` (Empty / Complete*)."""
+        outcomes = []
+        for md in self._idle_candidates():
+            if md.state.expiration_allowed and md.last_update_ms <= now_ms - expiration_ms:
+                md.transit(TxnState.DEAD)  # checks the transition
+                tid = md.transactional_id
+                self._pending[tid] = _Pending(None, None)
+                outcomes.append(Outcome(tid, ErrorCode.NONE, record=(encode_key(tid), None)))
+        return outcomes
+
+    def next_expiration_ms(self, expiration_ms: int) -> int | None:
+        times = [
+            md.last_update_ms + expiration_ms for md in self._idle_candidates() if md.state.expiration_allowed
+        ]
+        return min(times, default=None)
+
+    # ------------------------------------------------------------ admin queries (KIP-664)
+
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TxnMetadata | None]:
+        tid = transactional_id
+        if not tid:
+            return ErrorCode.INVALID_REQUEST, None
+        if (err := self._ownership_error(tid)) is not None:
+            return err, None
+        md = self._states.get(tid)
+        pending = self._pending.get(tid)
+        if md is None or md.state is TxnState.DEAD or (pending is not None and pending.transit is None):
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, md
+
+    def list_transactions(
+        self,
+        now_ms: int,
+        state_filters: Iterable[str] = (),
+        producer_id_filters: Iterable[int] = (),
+        duration_filter_ms: int = -1,
+    ) -> ListResult:
+        if self._loading:
+            return ListResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        names = list(state_filters)
+        states = {s for s in (TxnState.from_display_name(n) for n in names) if s is not None}
+        unknown = tuple(n for n in names if TxnState.from_display_name(n) is None)
+        producers = set(producer_id_filters)
+        found = tuple(
+            md
+            for tid, md in sorted(self._states.items())
+            if md.state is not TxnState.DEAD
+            and self.partition_for(tid) in self._epochs
+            and not (producers and md.producer_id not in producers)
+            and not (names and md.state not in states)
+            and not (duration_filter_ms >= 0 and now_ms - md.txn_start_ms <= duration_filter_ms)
+        )
+        return ListResult(ErrorCode.NONE, found, unknown)
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def _all(partitions: frozenset[TopicPartition], error: ErrorCode) -> Mapping[TopicPartition, ErrorCode]:
+    return MappingProxyType(dict.fromkeys(partitions, error))
+
+
+def _is_valid_producer_id(current: TxnMetadata, producer_id: int, epoch: int) -> bool:
+    """KIP-360: a request naming an id may go on if the metadata was just created, the id is
+    the current one, or it is the previous one and its epoch was exhausted (a retried rotation)."""
+    return (
+        current.producer_epoch == NO_PRODUCER_EPOCH
+        or producer_id == current.producer_id
+        or (producer_id == current.previous_producer_id and is_epoch_exhausted(epoch))
+    )
+
+
+def _incremented_epochs(current: TxnMetadata, expected_epoch: int | None) -> tuple[int, int] | None:
+    """(new epoch, last epoch) for InitProducerId on an idle id, or None if the caller is fenced."""
+    bumped = current.producer_epoch + 1
+    if expected_epoch is None:
+        return bumped, NO_PRODUCER_EPOCH
+    if current.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == current.producer_epoch:
+        return bumped, current.producer_epoch
+    if expected_epoch == current.last_producer_epoch:
+        return current.producer_epoch, current.last_producer_epoch  # a retry of a call that succeeded
+    return None
+
+
+def _settled_answer(state: TxnState, commit: bool, is_retry: bool) -> ErrorCode:
+    """EndTxn on a transaction that is not Ongoing (and not a TV2 abort that starts a new one)."""
+    if state is TxnState.PREPARE_COMMIT:
+        return ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE
+    if state is TxnState.PREPARE_ABORT:
+        return ErrorCode.INVALID_TXN_STATE if commit else ErrorCode.CONCURRENT_TRANSACTIONS
+    if state is TxnState.COMPLETE_COMMIT and commit and is_retry:
+        return ErrorCode.NONE
+    if state is TxnState.COMPLETE_ABORT and not commit and is_retry:
+        return ErrorCode.NONE
+    if state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        return ErrorCode.INVALID_TXN_STATE
+    raise RuntimeError(f"transaction found in state {state.display_name}, which is never stored")
