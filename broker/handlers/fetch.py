@@ -1,4 +1,6 @@
-"""Fetch: read stored batches up to the high watermark (or LSO); long-poll on appends.
+"""Fetch: read stored batches up to the high watermark (read_uncommitted) or the last
+stable offset with the aborted transactions of the range (read_committed);
+long-poll on appends.
 
 Fetch sessions are declined by answering session id 0, so clients send full
 fetch requests. A fetch waits for min_bytes until max_wait_ms, woken by
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 API_KEY = 1
 R = FetchResponse
 PartitionData = R.FetchableTopicResponse.PartitionData
+AbortedTransaction = PartitionData.AbortedTransaction
 READ_COMMITTED = 1
 
 
@@ -47,28 +50,36 @@ def _wanted(ctx: RequestContext, request: Any) -> list[Wanted]:
 
 def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
     hw = part.log.high_watermark if part else -1
-    start = part.log.log_start_offset if part else -1
     return PartitionData(
-        partition_index=index, error_code=error, high_watermark=hw, last_stable_offset=hw,
-        log_start_offset=start, aborted_transactions=None, records=b"",
+        partition_index=index, error_code=error, high_watermark=hw,
+        last_stable_offset=part.log.last_stable_offset if part else -1,
+        log_start_offset=part.log.log_start_offset if part else -1,
+        aborted_transactions=None, records=b"",
     )
 
 
 def _read(w: Wanted, budget: int, isolation: int, first: bool) -> tuple[Any, int]:
+    """One partition's data: below the high watermark, or below the LSO for read_committed."""
     index = w.fetch.partition
     if w.part is None or w.error != ErrorCode.NONE:
         return _empty(index, w.error, w.part), 0
     log = w.part.log
-    stable = log.high_watermark  # LSO == HW until transactions arrive
+    stable = log.last_stable_offset
     upper = stable if isolation == READ_COMMITTED else log.high_watermark
     max_bytes = min(w.fetch.partition_max_bytes, budget)
     info = log.read(w.fetch.fetch_offset, max_bytes, upper, first)
     if info.error != ErrorCode.NONE:
         return _empty(index, ErrorCode(info.error), w.part), 0
+    aborted = None
+    if isolation == READ_COMMITTED:
+        aborted = [
+            AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+            for t in log.aborted_transactions(w.fetch.fetch_offset, stable)
+        ] if info.records else []
     data = PartitionData(
         partition_index=index, error_code=ErrorCode.NONE, high_watermark=log.high_watermark,
         last_stable_offset=stable, log_start_offset=log.log_start_offset,
-        aborted_transactions=[] if isolation == READ_COMMITTED else None, records=info.records,
+        aborted_transactions=aborted, records=info.records,
     )
     return data, len(info.records)
 

@@ -29,7 +29,7 @@ def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, 
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1, part.leader_epoch
     if timestamp == LATEST:
-        end = log.high_watermark  # the LSO under read_committed once transactions exist
+        end = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
         return end, -1, part.leader_epoch
     if timestamp == EARLIEST_PENDING_UPLOAD:
         return -1, -1, -1
