@@ -1,0 +1,401 @@
+"""Partition side of transactions: ongoing transactions, first unstable offset and
+LSO, COMMIT/ABORT markers, the aborted-transaction index, and their durability."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import ErrorCode
+from protocol.record_batch import ControlType, iter_batches, parse_control_batch
+from storage.index import AbortedTxn
+from storage.log import Log
+from storage.log_config import LogConfig
+from storage.producer_state import OngoingTxn
+from storage.segment import TXN_INDEX_SUFFIX
+from tests.unit.storage.batches import make_batch
+
+NOW = 1_000_000
+A, B = 100, 200
+
+
+def open_log(path: Path, clean: bool = True, recovery_point: int = 0, **cfg: object) -> Log:
+    config = LogConfig(**cfg)  # type: ignore[arg-type]
+    return Log.open(path / "topic-0", config, recovery_point, None, clean, NOW)
+
+
+def crash(log: Log) -> None:
+    """Drop the log without the clean-close snapshot."""
+    for seg in log.segments:
+        seg.close()
+
+
+class Producer:
+    """A transactional producer writing batches with consecutive sequences."""
+
+    def __init__(self, log: Log, pid: int, epoch: int = 0) -> None:
+        self.log, self.pid, self.epoch, self.seq = log, pid, epoch, 0
+
+    def send(self, n: int = 1, transactional: bool = True) -> int:
+        records = make_batch(
+            [b"v"] * n,
+            producer_id=self.pid,
+            producer_epoch=self.epoch,
+            base_sequence=self.seq,
+            transactional=transactional,
+            timestamp=NOW,
+        )
+        r = self.log.append_as_leader(records, leader_epoch=0, now_ms=NOW)
+        assert r.error is ErrorCode.NONE, r
+        self.seq += n
+        return r.base_offset
+
+    def end(self, commit: bool, coordinator_epoch: int = 0, epoch: int | None = None) -> int:
+        e = self.epoch if epoch is None else epoch
+        r = self.log.append_txn_marker(self.pid, e, commit, coordinator_epoch, 0, NOW + 1)
+        assert r.error is ErrorCode.NONE, r
+        return r.offset
+
+
+def plain(log: Log, n: int = 1) -> int:
+    return log.append_as_leader(make_batch([b"p"] * n), leader_epoch=0, now_ms=NOW).base_offset
+
+
+def index_entries(log: Log) -> list[AbortedTxn]:
+    return [t for seg in log.segments for t in seg.txn_index]
+
+
+# -- .txnindex format -------------------------------------------------------
+
+
+def test_abort_writes_seed_walkthrough_entry_bytes(tmp_path: Path) -> None:
+    """Seed 003: 'version: 0 producerId: 0 firstOffset: 0 lastOffset: 1 lastStableOffset: 2'."""
+    log = open_log(tmp_path)
+    p = Producer(log, 0)
+    p.send()
+    assert p.end(commit=False) == 1
+    log.close()
+    raw = (log.directory / f"{0:020d}{TXN_INDEX_SUFFIX}").read_bytes()
+    expected = bytes.fromhex(
+        "0000"  # version 0
+        "0000000000000000"  # producerId 0
+        "0000000000000000"  # firstOffset 0
+        "0000000000000001"  # lastOffset 1 (the marker)
+        "0000000000000002"  # lastStableOffset 2
+    )
+    assert len(expected) == 34 and raw == expected
+    assert AbortedTxn.unpack(raw) == AbortedTxn(0, 0, 1, 2)
+
+
+def test_txn_index_refuses_non_increasing_last_offset(tmp_path: Path) -> None:
+    from storage.index import TransactionIndex
+
+    ti = TransactionIndex(tmp_path / "x.txnindex", 0)
+    ti.append(AbortedTxn(1, 0, 5, 6))
+    for bad in (AbortedTxn(2, 3, 5, 6), AbortedTxn(2, 1, 4, 6), AbortedTxn(2, 9, 8, 9)):
+        with pytest.raises(ValueError):
+            ti.append(bad)
+    ti.close()
+    assert (tmp_path / "x.txnindex").read_bytes() == struct.pack(">hqqqq", 0, 1, 0, 5, 6)
+
+
+# -- first unstable offset and LSO ------------------------------------------
+
+
+def test_open_transaction_holds_lso_until_commit(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    p = Producer(log, A)
+    assert log.first_unstable_offset is None and log.last_stable_offset == 0
+    assert p.send(3) == 0  # offsets 0..2
+    assert plain(log, 2) == 3  # offsets 3..4, not transactional
+    fuo: int | None = log.first_unstable_offset
+    assert (log.high_watermark, fuo, log.last_stable_offset) == (5, 0, 0)
+    assert log.read(0, 10**6, log.last_stable_offset, True).records == b""
+    assert log.ongoing_transactions() == [OngoingTxn(A, 0, 0, NOW + 2)]
+    marker = p.end(commit=True)
+    assert marker == 5
+    assert log.first_unstable_offset is None
+    assert log.last_stable_offset == log.log_end_offset == 6
+    assert log.ongoing_transactions() == [] and index_entries(log) == []
+    batches = list(iter_batches(log.read(0, 10**6, 6, True).records))
+    assert [h.base_offset for _, h in batches] == [0, 3, 5]
+    _, control = batches[-1]
+    assert control.is_control and control.is_transactional
+    assert (control.producer_id, control.producer_epoch) == (A, 0)
+
+
+def test_interleaved_transactions_lso_is_lowest_first_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    a, b = Producer(log, A), Producer(log, B)
+    plain(log)
+    a.send()  # 1
+    b.send()  # 2
+    a.send()  # 3: A's transaction still starts at 1
+    assert log.last_stable_offset == 1
+    assert [(t.producer_id, t.first_offset) for t in log.ongoing_transactions()] == [(A, 1), (B, 2)]
+    b.end(commit=True)  # 4: A still open
+    assert log.last_stable_offset == 1
+    a.end(commit=True)  # 5
+    assert log.last_stable_offset == 6 and log.first_unstable_offset is None
+    b.send()  # 6: B's next transaction
+    assert log.last_stable_offset == 6
+
+
+def test_abort_index_entry_and_aborted_transactions(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    a, b = Producer(log, A), Producer(log, B)
+    plain(log)  # 0
+    a.send(2)  # 1..2
+    b.send()  # 3
+    assert a.end(commit=False) == 4
+    # The LSO after A's abort is B's open transaction.
+    assert index_entries(log) == [AbortedTxn(A, 1, 4, 3)]
+    assert log.last_stable_offset == 3
+    b.send()  # 5
+    assert b.end(commit=False) == 6
+    assert index_entries(log) == [AbortedTxn(A, 1, 4, 3), AbortedTxn(B, 3, 6, 7)]
+    assert log.last_stable_offset == 7
+    assert log.aborted_transactions(0, 1) == []  # before A's first offset
+    assert log.aborted_transactions(0, 2) == [AbortedTxn(A, 1, 4, 3)]
+    assert [t.producer_id for t in log.aborted_transactions(4, 7)] == [A, B]
+    assert [t.producer_id for t in log.aborted_transactions(5, 7)] == [B]
+    assert log.aborted_transactions(7, 8) == []  # after both markers
+    info = log.read(5, 10**6, log.last_stable_offset, True, collect_aborted=True)
+    assert info.aborted_transactions == [AbortedTxn(B, 3, 6, 7)]
+    assert log.read(0, 10**6, 7, True).aborted_transactions is None
+
+
+def test_aborted_transactions_across_segments(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    a, b = Producer(log, A), Producer(log, B)
+    a.send()  # 0
+    log.roll(NOW)
+    b.send()  # 1
+    a.end(commit=False)  # 2, in the second segment
+    log.roll(NOW)
+    b.end(commit=False)  # 3, in the third segment
+    assert [list(s.txn_index) for s in log.segments] == [
+        [],
+        [AbortedTxn(A, 0, 2, 1)],
+        [AbortedTxn(B, 1, 3, 4)],
+    ]
+    assert [t.producer_id for t in log.aborted_transactions(0, 4)] == [A, B]
+    # The search stops at the entry whose LSO reaches the upper bound.
+    assert [t.producer_id for t in log.aborted_transactions(0, 1)] == [A]
+    info = log.read(0, 10**6, 4, True, collect_aborted=True)  # first segment only
+    assert info.aborted_transactions == [AbortedTxn(A, 0, 2, 1)]
+
+
+def test_read_bounded_by_max_offset_whole_batches(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    plain(log, 2)  # 0..1
+    plain(log, 3)  # 2..4
+    for max_offset in (2, 3, 4):  # the second batch straddles or reaches the bound
+        info = log.read(0, 10**6, max_offset, True)
+        assert [h.last_offset for _, h in iter_batches(info.records)] == [1]
+    assert log.read(2, 1, 4, True).records == b""  # min_one_batch does not cross the bound
+    assert len(list(iter_batches(log.read(0, 10**6, 5, True).records))) == 2
+
+
+# -- markers ----------------------------------------------------------------
+
+
+def test_marker_validation(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    p = Producer(log, A, epoch=2)
+    p.send()
+    p.end(commit=True, coordinator_epoch=5)
+    p.send()  # a new transaction at offset 2
+    end = log.log_end_offset
+    stale_epoch = log.append_txn_marker(A, 1, True, 5, 0, NOW)
+    assert (stale_epoch.error, stale_epoch.offset) == (ErrorCode.INVALID_PRODUCER_EPOCH, -1)
+    stale_coordinator = log.append_txn_marker(A, 2, False, 4, 0, NOW)
+    assert stale_coordinator.error is ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert log.log_end_offset == end and log.last_stable_offset == 2 and index_entries(log) == []
+    # A higher coordinator epoch and a bumped producer epoch are accepted (fencing abort).
+    r = log.append_txn_marker(A, 3, False, 6, 0, NOW)
+    assert (r.error, r.offset) == (ErrorCode.NONE, end)
+    assert index_entries(log) == [AbortedTxn(A, 2, 3, 4)]
+    [info] = log.active_producers()
+    assert (info.producer_epoch, info.coordinator_epoch, info.current_txn_start_offset) == (3, 6, -1)
+    late = make_batch([b"z"], producer_id=A, producer_epoch=2, base_sequence=2, transactional=True)
+    assert log.append_as_leader(late, 0, NOW).error is ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_marker_without_open_transaction_is_written_but_not_indexed(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    plain(log)
+    r = log.append_txn_marker(A, 0, False, 1, 7, NOW)
+    assert (r.error, r.offset) == (ErrorCode.NONE, 1)
+    assert index_entries(log) == [] and log.last_stable_offset == 2
+    [(_, header)] = list(iter_batches(log.read(1, 10**6, 2, True).records))
+    assert header.partition_leader_epoch == 7 and header.max_timestamp == NOW
+    record = parse_control_batch(log.read(1, 10**6, 2, True).records)
+    assert (record.control_type, record.coordinator_epoch) == (ControlType.ABORT, 1)
+    again = log.append_txn_marker(A, 0, False, 1, 7, NOW)  # a retried marker
+    assert again.error is ErrorCode.NONE and again.offset == 2
+
+
+def test_plain_write_inside_open_transaction_is_refused(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    p = Producer(log, A)
+    p.send()
+    records = make_batch([b"x"], producer_id=A, producer_epoch=0, base_sequence=1)
+    assert log.append_as_leader(records, 0, NOW).error is ErrorCode.INVALID_TXN_STATE
+    assert log.log_end_offset == 1
+
+
+def test_log_append_time_marker(tmp_path: Path) -> None:
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    r = log.append_txn_marker(A, 0, True, 0, 0, NOW + 5)
+    [(_, header)] = list(iter_batches(log.read(r.offset, 10**6, 10, True).records))
+    assert header.max_timestamp == NOW + 5 and header.timestamp_type.name == "LOG_APPEND_TIME"
+
+
+def test_unreplicated_transaction_holds_fuo_until_high_watermark(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.auto_advance_high_watermark = False
+    p = Producer(log, A)
+    p.send()  # 0
+    log.update_high_watermark(1)
+    p.end(commit=True)  # 1: decided, but the marker is above the high watermark
+    assert log.first_unstable_offset == 0 and log.last_stable_offset == 0
+    log.update_high_watermark(2)
+    assert log.first_unstable_offset is None and log.last_stable_offset == 2
+
+
+# -- deletion and truncation -------------------------------------------------
+
+
+def test_log_start_may_pass_first_unstable_offset(tmp_path: Path) -> None:
+    """Kafka bounds DeleteRecords by the high watermark only; the FUO is clamped."""
+    log = open_log(tmp_path)
+    p = Producer(log, A)
+    p.send()  # 0
+    plain(log, 3)  # 1..3
+    assert log.delete_records_before(2) is ErrorCode.NONE
+    assert log.first_unstable_offset == 2 and log.last_stable_offset == 2
+    p.end(commit=False)  # 4
+    assert index_entries(log) == [AbortedTxn(A, 0, 4, 5)]
+    assert log.last_stable_offset == 5
+
+
+def test_segment_deletion_removes_txnindex(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    p = Producer(log, A)
+    p.send()
+    p.end(commit=False)
+    path = log.segments[0].path_for(TXN_INDEX_SUFFIX)
+    assert path.stat().st_size == 34
+    log.roll(NOW)
+    plain(log)
+    assert log.delete_records_before(3) is ErrorCode.NONE
+    assert not path.exists() and log.aborted_transactions(0, 10) == []
+
+
+def test_truncation_below_marker_reopens_transaction(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    p = Producer(log, A)
+    p.send()  # 0
+    p.end(commit=False)  # 1
+    plain(log)  # 2
+    log.truncate_to(1)
+    assert index_entries(log) == []
+    assert log.first_unstable_offset == 0 and [t.first_offset for t in log.ongoing_transactions()] == [0]
+    assert log.append_txn_marker(A, 0, False, 0, 0, NOW).offset == 1
+    assert index_entries(log) == [AbortedTxn(A, 0, 1, 2)]
+
+
+# -- restart ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_open_transaction_survives_restart(tmp_path: Path, clean: bool) -> None:
+    log = open_log(tmp_path, segment_bytes=300)
+    plain(log)  # 0
+    a = Producer(log, A)
+    a.send()  # 1
+    for _ in range(4):
+        plain(log)  # 2..5, rolling segments
+    assert len(log.segments) > 1
+    if clean:
+        log.close()
+    else:
+        log.flush()
+        crash(log)
+    reopened = open_log(tmp_path, clean=clean, segment_bytes=300)
+    assert reopened.first_unstable_offset == 1 and reopened.last_stable_offset == 1
+    assert [(t.producer_id, t.first_offset) for t in reopened.ongoing_transactions()] == [(A, 1)]
+    r = reopened.append_txn_marker(A, 0, False, 0, 0, NOW)
+    assert r.error is ErrorCode.NONE and reopened.last_stable_offset == reopened.log_end_offset
+    assert index_entries(reopened) == [AbortedTxn(A, 1, r.offset, r.offset + 1)]
+
+
+def test_marker_in_replayed_tail_completes_transaction(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    a = Producer(log, A)
+    a.send()  # 0
+    log.close()  # the snapshot at 1 holds the open transaction
+    log = open_log(tmp_path)
+    a = Producer(log, A)
+    a.seq = 1
+    a.end(commit=True)  # 1, only in the log tail
+    log.flush()
+    crash(log)
+    reopened = open_log(tmp_path, clean=False, recovery_point=2)
+    assert reopened.first_unstable_offset is None and reopened.last_stable_offset == 2
+
+
+def test_abort_index_survives_restart(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    a, b = Producer(log, A), Producer(log, B)
+    a.send()
+    b.send()
+    a.end(commit=False)
+    log.close()
+    reopened = open_log(tmp_path)
+    assert index_entries(reopened) == [AbortedTxn(A, 0, 2, 1)]
+    assert reopened.last_stable_offset == 1
+
+
+def test_unclean_recovery_rebuilds_deleted_txnindex(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=300)
+    a, b = Producer(log, A), Producer(log, B)
+    a.send()  # 0
+    b.send()  # 1
+    for _ in range(3):
+        plain(log)  # rolls: the markers land in later segments than the data
+    a.end(commit=False)
+    plain(log)
+    b.end(commit=False)
+    a.send()
+    a.end(commit=True)
+    expected = index_entries(log)
+    assert [(t.producer_id, t.first_offset, t.last_stable_offset) for t in expected] == [(A, 0, 1), (B, 1, 8)]
+    assert len({t.last_offset for t in expected}) == 2 and len(log.segments) > 2
+    log.flush()
+    crash(log)
+    for seg in log.segments:
+        seg.path_for(TXN_INDEX_SUFFIX).unlink()
+    reopened = open_log(tmp_path, clean=False, recovery_point=0, segment_bytes=300)
+    assert index_entries(reopened) == expected
+    assert reopened.last_stable_offset == reopened.log_end_offset
+
+
+def test_recovery_from_later_segment_uses_snapshot_for_open_transactions(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=300)
+    a = Producer(log, A)
+    a.send()  # 0
+    for _ in range(4):
+        plain(log)
+    seg = log.active_segment
+    a.end(commit=False)  # marker in the last segment
+    expected = index_entries(log)
+    log.flush()
+    crash(log)
+    seg.path_for(TXN_INDEX_SUFFIX).unlink()
+    # Only the last segment is recovered; A's first offset comes from the roll snapshot.
+    reopened = open_log(tmp_path, clean=False, recovery_point=seg.base_offset, segment_bytes=300)
+    assert index_entries(reopened) == expected == [AbortedTxn(A, 0, seg.next_offset - 1, seg.next_offset)]
