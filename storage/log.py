@@ -195,7 +195,9 @@ class Log:
             for pos, header in seg.iter_headers():
                 if header.base_offset < start or not header.has_producer_id:
                     continue
-                marker = _marker(seg.read_at(pos, header.size_in_bytes), header)
+                marker = None
+                if header.is_control:
+                    marker = _marker(seg.read_at(pos, header.size_in_bytes), header)
                 prepared = scratch.prepare_replicated(header, marker)
                 if prepared is None:
                     continue

@@ -399,3 +399,27 @@ def test_recovery_from_later_segment_uses_snapshot_for_open_transactions(tmp_pat
     # Only the last segment is recovered; A's first offset comes from the roll snapshot.
     reopened = open_log(tmp_path, clean=False, recovery_point=seg.base_offset, segment_bytes=300)
     assert index_entries(reopened) == expected == [AbortedTxn(A, 0, seg.next_offset - 1, seg.next_offset)]
+
+
+# -- ProducerStateManager invariants ----------------------------------------
+
+
+def test_manager_refuses_inconsistent_transaction_updates(tmp_path: Path) -> None:
+    from storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
+
+    ps = ProducerStateManager(tmp_path)
+    ps.update(ProducerStateEntry(A, 0, current_txn_first_offset=5))
+    with pytest.raises(ValueError):  # a transaction must start after the open ones
+        ps.update(ProducerStateEntry(B, 0, current_txn_first_offset=5))
+    with pytest.raises(ValueError):  # ending a transaction needs its CompletedTxn
+        ps.update(ProducerStateEntry(A, 0))
+    with pytest.raises(ValueError):  # the CompletedTxn must be that transaction
+        ps.update(ProducerStateEntry(A, 0), CompletedTxn(A, 4, 9, True))
+    ps.update(ProducerStateEntry(B, 0, current_txn_first_offset=7))
+    assert ps.first_unstable_offset() == 5
+    assert ps.last_stable_offset_after(CompletedTxn(A, 5, 9, True)) == 7
+    ps.update(ProducerStateEntry(A, 0), CompletedTxn(A, 5, 9, True))
+    assert ps.first_undecided_offset() == 7 and ps.first_unstable_offset() == 5  # unreplicated
+    ps.on_high_watermark_updated(10)
+    assert ps.first_unstable_offset() == 7
+    assert ps.last_stable_offset_after(CompletedTxn(B, 7, 11, False)) == 12
