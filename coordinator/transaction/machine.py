@@ -67,7 +67,7 @@ class Outcome:
     markers: MarkerIntent | None = None
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
-    partition_errors: Mapping[TopicPartition, ErrorCode] = field(default=_NO_ERRORS)
+    partition_errors: Mapping[TopicPartition, ErrorCode] = field(default_factory=lambda: _NO_ERRORS)
     transit: TxnMetadata | None = None  # the metadata ``record`` encodes
 
 
@@ -83,6 +83,7 @@ class _Pending:
     transit: TxnMetadata | None  # None: a tombstone
     value: bytes | None
     is_fence: bool = False
+    fenced_epoch: int = NO_PRODUCER_EPOCH
 
 
 def append_error_to_coordinator_error(error: ErrorCode) -> ErrorCode:
@@ -127,7 +128,7 @@ class TransactionStateMachine:
         self._new_producer_id = new_producer_id
         self._states: dict[str, TxnMetadata] = {}
         self._pending: dict[str, _Pending] = {}
-        self._failed_fence: set[str] = set()
+        self._failed_fence: dict[str, int] = {}  # id -> epoch of a fence whose write failed
         self._epochs: dict[int, int] = {}  # loaded partition -> coordinator epoch
         self._loading: set[int] = set()
 
@@ -158,7 +159,7 @@ class TransactionStateMachine:
         ]:
             self._states.pop(tid, None)
             self._pending.pop(tid, None)
-            self._failed_fence.discard(tid)
+            self._failed_fence.pop(tid, None)
 
     def replay(self, key: bytes, value: bytes | None) -> TxnMetadata | None:
         """Apply one ``__transaction_state`` record. Records of unknown versions are skipped,
@@ -184,10 +185,10 @@ class TransactionStateMachine:
             return None
         if metadata is None:
             self._states.pop(tid, None)
-            self._failed_fence.discard(tid)
+            self._failed_fence.pop(tid, None)
             return None
         if metadata.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            self._failed_fence.discard(tid)
+            self._failed_fence.pop(tid, None)
         self._states[tid] = metadata
         return metadata
 
@@ -195,8 +196,8 @@ class TransactionStateMachine:
         """The append of the pending record failed: the id is free again, its state unchanged.
         A failed epoch fence is remembered so the retry does not bump the epoch again."""
         pending = self._pending.pop(transactional_id, None)
-        if pending is not None and pending.is_fence:
-            self._failed_fence.add(transactional_id)
+        if pending is not None and pending.is_fence and pending.transit is not None:
+            self._failed_fence[transactional_id] = pending.fenced_epoch
 
     # ------------------------------------------------------------ helpers
 
@@ -211,10 +212,13 @@ class TransactionStateMachine:
     def _value_version(self) -> int:
         return 0 if self.transaction_version_level <= 0 else 1
 
-    def _write(self, transit: TxnMetadata, *, is_fence: bool = False) -> Record:
+    def _write(self, transit: TxnMetadata, *, fenced_epoch: int | None = None) -> Record:
         tid = transit.transactional_id
         value = encode_value(transit.to_log_value(), self._value_version())
-        self._pending[tid] = _Pending(transit, value, is_fence)
+        if fenced_epoch is None:
+            self._pending[tid] = _Pending(transit, value)
+        else:
+            self._pending[tid] = _Pending(transit, value, True, fenced_epoch)
         return encode_key(tid), value
 
     def _markers(self, prepared: TxnMetadata) -> MarkerIntent:
@@ -330,7 +334,7 @@ class TransactionStateMachine:
         if current.producer_epoch >= MAX_EPOCH:
             raise RuntimeError(f"cannot fence {current.transactional_id}: epoch {current.producer_epoch}")
         tid = current.transactional_id
-        fenced_epoch = current.producer_epoch if tid in self._failed_fence else current.producer_epoch + 1
+        fenced_epoch = max(self._failed_fence.get(tid, NO_PRODUCER_EPOCH), current.producer_epoch + 1)
         tv = self.transaction_version_level
         if tv >= TV2 and fenced_epoch < MAX_EPOCH:
             epoch, last_epoch = fenced_epoch + 1, fenced_epoch
@@ -347,7 +351,7 @@ class TransactionStateMachine:
         return Outcome(
             tid,
             error,
-            record=self._write(transit, is_fence=True),
+            record=self._write(transit, fenced_epoch=fenced_epoch),
             markers=self._markers(transit),
             transit=transit,
         )
