@@ -88,6 +88,7 @@ KEYS: dict[str, Key] = {
     "transaction.state.log.min.isr": Key(_int, 1),
     "transaction.max.timeout.ms": Key(_int, 900000),
     "transactional.id.expiration.ms": Key(_int, 604800000),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(_int, 10000),
     "producer.id.expiration.ms": Key(_int, 86400000),
     "replica.lag.time.max.ms": Key(_int, 30000),
     "metadata.store": Key(_str, "local"),

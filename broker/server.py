@@ -14,6 +14,7 @@ from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
 from broker.replica_manager import ReplicaManager
 from broker.topics import TopicManager
+from broker.transaction_coordinator import TransactionCoordinator
 from coordinator.producer_ids import ProducerIdManager
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -42,6 +43,7 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.replicas)
         self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
         self.handlers = HANDLER_TABLE
+        self.transactions = TransactionCoordinator(self)
         self._server: asyncio.base_events.Server | None = None
         self._stopping = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
@@ -52,6 +54,7 @@ class Broker:
 
     async def start(self) -> None:
         self.topics.open_all()
+        await self.transactions.start()
         listener = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connect, listener.host, listener.port, limit=2**16, reuse_address=True
@@ -106,5 +109,6 @@ class Broker:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.transactions.stop()
         self.log_manager.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)

@@ -116,6 +116,12 @@ class TopicManager:
         topic = TopicMetadata(name, uuid.uuid4(), partitions, rf, overrides)
         return TopicResult(ErrorCode.NONE, None, topic)
 
+    def create_internal(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> TopicResult:
+        """An internal topic (`__transaction_state`, `__consumer_offsets`) on first use."""
+        return self.create(name, partitions, min(replication_factor, 1), configs)
+
     def auto_create(self, name: str) -> TopicResult:
         if not self.config["auto.create.topics.enable"]:
             return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -11,12 +11,14 @@ from broker.handlers import (
     producers,
     records,
     topics,
+    transactions,
+    txn_markers,
 )
 from broker.handlers.registry import build_table
 
 HANDLER_TABLE = build_table(
     [
         api_versions, metadata, produce, producers, fetch, list_offsets,
-        topics, configs, records, log_dirs,
+        topics, configs, records, log_dirs, transactions, txn_markers,
     ]
 )

@@ -67,15 +67,16 @@ def _read(w: Wanted, budget: int, isolation: int, first: bool) -> tuple[Any, int
     stable = log.last_stable_offset
     upper = stable if isolation == READ_COMMITTED else log.high_watermark
     max_bytes = min(w.fetch.partition_max_bytes, budget)
-    info = log.read(w.fetch.fetch_offset, max_bytes, upper, first)
+    committed = isolation == READ_COMMITTED
+    info = log.read(w.fetch.fetch_offset, max_bytes, upper, first, collect_aborted=committed)
     if info.error != ErrorCode.NONE:
         return _empty(index, ErrorCode(info.error), w.part), 0
     aborted = None
-    if isolation == READ_COMMITTED:
+    if committed:
         aborted = [
             AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
-            for t in log.aborted_transactions(w.fetch.fetch_offset, stable)
-        ] if info.records else []
+            for t in info.aborted_transactions or ()
+        ]
     data = PartitionData(
         partition_index=index, error_code=ErrorCode.NONE, high_watermark=log.high_watermark,
         last_stable_offset=stable, log_start_offset=log.log_start_offset,

@@ -9,6 +9,7 @@ from kafka.protocol.admin import DescribeProducersResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.handlers.resolve import resolve_partition
+from coordinator.transaction import fenced_error_for_version
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -24,9 +25,12 @@ ProducerState = PartResponse.ProducerState
 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
-        # Transactions arrive with the transaction coordinator (a later issue).
-        return InitResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                 producer_id=-1, producer_epoch=-1)
+        expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
+        error, pid, epoch = ctx.broker.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms, *expected
+        )
+        error = fenced_error_for_version(error, INIT_PRODUCER_ID, ctx.version)
+        return InitResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
     # Like Kafka, an idempotent producer always gets a fresh id with epoch 0,
     # also when it asks for an epoch bump of its current id (KIP-360).
     producer_id = ctx.broker.producer_ids.generate()

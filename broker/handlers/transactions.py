@@ -1,0 +1,157 @@
+"""FindCoordinator, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, and the KIP-664
+admin queries ListTransactions / DescribeTransactions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import DescribeTransactionsResponse, ListTransactionsResponse
+from kafka.protocol.metadata import FindCoordinatorResponse
+from kafka.protocol.producer import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+)
+
+from coordinator.transaction import fenced_error_for_version
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+FIND_COORDINATOR, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 24, 25, 26
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+F = FindCoordinatorResponse
+A = AddPartitionsToTxnResponse
+TopicResult = A.AddPartitionsToTxnTopicResult
+PartResult = TopicResult.AddPartitionsToTxnPartitionResult
+
+
+def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
+    if key_type == TRANSACTION_KEY:
+        return ctx.broker.transactions.ensure_loaded() if key else ErrorCode.INVALID_REQUEST
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE  # consumer groups arrive with their issue
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    ad = ctx.broker.config.advertised
+    node = ctx.broker.node_id
+    if ctx.version < 4:
+        error = _coordinator_error(ctx, request.key_type if ctx.version else GROUP_KEY, request.key)
+        ok = error == ErrorCode.NONE
+        return F(throttle_time_ms=0, error_code=error, error_message=None if ok else error.name,
+                 node_id=node if ok else -1, host=ad.host if ok else "", port=ad.port if ok else -1)
+    coordinators = []
+    for key in request.coordinator_keys:
+        error = _coordinator_error(ctx, request.key_type, key)
+        ok = error == ErrorCode.NONE
+        coordinators.append(F.Coordinator(
+            key=key, node_id=node if ok else -1, host=ad.host if ok else "",
+            port=ad.port if ok else -1, error_code=error, error_message=None if ok else error.name,
+        ))
+    return F(throttle_time_ms=0, coordinators=coordinators)
+
+
+def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[Any]:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), error in sorted(partitions.items()):
+        by_topic.setdefault(topic, []).append(PartResult(partition_index=index, partition_error_code=error))
+    return [TopicResult(name=t, results_by_partition=p) for t, p in by_topic.items()]
+
+
+def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify: bool) -> Any:
+    wanted = [(t.name, i) for t in topics for i in t.partitions]
+    unknown = {tp for tp in wanted if ctx.broker.replicas.partition(*tp) is None}
+    if unknown:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+    outcome = ctx.broker.transactions.add_partitions(tid, pid, epoch, wanted, verify_only=verify)
+    error = fenced_error_for_version(outcome.error, ADD_PARTITIONS, ctx.version)
+    return {tp: fenced_error_for_version(outcome.partition_errors.get(tp, error), ADD_PARTITIONS,
+                                         ctx.version) for tp in wanted}
+
+
+async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version <= 3:
+        errors = _add_one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                          request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
+        return A(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(errors))
+    results = [
+        A.AddPartitionsToTxnResult(
+            transactional_id=txn.transactional_id,
+            topic_results=_topic_results(_add_one(ctx, txn.transactional_id, txn.producer_id,
+                                                  txn.producer_epoch, txn.topics, txn.verify_only)),
+        )
+        for txn in request.transactions
+    ]
+    return A(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
+
+
+async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
+    error = ctx.broker.transactions.add_offsets(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+    )
+    return AddOffsetsToTxnResponse(
+        throttle_time_ms=0, error_code=fenced_error_for_version(error, ADD_OFFSETS, ctx.version)
+    )
+
+
+async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    error = ctx.broker.transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    )
+    error = fenced_error_for_version(error, END_TXN, ctx.version)
+    return EndTxnResponse(throttle_time_ms=0, error_code=error)
+
+
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    D = DescribeTransactionsResponse
+    states = []
+    for tid in request.transactional_ids:
+        error, md = ctx.broker.transactions.describe(tid)
+        if md is None:
+            states.append(D.TransactionState(error_code=error, transactional_id=tid, transaction_state="",
+                                             transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                                             producer_id=-1, producer_epoch=-1, topics=[]))
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, index in sorted(md.partitions):
+            topics.setdefault(topic, []).append(index)
+        states.append(D.TransactionState(
+            error_code=ErrorCode.NONE, transactional_id=tid, transaction_state=md.state.display_name,
+            transaction_timeout_ms=md.timeout_ms, transaction_start_time_ms=md.txn_start_ms,
+            producer_id=md.producer_id, producer_epoch=md.producer_epoch,
+            topics=[D.TransactionState.TopicData(topic=t, partitions=p) for t, p in topics.items()],
+        ))
+    return D(throttle_time_ms=0, transaction_states=states)
+
+
+async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+    L = ListTransactionsResponse
+    duration = request.duration_filter if ctx.version >= 1 else -1
+    result = ctx.broker.transactions.list_transactions(
+        request.state_filters, request.producer_id_filters, duration
+    )
+    return L(
+        throttle_time_ms=0, error_code=result.error, unknown_state_filters=list(result.unknown_state_filters),
+        transaction_states=[
+            L.TransactionState(transactional_id=md.transactional_id, producer_id=md.producer_id,
+                               transaction_state=md.state.display_name)
+            for md in result.transactions
+        ],
+    )
+
+
+VERSIONS = {
+    FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 3), ADD_OFFSETS: (0, 4), END_TXN: (0, 4),
+    DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
+}
+HANDLERS = {
+    FIND_COORDINATOR: handle_find_coordinator,
+    ADD_PARTITIONS: handle_add_partitions,
+    ADD_OFFSETS: handle_add_offsets,
+    END_TXN: handle_end_txn,
+    DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    LIST_TRANSACTIONS: handle_list_transactions,
+}

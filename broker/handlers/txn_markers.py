@@ -1,0 +1,63 @@
+"""WriteTxnMarkers: append COMMIT/ABORT control batches (from the coordinator or
+from `kafka-transactions.sh abort` / `gregor transactions abort`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.producer import WriteTxnMarkersResponse
+
+from broker.context import now_ms
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+    from broker.server import Broker
+
+log = logging.getLogger(__name__)
+API_KEY = 27
+R = WriteTxnMarkersResponse
+MarkerResult = R.WritableTxnMarkerResult
+TopicResult = MarkerResult.WritableTxnMarkerTopicResult
+PartResult = TopicResult.WritableTxnMarkerPartitionResult
+
+
+def _write_one(broker: Broker, marker: Any, topic: str, index: int) -> ErrorCode:
+    part = broker.replicas.partition(topic, index)
+    if part is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    result = part.log.append_txn_marker(
+        marker.producer_id, marker.producer_epoch, marker.transaction_result,
+        marker.coordinator_epoch, part.leader_epoch, now_ms(),
+    )
+    if result.error == ErrorCode.NONE:
+        part.log.update_high_watermark(part.log.log_end_offset)
+        part.wake()  # the LSO may have moved: read_committed fetches can proceed
+        log.info("%s marker for producer %d at %s-%d offset %d",
+                 "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
+                 topic, index, result.offset)
+    return ErrorCode(result.error)
+
+
+def write_markers(broker: Broker, request: Any) -> Any:
+    """The one code path for markers, local (coordinator) and remote (request)."""
+    results = []
+    for marker in request.markers:
+        topics = [
+            TopicResult(name=t.name, partitions=[
+                PartResult(partition_index=i, error_code=_write_one(broker, marker, t.name, i))
+                for i in t.partition_indexes
+            ])
+            for t in marker.topics
+        ]
+        results.append(MarkerResult(producer_id=marker.producer_id, topics=topics))
+    return R(markers=results)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    return write_markers(ctx.broker, request)
+
+
+VERSIONS = {API_KEY: (0, 1)}
+HANDLERS = {API_KEY: handle}

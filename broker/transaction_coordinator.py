@@ -1,0 +1,194 @@
+"""The transaction coordinator's I/O edge around the pure TransactionStateMachine.
+
+Each operation asks the machine for an Outcome, appends its record to this
+transactional id's `__transaction_state` partition, replays it into the
+machine, and only then answers. Marker intents go to the MarkerSender, which
+writes them through the WriteTxnMarkers code path and reports back so the
+machine can persist Complete*. Timeouts and id expiration run on a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from broker.context import now_ms
+from broker.internal_topics import read_records, record_batch
+from broker.markers import MarkerSender
+from coordinator.transaction import (
+    ListResult,
+    Outcome,
+    TransactionStateMachine,
+    TxnMetadata,
+    append_error_to_coordinator_error,
+)
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+log = logging.getLogger(__name__)
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TopicPartition = tuple[str, int]
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.num_partitions = int(config["transaction.state.log.num.partitions"])
+        self.machine = TransactionStateMachine(
+            num_partitions=self.num_partitions,
+            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
+            new_producer_id=broker.producer_ids.generate,
+        )
+        self.markers = MarkerSender(broker, self._markers_written)
+        self._loaded = False
+        self._timer: asyncio.Task[None] | None = None
+
+    # -- start-up and loading ------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load `__transaction_state` if it exists (finishing every Prepare* found)."""
+        if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None:
+            self._load()
+        self._timer = asyncio.create_task(self._timer_loop())
+
+    def ensure_loaded(self) -> ErrorCode:
+        """FindCoordinator: create the topic on first use, then load it."""
+        if self._loaded:
+            return ErrorCode.NONE
+        if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is None:
+            result = self.broker.topics.create_internal(
+                TRANSACTION_STATE_TOPIC, self.num_partitions,
+                int(self.broker.config["transaction.state.log.replication.factor"]),
+                {"cleanup.policy": "compact", "segment.bytes": "104857600",
+                 "min.insync.replicas": str(self.broker.config["transaction.state.log.min.isr"])},
+            )
+            if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self._load()
+        return ErrorCode.NONE
+
+    def _load(self) -> None:
+        pending = []
+        for index in range(self.num_partitions):
+            part = self.broker.replicas.partition(TRANSACTION_STATE_TOPIC, index)
+            if part is None:
+                continue
+            self.machine.begin_load(index, part.leader_epoch)
+            count = 0
+            for _offset, key, value in read_records(part):
+                if key is not None:
+                    self.machine.replay(key, value)
+                    count += 1
+            pending.extend(self.machine.finish_load(index))
+        self._loaded = True
+        log.info("loaded %d transactional ids from %s; %d transactions to complete",
+                 len(self.machine.transactions), TRANSACTION_STATE_TOPIC, len(pending))
+        for intent in pending:
+            self.markers.send(intent)
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        await self.markers.stop()
+
+    # -- operations ------------------------------------------------------------------
+
+    def _persist(self, outcome: Outcome) -> ErrorCode:
+        """Append the outcome's record (if any) and replay it; the error to answer with."""
+        if outcome.record is None:
+            return outcome.error
+        tid = outcome.transactional_id
+        part = self.broker.replicas.partition(TRANSACTION_STATE_TOPIC, self.machine.partition_for(tid))
+        if part is None:
+            self.machine.write_failed(tid)
+            return ErrorCode.NOT_COORDINATOR
+        now = now_ms()
+        result = self.broker.replicas.append(part, record_batch([outcome.record], now), now)
+        if result.error != ErrorCode.NONE:
+            self.machine.write_failed(tid)
+            log.warning("transactional id %s: writing %s failed: %s", tid, TRANSACTION_STATE_TOPIC,
+                        ErrorCode(result.error).name)
+            return append_error_to_coordinator_error(ErrorCode(result.error))
+        key, value = outcome.record
+        self.machine.replay(key, value)
+        if outcome.transit is not None:
+            log.info("transactional id %s: %s (producer id %d, epoch %d)", tid,
+                     outcome.transit.state.display_name, outcome.transit.producer_id,
+                     outcome.transit.producer_epoch)
+        if outcome.markers is not None:
+            self.markers.send(outcome.markers)
+        return outcome.error
+
+    def init_producer_id(
+        self, tid: str, timeout_ms: int, producer_id: int, epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        outcome = self.machine.init_producer_id(tid, timeout_ms, producer_id, epoch, now_ms())
+        error = self._persist(outcome)
+        return error, outcome.producer_id, outcome.producer_epoch
+
+    def add_partitions(
+        self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition],
+        verify_only: bool = False,
+    ) -> Outcome:
+        outcome = self.machine.add_partitions(
+            tid, producer_id, epoch, list(partitions), now_ms(), verify_only=verify_only
+        )
+        error = self._persist(outcome)
+        if error != outcome.error:
+            return Outcome(tid, error, partition_errors={tp: error for tp in outcome.partition_errors})
+        return outcome
+
+    def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
+        partitions = int(self.broker.config["offsets.topic.num.partitions"])
+        group_partition = self.machine.offsets_partition_for(group_id, partitions)
+        return self._persist(self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms()))
+
+    def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+        return self._persist(self.machine.end_txn(tid, producer_id, epoch, commit, now_ms()))
+
+    def verify(self, tid: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
+        """KIP-890 part 1: a transactional produce must target a partition of the ongoing txn."""
+        if not self._loaded:
+            return ErrorCode.INVALID_TXN_STATE
+        outcome = self.machine.add_partitions(tid, producer_id, epoch, [tp], now_ms(), verify_only=True)
+        error = outcome.partition_errors.get(tp, outcome.error)
+        return ErrorCode.NONE if error == ErrorCode.NONE else ErrorCode.INVALID_TXN_STATE
+
+    def describe(self, tid: str) -> tuple[ErrorCode, TxnMetadata | None]:
+        if not self._loaded:
+            return ErrorCode.NOT_COORDINATOR, None
+        return self.machine.describe(tid)
+
+    def list_transactions(
+        self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int
+    ) -> ListResult:
+        return self.machine.list_transactions(now_ms(), states, producer_ids, duration_ms)
+
+    # -- completion, timeouts, expiration ----------------------------------------------
+
+    def _markers_written(self, tid: str) -> None:
+        outcome = self.machine.complete_markers(tid, now_ms())
+        error = self._persist(outcome)
+        if error != ErrorCode.NONE:
+            log.warning("transactional id %s: completing after markers failed: %s", tid, error.name)
+
+    async def _timer_loop(self) -> None:
+        interval = int(self.broker.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
+        expiration = int(self.broker.config["transactional.id.expiration.ms"])
+        while True:
+            await asyncio.sleep(interval / 1000)
+            if not self._loaded:
+                continue
+            now = now_ms()
+            for outcome in self.machine.abort_timed_out(now):
+                log.info("transactional id %s: aborting, older than its timeout", outcome.transactional_id)
+                self._persist(outcome)
+            for outcome in self.machine.expire_idle(now, expiration):
+                log.info("transactional id %s: expired after %d ms idle",
+                         outcome.transactional_id, expiration)
+                self._persist(outcome)
