@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import ProduceResponse
 
 from broker.handlers.resolve import resolve_partition
+from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
+from protocol.record_batch import HEADER_SIZE, BatchHeader
 
 if TYPE_CHECKING:
     from broker.context import RequestContext
@@ -23,7 +25,24 @@ def _error(index: int, error: ErrorCode, message: str | None = None) -> Any:
     return PartitionResponse(index=index, error_code=error, base_offset=-1, error_message=message)
 
 
-def _append(ctx: RequestContext, topic_data: Any, part_data: Any, acks: int) -> Any:
+def _verify_transaction(
+    ctx: RequestContext, transactional_id: str | None, part: Partition, records: bytes
+) -> ErrorCode:
+    """KIP-890 part 1: a transactional batch must go to a partition of the ongoing
+    transaction, so a late write after an abort cannot open a hanging transaction."""
+    if transactional_id is None or len(records) < HEADER_SIZE:
+        return ErrorCode.NONE  # malformed batches are the log's to reject
+    header = BatchHeader.parse(records)
+    if not header.is_transactional:
+        return ErrorCode.NONE
+    return ctx.broker.transactions.verify(
+        transactional_id, header.producer_id, header.producer_epoch, (part.topic, part.index)
+    )
+
+
+def _append(
+    ctx: RequestContext, transactional_id: str | None, topic_data: Any, part_data: Any, acks: int
+) -> Any:
     index = part_data.index
     part, error = resolve_partition(ctx, topic_data, index)
     if part is None:
@@ -32,6 +51,9 @@ def _append(ctx: RequestContext, topic_data: Any, part_data: Any, acks: int) -> 
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, "cannot append to internal topic")
     if part_data.records is None:
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has null records")
+    error = _verify_transaction(ctx, transactional_id, part, part_data.records)
+    if error != ErrorCode.NONE:
+        return _error(index, error, "partition is not part of the ongoing transaction")
     if acks == -1 and part.log.config.min_insync_replicas > 1:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
     result = ctx.broker.replicas.append(part, part_data.records, ctx.now_ms())
@@ -52,7 +74,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if acks not in (-1, 0, 1):
             parts = [_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
         else:
-            parts = [_append(ctx, topic_data, p, acks) for p in topic_data.partition_data]
+            parts = [
+                _append(ctx, request.transactional_id, topic_data, p, acks)
+                for p in topic_data.partition_data
+            ]
         responses.append(
             R.TopicProduceResponse(
                 name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=parts
