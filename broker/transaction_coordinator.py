@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker.context import now_ms
+from broker.faults import crash_point
 from broker.internal_topics import read_records, record_batch
 from broker.markers import MarkerSender
 from coordinator.transaction import (
@@ -108,12 +109,15 @@ class TransactionCoordinator:
             self.machine.write_failed(tid)
             return ErrorCode.NOT_COORDINATOR
         now = now_ms()
+        state = outcome.transit.state.display_name if outcome.transit else "Dead"
+        crash_point(f"before-txn-log-{state}")
         result = self.broker.replicas.append(part, record_batch([outcome.record], now), now)
         if result.error != ErrorCode.NONE:
             self.machine.write_failed(tid)
             log.warning("transactional id %s: writing %s failed: %s", tid, TRANSACTION_STATE_TOPIC,
                         ErrorCode(result.error).name)
             return append_error_to_coordinator_error(ErrorCode(result.error))
+        crash_point(f"after-txn-log-{state}")
         key, value = outcome.record
         self.machine.replay(key, value)
         if outcome.transit is not None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
 from broker.context import now_ms
+from broker.faults import crash_point
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ def _write_one(broker: Broker, marker: Any, topic: str, index: int) -> ErrorCode
         marker.coordinator_epoch, part.leader_epoch, now_ms(),
     )
     if result.error == ErrorCode.NONE:
+        crash_point("after-marker")
         part.log.update_high_watermark(part.log.log_end_offset)
         part.wake()  # the LSO may have moved: read_committed fetches can proceed
         log.info("%s marker for producer %d at %s-%d offset %d",
