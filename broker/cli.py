@@ -1,4 +1,5 @@
-"""`gregor` command line: `gregor broker --config FILE [--override key=value ...]`."""
+"""`gregor` command line: `gregor broker --config FILE [--override key=value ...]` and
+`gregor transactions --bootstrap-server HOST:PORT list|describe|describe-producers|find-hanging|abort`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import uvloop
 
 from broker.config import ConfigError, load_config
+from broker.tools import transactions as transactions_tool
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
         help="set a config key, overriding the file (repeatable)",
     )
     broker.add_argument("--log-level", default="INFO")
+    transactions_tool.add_parser(sub)
     return parser
 
 
@@ -36,6 +39,8 @@ async def _run_broker(config_path: Path, overrides: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "transactions":
+        return transactions_tool.run(args)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
