@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TextIO, TypeVar
 
 from kafka.errors import KafkaError, TransactionalIdNotFoundError
@@ -235,7 +236,7 @@ def _partitions_to_search(admin: Any, args: argparse.Namespace) -> list[TopicPar
     topics = [args.topic] if args.topic is not None else _call("Failed to list topics", admin.list_topics)
     found = []
     for batch in _batches(sorted(topics)):
-        described = _call(f"Failed to describe {len(batch)} topics", lambda b=batch: admin.describe_topics(b))
+        described = _call(f"Failed to describe {len(batch)} topics", partial(admin.describe_topics, batch))
         for topic in described:
             if topic["error_code"] != 0:
                 raise ToolError(f"Failed to describe topic {topic['name']}: error code {topic['error_code']}")
@@ -251,7 +252,7 @@ def _open_transactions(
     found = []
     for batch in _batches(tps):
         what = f"Failed to describe producers for {len(batch)} partitions"
-        states = _call(what, lambda b=batch: admin.describe_producers(b, broker_id=args.broker_id))
+        states = _call(what, partial(admin.describe_producers, batch, broker_id=args.broker_id))
         found.extend(open_transactions(states))
     return found
 
