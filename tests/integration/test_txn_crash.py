@@ -1,0 +1,378 @@
+"""kill -9 the broker in the middle of a transaction's two-phase commit.
+
+The broker SIGKILLs itself at a crash point (broker/faults.py, env
+GREGOR_CRASH_POINTS) reached while a confluent-kafka transactional producer
+ends a transaction that wrote to 2 topics x 2 partitions:
+
+- before-txn-log-PrepareCommit: PrepareCommit never persisted -> after restart
+  the coordinator still sees Ongoing and aborts it on timeout;
+- after-txn-log-PrepareCommit: persisted, no marker yet -> completed as
+  committed at start-up;
+- after-marker:N: some markers written -> completed at start-up, exactly one
+  marker per partition;
+- the same for an abort (after-txn-log-PrepareAbort, after-marker).
+
+Each test first fully commits an earlier transaction (so crash point counts
+include its PrepareCommit and its 4 markers), then crashes the second one,
+restarts without crash points and checks: nothing committed lost, nothing
+aborted visible to read_committed, no duplicate, one marker per transaction per
+partition, the LSO past the transaction, the state log ends in Complete*, and a
+new producer with the same transactional.id commits afterwards.
+
+When the client saw an error for the commit/abort, the outcome is decided by
+what the coordinator persisted, which the test knows from the crash point; when
+the client saw success, its records must be committed.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from kafka.record.default_records import DefaultRecordBatch
+
+from protocol.transaction_log import decode_key, decode_value
+from tests.integration.harness import (
+    BrokerFactory,
+    BrokerProcess,
+    iter_batches,
+    segment_files,
+    unique_topic,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+TXN_STATE = "__transaction_state"
+TXN_STATE_PARTITIONS = 3
+PER_PARTITION = 5  # records per partition per transaction
+STATUS_NAMES = {
+    0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort",
+    4: "CompleteCommit", 5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence",
+}
+COMMIT, ABORT = "COMMIT", "ABORT"
+
+
+@dataclass(frozen=True)
+class Case:
+    crash_point: str   # GREGOR_CRASH_POINTS value
+    commit: bool       # the crashed transaction ends with commit (else abort)
+    committed: bool    # the outcome the coordinator's persisted state implies
+    timeout_ms: int    # transaction.timeout.ms of the producer
+
+
+CASES = {
+    # PrepareCommit of the 2nd transaction (the 1st is the earlier committed one)
+    # never reaches the log: Ongoing on restart, aborted by the coordinator's timeout.
+    "a-before-PrepareCommit": Case("before-txn-log-PrepareCommit:2", True, False, 3000),
+    "b-after-PrepareCommit": Case("after-txn-log-PrepareCommit:2", True, True, 10000),
+    # the 1st transaction writes 4 markers: :6 is the 2nd marker of the crashed one
+    "c-after-2-commit-markers": Case("after-marker:6", True, True, 10000),
+    "d-after-PrepareAbort": Case("after-txn-log-PrepareAbort", False, False, 10000),
+    "d-after-2-abort-markers": Case("after-marker:6", False, False, 10000),
+    "a-before-PrepareAbort": Case("before-txn-log-PrepareAbort", False, False, 3000),
+}
+
+
+# -- clients -----------------------------------------------------------------------
+
+
+def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, partitions, 1) for t in topics], operation_timeout=10)
+    for f in futures.values():
+        f.result(timeout=20)
+
+
+def txn_producer(bootstrap: str, tid: str, timeout_ms: int) -> Producer:
+    return Producer({
+        "bootstrap.servers": bootstrap,
+        "transactional.id": tid,
+        "transaction.timeout.ms": timeout_ms,
+        "linger.ms": 5,
+        "retry.backoff.ms": 50,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 200,
+    })
+
+
+def init_with_retries(p: Producer, deadline_s: float = 30.0) -> None:
+    """init_transactions, retried while the coordinator finishes an earlier transaction."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            p.init_transactions(10)
+            return
+        except KafkaException as e:
+            err: KafkaError = e.args[0]
+            if time.monotonic() > deadline or not (err.retriable() or err.code() in (
+                KafkaError._TIMED_OUT, KafkaError.CONCURRENT_TRANSACTIONS,
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
+            )):
+                raise
+            time.sleep(0.2)
+
+
+def produce_all(p: Producer, tps: list[tuple[str, int]], tag: str) -> dict[tuple[str, int], list[bytes]]:
+    """PER_PARTITION records to every partition; returns what was sent, flushed."""
+    sent: dict[tuple[str, int], list[bytes]] = {}
+    errors: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    for topic, part in tps:
+        values = [f"{tag}:{topic}:{part}:{i}".encode() for i in range(PER_PARTITION)]
+        for v in values:
+            p.produce(topic, v, key=v[-8:], partition=part, on_delivery=on_delivery)
+        sent[(topic, part)] = values
+    assert p.flush(15) == 0, "records still queued after flush"
+    assert not errors, f"delivery errors: {errors}"
+    return sent
+
+
+def consume(bootstrap: str, tps: list[tuple[str, int]], isolation: str) -> dict[tuple[str, int], list[bytes]]:
+    """Every record of `tps` up to the end (the LSO for read_committed), via partition EOF."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"txn-crash-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": isolation,
+        "fetch.wait.max.ms": 50,
+    })
+    try:
+        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
+        got: dict[tuple[str, int], list[bytes]] = {tp: [] for tp in tps}
+        at_eof: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + 20
+        while at_eof != set(tps):
+            assert time.monotonic() < deadline, f"{isolation} consumer: no EOF for {set(tps) - at_eof}"
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            tp = (msg.topic(), msg.partition())
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_eof.add(tp)
+                continue
+            at_eof.discard(tp)
+            got[tp].append(msg.value())
+        return got
+    finally:
+        c.close()
+
+
+def end_offsets(bootstrap: str, tps: list[tuple[str, int]], committed: bool) -> dict[tuple[str, int], int]:
+    """ListOffsets latest: the LSO (read_committed) or the high watermark."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets(
+        {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}, isolation_level=level,
+        request_timeout=10,
+    )
+    return {(tp.topic, tp.partition): f.result(timeout=15).offset for tp, f in futures.items()}
+
+
+# -- on disk -----------------------------------------------------------------------
+
+
+def disk_batches(partition_dir: Path) -> list[DefaultRecordBatch]:
+    out = []
+    for seg in segment_files(partition_dir):
+        data = seg.read_bytes()
+        for pos, _base, _delta in iter_batches(seg):
+            (length,) = struct.unpack_from(">i", data, pos + 8)
+            out.append(DefaultRecordBatch(data[pos:pos + 12 + length]))
+    return out
+
+
+def markers_on_disk(b: BrokerProcess, topic: str, part: int, producer_id: int) -> list[tuple[int, str, int]]:
+    """(offset, COMMIT|ABORT, epoch) of every control batch of `producer_id`."""
+    out = []
+    for batch in disk_batches(b.partition_dir(topic, part)):
+        if not batch.is_control_batch or batch.producer_id != producer_id:
+            continue
+        for rec in batch:
+            _version, ctype = struct.unpack(">hh", bytes(rec.key[:4]))
+            out.append((rec.offset, COMMIT if ctype == 1 else ABORT, batch.producer_epoch))
+    return out
+
+
+def data_batches_on_disk(b: BrokerProcess, topic: str, part: int) -> list[tuple[int, int, int, int]]:
+    """(baseOffset, producerId, epoch, baseSequence) of every data batch."""
+    return [
+        (batch.base_offset, batch.producer_id, batch.producer_epoch, batch.base_sequence)
+        for batch in disk_batches(b.partition_dir(topic, part)) if not batch.is_control_batch
+    ]
+
+
+def txn_states(b: BrokerProcess, tid: str) -> list[tuple[str, int, int]]:
+    """(state, producer id, epoch) of every `__transaction_state` record for `tid`, in order."""
+    out = []
+    for index in range(TXN_STATE_PARTITIONS):
+        for batch in disk_batches(b.partition_dir(TXN_STATE, index)):
+            for rec in batch:
+                if rec.key is None or decode_key(bytes(rec.key)) != tid:
+                    continue
+                if rec.value is None:
+                    out.append(("<tombstone>", -1, -1))
+                    continue
+                v = decode_value(bytes(rec.value))
+                out.append((STATUS_NAMES.get(v.status, str(v.status)), v.producer_id, v.producer_epoch))
+    return out
+
+
+def compressed(states: list[tuple[str, int, int]]) -> list[str]:
+    out: list[str] = []
+    for s, _pid, _epoch in states:
+        if not out or out[-1] != s:
+            out.append(s)
+    return out
+
+
+# -- the test -----------------------------------------------------------------------
+
+
+def _dead(b: BrokerProcess, timeout: float = 15.0) -> int | None:
+    assert b.proc is not None
+    try:
+        return b.proc.wait(timeout)
+    except Exception:
+        return None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kill9_during_end_txn(
+    name: str, broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = CASES[name]
+    monkeypatch.setenv("GREGOR_CRASH_POINTS", case.crash_point)
+    b = broker_factory({
+        "transaction.state.log.num.partitions": TXN_STATE_PARTITIONS,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
+    })
+    # the broker copies os.environ at start(): later starts run without crash points
+    monkeypatch.delenv("GREGOR_CRASH_POINTS")
+    topics = [unique_topic("txcrash-a"), unique_topic("txcrash-b")]
+    create_topics(b.bootstrap, topics, 2)
+    tps = [(t, p) for t in topics for p in (0, 1)]
+    tid = f"txn-crash-{uuid.uuid4().hex[:8]}"
+
+    # 1. an earlier transaction, fully committed
+    p1 = txn_producer(b.bootstrap, tid, case.timeout_ms)
+    p1.init_transactions(15)
+    p1.begin_transaction()
+    first = produce_all(p1, tps, "first")
+    p1.commit_transaction(15)
+    wait_until(lambda: compressed(txn_states(b, tid))[-1:] == ["CompleteCommit"], 10,
+               msg="first transaction CompleteCommit")
+    assert b.running, "broker crashed during the first (earlier) transaction"
+    t0 = time.monotonic()
+    hw_before = end_offsets(b.bootstrap, tps, committed=False)
+    print(f"end offsets in {time.monotonic() - t0:.2f}s")
+
+    # 2. the transaction the broker dies in
+    p1.begin_transaction()
+    crashed = produce_all(p1, tps, "crashed")
+    client_error: KafkaException | None = None
+    try:
+        if case.commit:
+            p1.commit_transaction(5)
+        else:
+            p1.abort_transaction(5)
+    except KafkaException as e:
+        client_error = e
+    code = _dead(b)
+    assert code == -9, f"broker did not die at {case.crash_point} (exit code {code})"
+    point = case.crash_point.partition(":")[0]
+    assert f"crash point {point} reached" in b.log_text()
+    # what the producer believes: only a successful commit call means "committed"
+    believed_committed = case.commit and client_error is None
+    if believed_committed:
+        assert case.committed, f"client saw {case.crash_point} commit succeed, but nothing was persisted"
+    # the old producer must not retry its EndTxn against the restarted broker
+    p1.purge()
+    t0 = time.monotonic()
+    try:
+        p1.close()  # aborts the transaction it believes open: fails, the broker is down
+    except Exception as e:  # noqa: BLE001 - confluent-kafka raises SystemError here
+        print(f"closing the old producer: {e!r}")
+    print(f"old producer closed in {time.monotonic() - t0:.2f}s")
+    del p1
+
+    # 3. restart without crash points: load __transaction_state, finish Prepare*
+    b.start()
+    expected_final = "CompleteCommit" if case.committed else "CompleteAbort"
+    # (a) waits for the coordinator's timeout; the others complete at load
+    wait_until(lambda: compressed(txn_states(b, tid))[-1:] == [expected_final], 20,
+               msg=f"{tid} reaching {expected_final}; states {compressed(txn_states(b, tid))}")
+    states = txn_states(b, tid)
+    steps = compressed(states)
+    outcome = "Commit" if case.committed else "Abort"
+    assert steps == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit",
+                     "Ongoing", f"Prepare{outcome}", f"Complete{outcome}"], states
+    if not case.committed and case.commit:
+        # aborted by the coordinator's timeout: the epoch was bumped to fence the producer
+        assert states[-1][2] > states[3][2], states
+
+    # the LSO moves past the transaction
+    hw = end_offsets(b.bootstrap, tps, committed=False)
+    lso = wait_until(lambda: (o := end_offsets(b.bootstrap, tps, committed=True)) == hw and o, 10,
+                     msg=f"LSO == high watermark {hw}")
+    for tp in tps:
+        assert hw[tp] == hw_before[tp] + PER_PARTITION + 1, (tp, hw_before[tp], hw[tp])
+        assert lso[tp] == hw[tp]
+
+    # every partition: exactly one marker per transaction for this producer
+    pid = states[0][1]
+    want_marker = COMMIT if case.committed else ABORT
+    for t, part in tps:
+        kinds = [k for _o, k, _e in markers_on_disk(b, t, part, pid)]
+        assert kinds == [COMMIT, want_marker], f"{t}-{part}: markers {markers_on_disk(b, t, part, pid)}"
+
+    # read_committed: the earlier commit, plus the crashed one iff committed; no duplicate
+    expected = {tp: first[tp] + (crashed[tp] if case.committed else []) for tp in tps}
+    assert consume(b.bootstrap, tps, "read_committed") == expected
+    assert consume(b.bootstrap, tps, "read_uncommitted") == {tp: first[tp] + crashed[tp] for tp in tps}
+
+    # 4. the broker keeps serving transactions: a new producer with the same id commits
+    p2 = txn_producer(b.bootstrap, tid, 10000)
+    init_with_retries(p2)
+    p2.begin_transaction()
+    after = produce_all(p2, tps, "after")
+    p2.commit_transaction(15)
+    p2.close()
+    expected = {tp: expected[tp] + after[tp] for tp in tps}
+    wait_until(lambda: end_offsets(b.bootstrap, tps, committed=True)
+               == end_offsets(b.bootstrap, tps, committed=False), 10, msg="LSO after new commit")
+    assert consume(b.bootstrap, tps, "read_committed") == expected
+    final = txn_states(b, tid)
+    assert final[-1][0] == "CompleteCommit" and final[-1][1] == pid, final[-3:]
+
+    # 5. and after a clean restart everything is still as it was
+    b.restart()
+    assert consume(b.bootstrap, tps, "read_committed") == expected
+    b.stop()
+    for t, part in tps:
+        kinds = [k for _o, k, _e in markers_on_disk(b, t, part, pid)]
+        assert kinds == [COMMIT, want_marker, COMMIT], f"{t}-{part}: {markers_on_disk(b, t, part, pid)}"
+        # no batch appended twice (a producer retry is deduplicated by sequence)
+        ids = [(pid_, epoch, seq) for _base, pid_, epoch, seq in data_batches_on_disk(b, t, part)]
+        assert len(ids) == len(set(ids)), f"{t}-{part}: duplicate data batches {ids}"
+
