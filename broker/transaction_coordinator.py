@@ -19,6 +19,7 @@ from broker.faults import crash_point
 from broker.internal_topics import read_records, record_batch
 from broker.markers import MarkerSender
 from coordinator.transaction import (
+    TV2,
     ListResult,
     Outcome,
     TransactionStateMachine,
@@ -137,10 +138,11 @@ class TransactionCoordinator:
 
     def add_partitions(
         self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition],
-        verify_only: bool = False,
+        verify_only: bool = False, transaction_version: int = 0,
     ) -> Outcome:
         outcome = self.machine.add_partitions(
-            tid, producer_id, epoch, list(partitions), now_ms(), verify_only=verify_only
+            tid, producer_id, epoch, list(partitions), now_ms(), verify_only=verify_only,
+            client_transaction_version=transaction_version,
         )
         error = self._persist(outcome)
         if error != outcome.error:
@@ -152,8 +154,19 @@ class TransactionCoordinator:
         group_partition = self.machine.offsets_partition_for(group_id, partitions)
         return self._persist(self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms()))
 
-    def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
-        return self._persist(self.machine.end_txn(tid, producer_id, epoch, commit, now_ms()))
+    def end_txn(
+        self, tid: str, producer_id: int, epoch: int, commit: bool, transaction_version: int
+    ) -> tuple[ErrorCode, int, int]:
+        """The error, and (transaction version 2) the producer id and epoch to use next."""
+        outcome = self.machine.end_txn(tid, producer_id, epoch, commit, now_ms(), transaction_version)
+        return self._persist(outcome), outcome.producer_id, outcome.producer_epoch
+
+    def add_partition_implicitly(
+        self, tid: str, producer_id: int, epoch: int, tp: TopicPartition
+    ) -> ErrorCode:
+        """Transaction version 2 (Produce v12+): the first write to a partition adds it."""
+        outcome = self.add_partitions(tid, producer_id, epoch, [tp], transaction_version=TV2)
+        return outcome.partition_errors.get(tp, outcome.error)
 
     def verify(self, tid: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: a transactional produce must target a partition of the ongoing txn."""

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
+from coordinator.transaction import TV2
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -23,8 +24,21 @@ def _api_keys(broker: Broker) -> list[Any]:
     ]
 
 
+# transaction.version 2 (KIP-890 part 2) is finalized: clients that read it may
+# use EndTxn v5 and Produce v12+; clients that do not keep the older protocol.
+FEATURES_EPOCH = 1
+TRANSACTION_VERSION = "transaction.version"
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    return R(error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.broker), throttle_time_ms=0)
+    return R(
+        error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.broker), throttle_time_ms=0,
+        supported_features=[R.SupportedFeatureKey(name=TRANSACTION_VERSION, min_version=0, max_version=TV2)],
+        finalized_features_epoch=FEATURES_EPOCH,
+        finalized_features=[
+            R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=TV2, min_version_level=TV2)
+        ],
+    )
 
 
 def unsupported_version_response(broker: Broker) -> bytes:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 API_KEY = 0
+FIRST_TV2_PRODUCE = 12
 R = ProduceResponse
 PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
 
@@ -28,16 +29,21 @@ def _error(index: int, error: ErrorCode, message: str | None = None) -> Any:
 def _verify_transaction(
     ctx: RequestContext, transactional_id: str | None, part: Partition, records: bytes
 ) -> ErrorCode:
-    """KIP-890 part 1: a transactional batch must go to a partition of the ongoing
-    transaction, so a late write after an abort cannot open a hanging transaction."""
+    """KIP-890: a transactional batch must go to a partition of the ongoing transaction,
+    so a late write after an abort cannot open a hanging transaction. Produce v12+
+    (transaction version 2) adds the partition itself; older clients must have added it."""
     if transactional_id is None or len(records) < HEADER_SIZE:
         return ErrorCode.NONE  # malformed batches are the log's to reject
     header = BatchHeader.parse(records)
     if not header.is_transactional:
         return ErrorCode.NONE
-    return ctx.broker.transactions.verify(
-        transactional_id, header.producer_id, header.producer_epoch, (part.topic, part.index)
-    )
+    tp = (part.topic, part.index)
+    coordinator = ctx.broker.transactions
+    if ctx.version >= FIRST_TV2_PRODUCE:
+        return coordinator.add_partition_implicitly(
+            transactional_id, header.producer_id, header.producer_epoch, tp
+        )
+    return coordinator.verify(transactional_id, header.producer_id, header.producer_epoch, tp)
 
 
 def _append(

@@ -13,7 +13,7 @@ from kafka.protocol.producer import (
     EndTxnResponse,
 )
 
-from coordinator.transaction import fenced_error_for_version
+from coordinator.transaction import TV2, fenced_error_for_version
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -98,11 +98,12 @@ async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    error = ctx.broker.transactions.end_txn(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    version = TV2 if ctx.version >= 5 else 0  # EndTxn v5: the client speaks transaction version 2
+    error, pid, epoch = ctx.broker.transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed, version
     )
     error = fenced_error_for_version(error, END_TXN, ctx.version)
-    return EndTxnResponse(throttle_time_ms=0, error_code=error)
+    return EndTxnResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
 
 
 async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
@@ -144,7 +145,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {
-    FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 3), ADD_OFFSETS: (0, 4), END_TXN: (0, 4),
+    FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 3), ADD_OFFSETS: (0, 4), END_TXN: (0, 5),
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 HANDLERS = {
