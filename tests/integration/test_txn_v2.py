@@ -84,7 +84,8 @@ def test_produce_adds_partition_and_end_txn_bumps_epoch(client: WireClient) -> N
     assert (ended.producer_id, ended.producer_epoch) == (pid, epoch + 1)  # type: ignore[attr-defined]
     assert _lso(client, topic) == 2  # data + COMMIT marker
     # A delayed write of the finished transaction (old epoch) cannot join the next one.
-    assert _produce_txn(client, tid, topic, pid, epoch, 1, b"late") in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
+    late = _produce_txn(client, tid, topic, pid, epoch, 1, b"late")
+    assert late in (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)
     assert _lso(client, topic) == 2
     # The next transaction runs at the bumped epoch, sequences from 0.
     assert _produce_txn(client, tid, topic, pid, epoch + 1, 0, b"second") == 0
