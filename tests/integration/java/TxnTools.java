@@ -1,0 +1,47 @@
+// The Admin client's KIP-664 calls against a Kafka-compatible broker, as
+// kafka-transactions.sh uses them: listTransactions, describeProducers, then
+// abortTransaction for the open transaction starting at START_OFFSET.
+//
+//   java -cp '.deps/java/*' TxnTools.java BOOTSTRAP TOPIC PARTITION START_OFFSET
+//
+// Prints
+//   listing TRANSACTIONAL_ID STATE        (one per listed transaction)
+//   producer PID epoch EPOCH start OFFSET (one per producer with an open transaction)
+//   aborted PID
+// Exits non-zero when a call fails or no open transaction starts at START_OFFSET.
+
+import java.util.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.common.TopicPartition;
+
+public class TxnTools {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0];
+        TopicPartition tp = new TopicPartition(args[1], Integer.parseInt(args[2]));
+        long startOffset = Long.parseLong(args[3]);
+        Map<String, Object> conf = Map.of(
+                AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap,
+                AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "15000",
+                AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        try (Admin admin = Admin.create(conf)) {
+            for (TransactionListing l : admin.listTransactions().all().get()) {
+                System.out.println("listing " + l.transactionalId() + " " + l.state());
+            }
+            ProducerState open = null;
+            for (ProducerState ps : admin.describeProducers(List.of(tp)).partitionResult(tp).get().activeProducers()) {
+                if (ps.currentTransactionStartOffset().isEmpty()) continue;
+                long start = ps.currentTransactionStartOffset().getAsLong();
+                System.out.println("producer " + ps.producerId() + " epoch " + ps.producerEpoch() + " start " + start);
+                if (start == startOffset) open = ps;
+            }
+            if (open == null) {
+                System.out.println("no open transaction starts at " + startOffset);
+                System.exit(2);
+            }
+            AbortTransactionSpec spec = new AbortTransactionSpec(
+                    tp, open.producerId(), (short) open.producerEpoch(), open.coordinatorEpoch().orElse(0));
+            admin.abortTransaction(spec).all().get();
+            System.out.println("aborted " + open.producerId());
+        }
+    }
+}
