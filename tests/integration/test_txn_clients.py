@@ -91,7 +91,9 @@ def tid(prefix: str) -> str:
 
 
 def values(got: list[Got], topic: str | None = None, partition: int | None = None) -> list[str]:
-    return [v for t, p, _o, v in got if (topic is None or t == topic) and (partition is None or p == partition)]
+    return [
+        v for t, p, _o, v in got if (topic is None or t == topic) and (partition is None or p == partition)
+    ]
 
 
 def by_partition(got: list[Got]) -> dict[TP, list[str]]:
@@ -329,7 +331,7 @@ class JavaDriver:
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"Java driver: no answer to {command!r} in {timeout}s\n{self.err()}") from None
+                raise AssertionError(f"Java: no answer to {command!r} in {timeout}s\n{self.err()}") from None
             if line is None:
                 raise AssertionError(f"Java driver exited during {command!r}\n{self.err()}")
             if not line.startswith("@@ "):
@@ -411,7 +413,9 @@ class Kit:
         self.bootstrap = broker.bootstrap
         self.producers: list[TxnProducer] = []
 
-    def producer(self, transactional_id: str, timeout_ms: int = 60000, own_process: bool = False) -> TxnProducer:
+    def producer(
+        self, transactional_id: str, timeout_ms: int = 60000, own_process: bool = False
+    ) -> TxnProducer:
         p = self._producer(transactional_id, timeout_ms, own_process)
         self.producers.append(p)
         return p
@@ -518,7 +522,8 @@ class KafkaPythonKit(Kit):
 
         c = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, isolation_level=isolation)
         try:
-            return {(tp.topic, tp.partition): o for tp, o in c.end_offsets([KTP(t, p) for t, p in tps]).items()}
+            ends = c.end_offsets([KTP(t, p) for t, p in tps])
+            return {(tp.topic, tp.partition): o for tp, o in ends.items()}
         finally:
             c.close()
 
@@ -563,7 +568,8 @@ class AiokafkaKit(Kit):
                         break
                     batch = await c.getmany(timeout_ms=100)
                     for tp, msgs in batch.items():
-                        got.extend((tp.topic, tp.partition, m.offset, (m.value or b"").decode()) for m in msgs)
+                        got.extend((tp.topic, tp.partition, m.offset, (m.value or b"").decode())
+                                   for m in msgs)
             finally:
                 await c.stop()
             return sorted(got)
@@ -700,7 +706,7 @@ def test_commit_visible_abort_invisible(kit: Kit, txn_broker: BrokerProcess) -> 
 
     p.begin()
     offsets = p.send_all([(topic, 0, v) for v in aborted])
-    assert offsets == [6, 7, 8, 9], "aborted records must be appended after data 0-4 and the COMMIT marker at 5"
+    assert offsets == [6, 7, 8, 9], "aborted records come after data 0-4 and the COMMIT marker at 5"
     # They really are in the log before the abort: read_uncommitted sees them, read_committed not yet.
     assert values(kit.consume(tps, UNCOMMITTED)) == committed1 + aborted
     assert values(kit.consume(tps, COMMITTED)) == committed1
@@ -740,7 +746,7 @@ def test_multi_topic_partition_all_or_nothing(kit: Kit, txn_broker: BrokerProces
     aborted = items("abo")
     assert len(p.send_all(aborted)) == len(aborted)
     half = kit.consume(tps, UNCOMMITTED)
-    assert len(half) == len(committed) + len(aborted), "the aborted transaction's records reached every partition"
+    assert len(half) == len(committed) + len(aborted), "the aborted records reached every partition"
     p.abort()
 
     p.begin()
