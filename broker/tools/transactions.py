@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TextIO, TypeVar
 
-from kafka.errors import KafkaError, TransactionalIdNotFoundError
+from kafka.errors import KafkaError, TransactionalIdNotFoundError, for_code
 from kafka.structs import TopicPartition
 
 MAX_BATCH_SIZE = 500  # partitions / topics per DescribeProducers / Metadata request, as in Kafka
@@ -239,7 +239,8 @@ def _partitions_to_search(admin: Any, args: argparse.Namespace) -> list[TopicPar
         described = _call(f"Failed to describe {len(batch)} topics", partial(admin.describe_topics, batch))
         for topic in described:
             if topic["error_code"] != 0:
-                raise ToolError(f"Failed to describe topic {topic['name']}: error code {topic['error_code']}")
+                error = for_code(topic["error_code"])
+                raise ToolError(f"Failed to describe topic {topic['name']}: {error.__name__}")
             for p in topic["partitions"]:
                 if args.broker_id is None or args.broker_id in p["replica_nodes"]:
                     found.append(TopicPartition(topic["name"], p["partition_index"]))
