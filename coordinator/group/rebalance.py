@@ -32,6 +32,7 @@ from protocol.errors import ErrorCode
 from protocol.group_log import encode_group_metadata_key, encode_group_metadata_value
 
 _S = GroupState
+_MAX_TIMER_ROUNDS = 16
 SKIP_ASSIGNMENT_VERSION = 9  # JoinGroup v9+: a static leader's rejoin skips assignment
 
 
@@ -462,6 +463,15 @@ class Rebalancer:
         return min(deadlines, default=None)
 
     def on_timer(self, group: ClassicGroup, now_ms: int, fx: Effects) -> None:
+        """Fire every deadline due at ``now_ms``, including ones re-armed for ``now_ms`` (a zero
+        initial-rebalance delay extended by a late joiner)."""
+        for _ in range(_MAX_TIMER_ROUNDS):
+            deadline = self.next_deadline_ms(group)
+            if deadline is None or deadline > now_ms:
+                return
+            self._fire(group, now_ms, fx)
+
+    def _fire(self, group: ClassicGroup, now_ms: int, fx: Effects) -> None:
         for member_id, deadline in list(group.pending_members.items()):
             if deadline <= now_ms:
                 group.pending_members.pop(member_id)
