@@ -81,11 +81,9 @@ class TransactionCoordinator:
             if part is None:
                 continue
             self.machine.begin_load(index, part.leader_epoch)
-            count = 0
-            for _offset, key, value in read_records(part):
-                if key is not None:
-                    self.machine.replay(key, value)
-                    count += 1
+            for record in read_records(part):
+                if record.key is not None:
+                    self.machine.replay(record.key, record.value)
             pending.extend(self.machine.finish_load(index))
         self._loaded = True
         log.info("loaded %d transactional ids from %s; %d transactions to complete",
