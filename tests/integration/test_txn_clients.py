@@ -147,10 +147,16 @@ class ConfluentTxn(TxnProducer):
                 "linger.ms": 0,
                 "retry.backoff.ms": 50,
                 "reconnect.backoff.ms": 20,
+                "error_cb": self._on_error,
             }
         )
         self.offsets: list[int] = []
         self.errors: list[Any] = []
+        self.fatal: list[Any] = []
+
+    def _on_error(self, err: Any) -> None:
+        if err.fatal():
+            self.fatal.append(err)
 
     def _cb(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -171,6 +177,8 @@ class ConfluentTxn(TxnProducer):
     def flush(self) -> list[int]:
         left = self.p.flush(30)
         errors, self.errors = self.errors, []
+        if self.fatal:
+            raise KafkaException(self.fatal[0])
         if errors:
             raise KafkaException(errors[0])
         assert left == 0, f"{left} messages not delivered"
@@ -185,6 +193,7 @@ class ConfluentTxn(TxnProducer):
 
     def close(self) -> None:
         self.p.flush(0)
+        del self.p  # librdkafka destroys the handle now, not when the broker is already gone
 
 
 class KafkaPythonTxn(TxnProducer):
@@ -427,6 +436,11 @@ class Kit:
         """Every record of `tps` from the beginning up to the end offset of `isolation`."""
         raise NotImplementedError
 
+    def end_offsets(self, tps: list[TP], isolation: str) -> dict[TP, int] | None:
+        """The client's own ListOffsets latest with `isolation`; None if the client has none
+        (confluent's get_watermark_offsets is the high watermark whatever the isolation)."""
+        return None
+
     def is_fenced(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
@@ -446,6 +460,10 @@ class ConfluentKit(Kit):
         return confluent_consume(self.bootstrap, tps, isolation)
 
     def is_fenced(self, exc: BaseException) -> bool:
+        # A fatal error raised inside a delivery callback reaches Python as a SystemError
+        # whose cause is the KafkaException.
+        while isinstance(exc, SystemError) and (exc.__cause__ or exc.__context__):
+            exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
         if not isinstance(exc, KafkaException):
             return False
         code = exc.args[0].code()
@@ -575,6 +593,21 @@ class AiokafkaKit(Kit):
             return sorted(got)
 
         return list(self.aio.run(go(), timeout=30))
+
+    def end_offsets(self, tps: list[TP], isolation: str) -> dict[TP, int]:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka import TopicPartition as ATP
+
+        async def go() -> dict[TP, int]:
+            c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, isolation_level=isolation)
+            await c.start()
+            try:
+                ends = await c.end_offsets([ATP(t, p) for t, p in tps])
+            finally:
+                await c.stop()
+            return {(tp.topic, tp.partition): o for tp, o in ends.items()}
+
+        return dict(self.aio.run(go(), timeout=30))
 
     def is_fenced(self, exc: BaseException) -> bool:
         import aiokafka.errors as E
@@ -829,6 +862,8 @@ def test_abandoned_transaction_times_out(kit: Kit, txn_broker: BrokerProcess) ->
     assert list_offsets(txn_broker, topic, 0, 1) == 0
     assert list_offsets(txn_broker, topic, 0, 0) == 4
     assert kit.consume(tps, COMMITTED) == []
+    assert kit.end_offsets(tps, COMMITTED) in ({(topic, 0): 0}, None)
+    assert kit.end_offsets(tps, UNCOMMITTED) in ({(topic, 0): 4}, None)
     assert describe_transaction(txn_broker, transactional_id).transaction_state == "Ongoing"
 
     # The coordinator aborts it once transaction.timeout.ms has passed.
@@ -839,6 +874,7 @@ def test_abandoned_transaction_times_out(kit: Kit, txn_broker: BrokerProcess) ->
     assert list_transactions(txn_broker)[transactional_id] == "CompleteAbort"
 
     assert values(kit.consume(tps, COMMITTED)) == ["after-zombie"]
+    assert kit.end_offsets(tps, COMMITTED) in ({(topic, 0): 5}, None)
     assert values(kit.consume(tps, UNCOMMITTED)) == ["zombie-0", "zombie-1", "zombie-2", "after-zombie"]
 
     fresh = kit.producer(transactional_id)
