@@ -10,6 +10,7 @@ import signal
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
+from broker.group_coordinator import GroupCoordinator
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
 from broker.replica_manager import ReplicaManager
@@ -44,6 +45,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
         self.handlers = HANDLER_TABLE
         self.transactions = TransactionCoordinator(self)
+        self.groups = GroupCoordinator(self)
         self._server: asyncio.base_events.Server | None = None
         self._stopping = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
@@ -55,6 +57,7 @@ class Broker:
     async def start(self) -> None:
         self.topics.open_all()
         await self.transactions.start()
+        await self.groups.start()
         listener = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connect, listener.host, listener.port, limit=2**16, reuse_address=True
@@ -110,5 +113,6 @@ class Broker:
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._connections, return_exceptions=True)
         await self.transactions.stop()
+        await self.groups.stop()
         self.log_manager.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)

@@ -4,9 +4,11 @@ from broker.handlers import (
     api_versions,
     configs,
     fetch,
+    groups,
     list_offsets,
     log_dirs,
     metadata,
+    offsets,
     produce,
     producers,
     records,
@@ -19,6 +21,6 @@ from broker.handlers.registry import build_table
 HANDLER_TABLE = build_table(
     [
         api_versions, metadata, produce, producers, fetch, list_offsets,
-        topics, configs, records, log_dirs, transactions, txn_markers,
+        topics, configs, records, log_dirs, transactions, txn_markers, groups, offsets,
     ]
 )

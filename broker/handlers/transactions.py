@@ -31,7 +31,9 @@ PartResult = TopicResult.AddPartitionsToTxnPartitionResult
 def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
     if key_type == TRANSACTION_KEY:
         return ctx.broker.transactions.ensure_loaded() if key else ErrorCode.INVALID_REQUEST
-    return ErrorCode.COORDINATOR_NOT_AVAILABLE  # consumer groups arrive with their issue
+    if key_type == GROUP_KEY:
+        return ctx.broker.groups.ensure_loaded() if key else ErrorCode.INVALID_REQUEST
+    return ErrorCode.INVALID_REQUEST  # share groups (key type 2) are not served
 
 
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:

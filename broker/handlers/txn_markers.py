@@ -10,6 +10,7 @@ from kafka.protocol.producer import WriteTxnMarkersResponse
 
 from broker.context import now_ms
 from broker.faults import crash_point
+from broker.group_coordinator import OFFSETS_TOPIC
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ def _write_one(broker: Broker, marker: Any, topic: str, index: int) -> ErrorCode
         crash_point("after-marker")
         part.log.update_high_watermark(part.log.log_end_offset)
         part.wake()  # the LSO may have moved: read_committed fetches can proceed
+        if topic == OFFSETS_TOPIC:  # pending transactional offsets become committed or go
+            broker.groups.complete_transaction(index, marker.producer_id, marker.transaction_result)
         log.info("%s marker for producer %d at %s-%d offset %d",
                  "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
                  topic, index, result.offset)

@@ -1,0 +1,219 @@
+"""Classic consumer groups: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+DescribeGroups, ListGroups, DeleteGroups."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coordinator.group import JoinRequest, LeaveMember, SyncRequest
+from protocol.errors import ErrorCode
+from protocol.messages import RESPONSES
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE = 11, 12, 13, 14, 15, 16, 42
+
+
+def _unready(ctx: RequestContext) -> ErrorCode | None:
+    error = ctx.broker.groups.ensure_loaded()
+    return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+async def handle_join(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[JOIN]
+    if (error := _unready(ctx)) is not None:
+        return R(
+            throttle_time_ms=0,
+            error_code=error,
+            generation_id=-1,
+            protocol_name=None,
+            leader="",
+            member_id="",
+            members=[],
+        )
+    answer = await ctx.broker.groups.join_group(
+        JoinRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            protocol_type=request.protocol_type,
+            protocols=tuple((p.name, p.metadata) for p in request.protocols),
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms if ctx.version >= 1 else -1,
+            group_instance_id=request.group_instance_id if ctx.version >= 5 else None,
+            client_id=ctx.header.client_id or "",
+            client_host=f"/{ctx.client_host}",
+            api_version=ctx.version,
+        )
+    )
+    return R(
+        throttle_time_ms=0,
+        error_code=answer.error,
+        generation_id=answer.generation_id,
+        protocol_type=answer.protocol_type,
+        protocol_name=answer.protocol_name,
+        leader=answer.leader,
+        skip_assignment=answer.skip_assignment,
+        member_id=answer.member_id,
+        members=[
+            R.JoinGroupResponseMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata
+            )
+            for m in answer.members
+        ],
+    )
+
+
+async def handle_sync(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[SYNC]
+    if (error := _unready(ctx)) is not None:
+        return R(throttle_time_ms=0, error_code=error, assignment=b"")
+    answer = await ctx.broker.groups.sync_group(
+        SyncRequest(
+            group_id=request.group_id,
+            generation_id=request.generation_id,
+            member_id=request.member_id,
+            assignments={a.member_id: a.assignment for a in request.assignments},
+            group_instance_id=request.group_instance_id if ctx.version >= 3 else None,
+            protocol_type=request.protocol_type if ctx.version >= 5 else None,
+            protocol_name=request.protocol_name if ctx.version >= 5 else None,
+        )
+    )
+    return R(
+        throttle_time_ms=0,
+        error_code=answer.error,
+        protocol_type=answer.protocol_type,
+        protocol_name=answer.protocol_name,
+        assignment=answer.assignment,
+    )
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if (error := _unready(ctx)) is None:
+        coordinator = ctx.broker.groups
+        result = coordinator.machine.heartbeat(
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            ctx.now_ms(),
+            request.group_instance_id if ctx.version >= 3 else None,
+        )
+        coordinator.persist(result)
+        error = result.response
+    return RESPONSES[HEARTBEAT](throttle_time_ms=0, error_code=error)
+
+
+async def handle_leave(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[LEAVE]
+    if (error := _unready(ctx)) is not None:
+        return R(throttle_time_ms=0, error_code=error, members=[])
+    if ctx.version >= 3:
+        leaving = [LeaveMember(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [LeaveMember(request.member_id)]
+    coordinator = ctx.broker.groups
+    result = coordinator.machine.leave_group(request.group_id, leaving, ctx.now_ms())
+    coordinator.persist(result)
+    answer = result.response
+    assert answer is not None
+    members = [R.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in answer.members]
+    error = answer.error
+    if ctx.version < 3 and members and error == ErrorCode.NONE:
+        error = ErrorCode(members[0].error_code)  # one member, one top-level error
+    return R(throttle_time_ms=0, error_code=error, members=members)
+
+
+async def handle_describe(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[DESCRIBE]
+    G = R.DescribedGroup
+    if (error := _unready(ctx)) is not None:
+        return R(
+            throttle_time_ms=0,
+            groups=[
+                G(
+                    error_code=error,
+                    group_id=g,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                )
+                for g in request.groups
+            ],
+        )
+    groups = [
+        G(
+            error_code=g.error,
+            group_id=g.group_id,
+            group_state=g.state,
+            protocol_type=g.protocol_type,
+            protocol_data=g.protocol_data,
+            members=[
+                G.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata,
+                    member_assignment=m.assignment,
+                )
+                for m in g.members
+            ],
+        )
+        for g in ctx.broker.groups.machine.describe_groups(request.groups)
+    ]
+    return R(throttle_time_ms=0, groups=groups)
+
+
+async def handle_list(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[LIST]
+    if (error := _unready(ctx)) is not None:
+        return R(throttle_time_ms=0, error_code=error, groups=[])
+    states = request.states_filter if ctx.version >= 4 else []
+    types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
+    error, listed = ctx.broker.groups.machine.list_groups(states)
+    groups = [
+        R.ListedGroup(
+            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
+        )
+        for g in listed
+        if not types or "classic" in types
+    ]
+    return R(throttle_time_ms=0, error_code=error, groups=groups)
+
+
+async def handle_delete(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[DELETE]
+    if (error := _unready(ctx)) is not None:
+        results = {g: error for g in request.groups_names}
+    else:
+        result = ctx.broker.groups.machine.delete_groups(request.groups_names)
+        append_error = ctx.broker.groups.persist(result)
+        assert result.response is not None
+        results = {
+            g: (e if append_error == ErrorCode.NONE else append_error) for g, e in result.response.items()
+        }
+    return R(
+        throttle_time_ms=0,
+        results=[R.DeletableGroupResult(group_id=g, error_code=e) for g, e in results.items()],
+    )
+
+
+VERSIONS = {
+    JOIN: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE: (0, 5),
+    SYNC: (0, 5),
+    DESCRIBE: (0, 5),
+    LIST: (0, 5),
+    DELETE: (0, 2),
+}
+HANDLERS = {
+    JOIN: handle_join,
+    HEARTBEAT: handle_heartbeat,
+    LEAVE: handle_leave,
+    SYNC: handle_sync,
+    DESCRIBE: handle_describe,
+    LIST: handle_list,
+    DELETE: handle_delete,
+}

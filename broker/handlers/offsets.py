@@ -1,0 +1,162 @@
+"""OffsetCommit, OffsetFetch (incl. the batched multi-group versions), OffsetDelete,
+TxnOffsetCommit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from broker.handlers.resolve import topic_name
+from coordinator.group import OffsetCommitInput
+from protocol.errors import ErrorCode
+from protocol.messages import RESPONSES
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+COMMIT, FETCH, DELETE, TXN_COMMIT = 8, 9, 47, 28
+TopicPartition = tuple[str, int]
+
+
+def _unready(ctx: RequestContext) -> ErrorCode | None:
+    error = ctx.broker.groups.ensure_loaded()
+    return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def _inputs(ctx: RequestContext, topics: Any) -> dict[TopicPartition, OffsetCommitInput]:
+    offsets = {}
+    for topic in topics:
+        name, _ = topic_name(ctx, topic)
+        for p in topic.partitions:
+            epoch = getattr(p, "committed_leader_epoch", -1)
+            offsets[(name or "", p.partition_index)] = OffsetCommitInput(
+                p.committed_offset, -1 if epoch is None else epoch, p.committed_metadata
+            )
+    return offsets
+
+
+def _by_topic(errors: dict[TopicPartition, ErrorCode], topic_cls: Any, part_cls: Any) -> list[Any]:
+    topics: dict[str, list[Any]] = {}
+    for (topic, index), error in errors.items():
+        topics.setdefault(topic, []).append(part_cls(partition_index=index, error_code=error))
+    return [topic_cls(name=t, partitions=p) for t, p in topics.items()]
+
+
+async def handle_commit(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[COMMIT]
+    offsets = _inputs(ctx, request.topics)
+    if (error := _unready(ctx)) is not None:
+        errors = dict.fromkeys(offsets, error)
+    else:
+        coordinator = ctx.broker.groups
+        result = coordinator.machine.offset_commit(
+            request.group_id,
+            request.generation_id_or_member_epoch if ctx.version >= 1 else -1,
+            request.member_id if ctx.version >= 1 else "",
+            offsets,
+            ctx.now_ms(),
+            instance_id=request.group_instance_id if ctx.version >= 7 else None,
+            api_version=ctx.version,
+            retention_ms=request.retention_time_ms if 2 <= ctx.version <= 4 else -1,
+        )
+        append_error = coordinator.persist(result)
+        assert result.response is not None
+        errors = {
+            tp: e if append_error == ErrorCode.NONE else append_error for tp, e in result.response.items()
+        }
+    T = R.OffsetCommitResponseTopic
+    return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetCommitResponsePartition))
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> Any:
+    wanted = None
+    if topics is not None:
+        wanted = [(topic_name(ctx, t)[0] or "", i) for t in topics for i in t.partition_indexes]
+    return ctx.broker.groups.machine.offset_fetch(group_id, wanted, require_stable)
+
+
+def _fetched_topics(result: Any, topic_cls: Any, part_cls: Any) -> list[Any]:
+    topics: dict[str, list[Any]] = {}
+    for f in result.partitions:
+        topics.setdefault(f.topic, []).append(
+            part_cls(
+                partition_index=f.partition,
+                committed_offset=f.offset,
+                committed_leader_epoch=f.leader_epoch,
+                metadata=f.metadata,
+                error_code=f.error,
+            )
+        )
+    return [topic_cls(name=t, partitions=p) for t, p in topics.items()]
+
+
+async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[FETCH]
+    unready = _unready(ctx)
+    stable = bool(request.require_stable) if ctx.version >= 7 else False
+    if ctx.version >= 8:
+        G = R.OffsetFetchResponseGroup
+        groups = []
+        for group in request.groups:
+            if unready is not None:
+                groups.append(G(group_id=group.group_id, topics=[], error_code=unready))
+                continue
+            result = _fetch_group(ctx, group.group_id, group.topics, stable)
+            topics = _fetched_topics(
+                result, G.OffsetFetchResponseTopics, G.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
+            )
+            groups.append(G(group_id=group.group_id, topics=topics, error_code=result.error))
+        return R(throttle_time_ms=0, groups=groups)
+    T = R.OffsetFetchResponseTopic
+    if unready is not None:
+        return R(throttle_time_ms=0, topics=[], error_code=unready)
+    result = _fetch_group(ctx, request.group_id, request.topics, stable)
+    topics = _fetched_topics(result, T, T.OffsetFetchResponsePartition)
+    return R(throttle_time_ms=0, topics=topics, error_code=result.error)
+
+
+async def handle_delete(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[DELETE]
+    T = R.OffsetDeleteResponseTopic
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if (error := _unready(ctx)) is not None:
+        return R(error_code=error, throttle_time_ms=0, topics=[])
+    coordinator = ctx.broker.groups
+    result = coordinator.machine.offset_delete(request.group_id, wanted)
+    append_error = coordinator.persist(result)
+    assert result.response is not None
+    errors = dict(result.response.partitions)
+    error = result.response.error if append_error == ErrorCode.NONE else append_error
+    return R(
+        error_code=error, throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetDeleteResponsePartition)
+    )
+
+
+async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
+    R = RESPONSES[TXN_COMMIT]
+    offsets = _inputs(ctx, request.topics)
+    if (error := _unready(ctx)) is not None:
+        errors = dict.fromkeys(offsets, error)
+    else:
+        coordinator = ctx.broker.groups
+        result = coordinator.machine.txn_offset_commit(
+            request.transactional_id,
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            offsets,
+            ctx.now_ms(),
+            generation=request.generation_id if ctx.version >= 3 else -1,
+            member_id=request.member_id if ctx.version >= 3 else "",
+            instance_id=request.group_instance_id if ctx.version >= 3 else None,
+        )
+        append_error = coordinator.persist(result, (request.producer_id, request.producer_epoch))
+        assert result.response is not None
+        errors = {
+            tp: e if append_error == ErrorCode.NONE else append_error for tp, e in result.response.items()
+        }
+    T = R.TxnOffsetCommitResponseTopic
+    return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.TxnOffsetCommitResponsePartition))
+
+
+VERSIONS = {COMMIT: (0, 9), FETCH: (0, 9), DELETE: (0, 0), TXN_COMMIT: (0, 4)}
+HANDLERS = {COMMIT: handle_commit, FETCH: handle_fetch, DELETE: handle_delete, TXN_COMMIT: handle_txn_commit}
