@@ -667,7 +667,7 @@ KITS: dict[str, type[Kit]] = {
 }
 
 
-@pytest.fixture(params=CLIENTS)
+@pytest.fixture(params=[pytest.param(c, marks=[pytest.mark.java] if c == "java" else []) for c in CLIENTS])
 def kit(request: pytest.FixtureRequest, txn_broker: BrokerProcess) -> Iterator[Kit]:
     if request.param == "java":
         require_java()
