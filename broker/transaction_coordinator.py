@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
+VERIFY_ERRORS = {
+    ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE,
+}
 
 
 class TransactionCoordinator:
@@ -164,7 +168,8 @@ class TransactionCoordinator:
     ) -> ErrorCode:
         """Transaction version 2 (Produce v12+): the first write to a partition adds it."""
         outcome = self.add_partitions(tid, producer_id, epoch, [tp], transaction_version=TV2)
-        return outcome.partition_errors.get(tp, outcome.error)
+        error = outcome.partition_errors.get(tp, outcome.error)
+        return VERIFY_ERRORS.get(error, error)
 
     def verify(self, tid: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: a transactional produce must target a partition of the ongoing txn."""
@@ -172,7 +177,9 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TXN_STATE
         outcome = self.machine.add_partitions(tid, producer_id, epoch, [tp], now_ms(), verify_only=True)
         error = outcome.partition_errors.get(tp, outcome.error)
-        return ErrorCode.NONE if error == ErrorCode.NONE else ErrorCode.INVALID_TXN_STATE
+        # Kafka's AddPartitionsToTxnManager: a fenced producer learns it is fenced; a
+        # partition outside the transaction makes the transaction abortable.
+        return VERIFY_ERRORS.get(error, error)
 
     def describe(self, tid: str) -> tuple[ErrorCode, TxnMetadata | None]:
         if not self._loaded:
