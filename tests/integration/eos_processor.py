@@ -105,6 +105,7 @@ class Processor:
             "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 500,
             "retry.backoff.ms": 50,
+            "metadata.recovery.strategy": "none",  # see the producer's
         })
         self.producer = Producer({
             "bootstrap.servers": args.bootstrap,
@@ -115,6 +116,11 @@ class Processor:
             "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 500,
             "retry.backoff.ms": 50,
+            # No KIP-1102 re-bootstrap when the (single) broker is down: it decommissions the
+            # cached group coordinator, and send_offsets_to_transaction then hangs
+            # (librdkafka issue #5511).
+            "metadata.recovery.strategy": "none",
+            **({"debug": os.environ["EOS_DEBUG"]} if os.environ.get("EOS_DEBUG") else {}),
         })
 
     # -- fault hooks --------------------------------------------------------------
@@ -161,9 +167,13 @@ class Processor:
         nparts = len(md.topics[self.args.purchases].partitions)
         if len(self.assigned) != nparts:
             return False
-        for tp in self.consumer.position(self.assigned):
+        positions = self.consumer.position(self.assigned)
+        unread = [tp for tp in positions if tp.offset == OFFSET_INVALID]  # nothing consumed here yet
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.committed(unread, timeout=10)}
+        for tp in positions:
+            offset = committed.get((tp.topic, tp.partition), tp.offset)
             _low, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=False)
-            if tp.offset == OFFSET_INVALID or tp.offset < high:
+            if offset < 0 and high > 0 or offset < high:
                 return False
         return True
 
@@ -188,26 +198,28 @@ class Processor:
             self.producer.produce(self.args.shipments, f"shipment-{pid}".encode(), key=pid.encode())
             if i + 1 == half:
                 self.hook("mid_sends")
-        self.producer.flush(30)
+        self.producer.flush(self.args.api_timeout)
         self.hook("after_sends")
+        if self.args.txn_sleep_ms:
+            time.sleep(self.args.txn_sleep_ms / 1000)
         positions: dict[tuple[str, int], int] = {}
         for m in msgs:
             positions[(m.topic(), m.partition())] = m.offset() + 1
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())]
         where = "send_offsets"
         try:
-            self.producer.send_offsets_to_transaction(offsets, meta, 30)
+            self.producer.send_offsets_to_transaction(offsets, meta, self.args.api_timeout)
             self.hook("after_send_offsets")
-            self.producer.flush(30)
+            self.producer.flush(self.args.api_timeout)
             self.hook("before_commit")
             where = "commit"
-            self.producer.commit_transaction(30)
+            self.producer.commit_transaction(self.args.api_timeout)
         except KafkaException as e:
             fields = error_fields(e)
             emit("txn_error", where=where, txn=self.txn, **fields)
             if fields.get("fatal"):
                 raise
-            self.producer.abort_transaction(30)
+            self.producer.abort_transaction(self.args.api_timeout)  # may raise: exit, be restarted
             emit("aborted", txn=self.txn)
             self.rewind()
             return
@@ -263,6 +275,8 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=120.0)
     ap.add_argument("--session-timeout-ms", type=int, default=2000)
     ap.add_argument("--txn-timeout-ms", type=int, default=10000)
+    ap.add_argument("--api-timeout", type=float, default=15.0, help="timeout of each transactional call (s)")
+    ap.add_argument("--txn-sleep-ms", type=int, default=0, help="pause inside each transaction, after the sends")
     args = ap.parse_args()
     proc = Processor(args)
     try:

@@ -1,0 +1,382 @@
+"""Exactly-once consume-transform-produce across crashes (seed 003's online shop, issue 5).
+
+`purchases` (3 partitions) is turned into `invoices` and `shipments` (2 each)
+by tests/integration/eos_processor.py: a read_committed consumer in a group and
+a transactional producer that commits the consumed positions with
+sendOffsetsToTransaction in the same transaction (confluent-kafka).
+
+- processor crashes: kill -9 at chosen points (mid sends, after sends, after
+  sendOffsetsToTransaction, before commit, after commit) and at random times,
+  restart with the same transactional.id (fencing its predecessor) many times;
+- broker crashes: the broker is kill -9ed and restarted while the processor runs
+  (processor restarted when it gives up);
+- a zombie: a processor frozen (SIGSTOP) mid-transaction loses its partitions to
+  a second processor; when it wakes, its TxnOffsetCommit with the old group
+  metadata is rejected and it aborts.
+
+In the end every purchase has exactly one invoice and one shipment in
+read_committed, and the group's committed offsets (require_stable) equal the
+end offsets of `purchases`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.harness import REPO_ROOT, BrokerFactory, BrokerProcess, unique_topic, wait_until
+
+pytestmark = pytest.mark.integration
+
+PROCESSOR = Path(__file__).with_name("eos_processor.py")
+OVERRIDES = {
+    "group.initial.rebalance.delay.ms": 0,
+    "offsets.topic.num.partitions": 5,
+    "transaction.state.log.num.partitions": 5,
+    "group.min.session.timeout.ms": 1000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
+}
+PURCHASE_PARTITIONS, OUTPUT_PARTITIONS = 3, 2
+# librdkafka's "member was kicked out / stale generation" family on a TxnOffsetCommit
+ZOMBIE_ERRORS = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID"}
+
+
+# -- the shop --------------------------------------------------------------------------
+
+
+class Shop:
+    """Topics and group of one test run."""
+
+    def __init__(self, broker: BrokerProcess, purchases: int) -> None:
+        self.broker = broker
+        self.purchases = unique_topic("purchases")
+        self.invoices = unique_topic("invoices")
+        self.shipments = unique_topic("shipments")
+        self.group = unique_topic("shop")
+        self.n = purchases
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        futures = admin.create_topics([
+            NewTopic(self.purchases, PURCHASE_PARTITIONS, 1),
+            NewTopic(self.invoices, OUTPUT_PARTITIONS, 1),
+            NewTopic(self.shipments, OUTPUT_PARTITIONS, 1),
+        ], operation_timeout=10)
+        for f in futures.values():
+            f.result(timeout=20)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        for i in range(purchases):
+            p.produce(self.purchases, f"purchase-{i}".encode(), key=str(i).encode(),
+                      partition=i % PURCHASE_PARTITIONS)
+        assert p.flush(20) == 0
+
+    def processor(self, txn_id: str, env: dict[str, str] | None = None, **opts: Any) -> ProcessorRun:
+        args = {"batch": 10, "idle-exit": 1.0, "max-seconds": 90, **{k.replace("_", "-"): v for k, v in opts.items()}}
+        argv = [
+            sys.executable, str(PROCESSOR), "--bootstrap", self.broker.bootstrap, "--group", self.group,
+            "--txn-id", txn_id, "--purchases", self.purchases, "--invoices", self.invoices,
+            "--shipments", self.shipments,
+        ]
+        for k, v in args.items():
+            argv += [f"--{k}", str(v)]
+        return ProcessorRun(argv, env or {})
+
+    # -- checks ----------------------------------------------------------------------
+
+    def read(self, topic: str, isolation: str) -> list[str]:
+        tps = [(topic, p) for p in range(OUTPUT_PARTITIONS)]
+        c = Consumer({
+            "bootstrap.servers": self.broker.bootstrap,
+            "group.id": f"eos-check-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.wait.max.ms": 50,
+        })
+        try:
+            c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
+            got: list[str] = []
+            at_eof: set[tuple[str, int]] = set()
+            deadline = time.monotonic() + 30
+            while at_eof != set(tps):
+                assert time.monotonic() < deadline, f"{isolation} read of {topic}: no EOF for {set(tps) - at_eof}"
+                msg = c.poll(0.2)
+                if msg is None:
+                    continue
+                tp = (msg.topic(), msg.partition())
+                if msg.error():
+                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                    at_eof.add(tp)
+                    continue
+                at_eof.discard(tp)
+                got.append(msg.value().decode())
+            return got
+        finally:
+            c.close()
+
+    def end_offsets(self) -> dict[int, int]:
+        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "eos-watermarks"})
+        try:
+            return {
+                p: c.get_watermark_offsets(TopicPartition(self.purchases, p), timeout=10)[1]
+                for p in range(PURCHASE_PARTITIONS)
+            }
+        finally:
+            c.close()
+
+    def committed(self) -> dict[int, int]:
+        """The group's committed offsets, stable (OffsetFetch require_stable)."""
+        c = Consumer({
+            "bootstrap.servers": self.broker.bootstrap, "group.id": self.group,
+            "isolation.level": "read_committed", "enable.auto.commit": False,
+        })
+        try:
+            tps = c.committed([TopicPartition(self.purchases, p) for p in range(PURCHASE_PARTITIONS)], timeout=15)
+            return {tp.partition: tp.offset for tp in tps}
+        finally:
+            c.close()
+
+    def assert_exactly_once(self, expect_aborted: bool = True) -> None:
+        for topic, word in ((self.invoices, "invoice"), (self.shipments, "shipment")):
+            values = self.read(topic, "read_committed")
+            counts = Counter(values)
+            expected = {f"{word}-{i}" for i in range(self.n)}
+            missing = sorted(expected - set(counts), key=lambda v: int(v.split("-")[1]))
+            dups = {v: c for v, c in counts.items() if c > 1}
+            strange = set(counts) - expected
+            assert not missing and not dups and not strange, (
+                f"{topic}: {len(values)} committed records for {self.n} purchases; "
+                f"missing {missing[:20]} ({len(missing)}), duplicated {dict(list(dups.items())[:20])} "
+                f"({len(dups)}), unexpected {sorted(strange)[:10]}"
+            )
+            if expect_aborted:
+                raw = self.read(topic, "read_uncommitted")
+                assert len(raw) > self.n, f"{topic}: no aborted output at all -- did any crash hit a transaction?"
+        ends = self.end_offsets()
+        assert sum(ends.values()) == self.n
+        assert self.committed() == ends, "the group's committed offsets are not the end of purchases"
+
+
+# -- a processor subprocess --------------------------------------------------------------
+
+
+class ProcessorRun:
+    """eos_processor.py as a subprocess; its JSON events collected by a reader thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        )
+        self.events: list[dict[str, Any]] = []
+        self.other: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                try:
+                    self.events.append(json.loads(line))
+                except ValueError:
+                    self.other.append(line.rstrip())
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e["event"] == kind]
+
+    def wait_event(self, kind: str, count: int = 1, timeout: float = 30.0) -> dict[str, Any]:
+        def seen() -> dict[str, Any] | None:
+            found = self.of(kind)
+            if len(found) >= count:
+                return found[count - 1]
+            assert self.proc.poll() is None or len(self.of(kind)) >= count, (
+                f"processor exited {self.proc.returncode} before {count} x {kind}\n{self.transcript()}")
+            return None
+        return wait_until(seen, timeout=timeout, interval=0.02, msg=f"{count} x {kind}")
+
+    def wait(self, timeout: float = 60.0) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"processor still running after {timeout}s\n{self.transcript()}") from None
+        self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self._reader.join(5)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def transcript(self, last: int = 40) -> str:
+        lines = [json.dumps(e) for e in self.events[-last:]] + self.other[-20:]
+        return "--- processor output ---\n" + "\n".join(lines)
+
+
+def brokers_log_has_no_tracebacks(broker: BrokerProcess) -> None:
+    text = broker.log_text()
+    assert "Traceback" not in text, broker.log_tail(80)
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+CRASH_POINTS = ["mid_sends", "after_sends", "after_send_offsets", "before_commit", "after_commit"]
+
+
+def test_processor_killed_at_every_point_exactly_once(broker_factory: BrokerFactory) -> None:
+    """kill -9 at each crash point (and at random moments), restart, until done: exactly once."""
+    seed = int(os.environ.get("EOS_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    print(f"EOS_SEED={seed}")
+    broker = broker_factory(OVERRIDES)
+    shop = Shop(broker, purchases=300)
+    txn_id = unique_topic("shop-processor")
+
+    plan: list[tuple[str, int] | float] = [(p, rng.randint(1, 3)) for p in CRASH_POINTS]
+    plan += [(rng.choice(CRASH_POINTS), rng.randint(1, 3)) for _ in range(3)]
+    plan += [rng.uniform(0.0, 0.3) for _ in range(2)]  # SIGKILL from outside, a random delay after a commit
+    rng.shuffle(plan)
+
+    crashes: list[str] = []
+    committed_txns = 0
+    for step in plan:
+        if isinstance(step, tuple):
+            point, n = step
+            run = shop.processor(txn_id, {"CRASH_AT": f"{point}:{n}"}, batch=rng.randint(3, 8))
+            code = run.wait(60)
+            if code == 0:  # caught up before reaching the crash point
+                break
+            assert code == -signal.SIGKILL, f"processor exited {code}\n{run.transcript()}"
+            crash = run.of("crash")
+            assert crash and crash[0]["point"] == point, run.transcript()
+            crashes.append(f"{point}:{n}")
+        else:
+            run = shop.processor(txn_id, batch=rng.randint(3, 8))
+            try:
+                run.wait_event("committed", timeout=30)
+            except AssertionError:
+                if run.proc.poll() == 0:
+                    break
+                raise
+            time.sleep(step)
+            run.kill()
+            crashes.append(f"random:{step:.2f}")
+        committed_txns += len(run.of("committed"))
+
+    final = shop.processor(txn_id, batch=20)
+    assert final.wait(90) == 0, final.transcript()
+    assert final.of("done"), final.transcript()
+    print(f"crashes: {crashes}; transactions committed before the final run: {committed_txns}")
+    assert len(crashes) >= 6, f"only {len(crashes)} crashes happened before the input ran out: {crashes}"
+    shop.assert_exactly_once()
+    brokers_log_has_no_tracebacks(broker)
+
+
+def test_broker_killed_mid_run_exactly_once(broker_factory: BrokerFactory) -> None:
+    """kill -9 the broker (twice) while the processor runs mid-transaction; restart both as needed."""
+    seed = int(os.environ.get("EOS_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    print(f"EOS_SEED={seed}")
+    broker = broker_factory(OVERRIDES)
+    shop = Shop(broker, purchases=300)
+    txn_id = unique_topic("shop-processor")
+
+    # Slow transactions (a pause between the sends and sendOffsets) so the kills land inside one.
+    runs = [shop.processor(txn_id, batch=5, txn_sleep_ms=40, max_seconds=120)]
+    for kill_after in (rng.randint(3, 8), rng.randint(3, 8)):
+        run = runs[-1]
+        base = len(run.of("committed"))
+        run.wait_event("committed", base + kill_after, timeout=40)
+        broker.kill9()
+        time.sleep(rng.uniform(0.2, 1.0))
+        broker.start()
+        if run.proc.poll() is not None:
+            runs.append(shop.processor(txn_id, batch=5, txn_sleep_ms=40, max_seconds=120))
+        # the run must make progress again after the broker is back
+        run = runs[-1]
+        deadline = time.monotonic() + 45
+        start = len(run.of("committed"))
+        while len(run.of("committed")) <= start:
+            if run.proc.poll() is not None:
+                if run.proc.returncode == 0:
+                    break
+                runs.append(run := shop.processor(txn_id, batch=5, txn_sleep_ms=40, max_seconds=120))
+                start = 0
+            assert time.monotonic() < deadline, f"no progress after the broker restart\n{run.transcript()}"
+            time.sleep(0.05)
+
+    # to the end, restarting the processor when it gives up
+    for _ in range(5):
+        run = runs[-1]
+        code = run.wait(120)
+        if code == 0:
+            break
+        runs.append(shop.processor(txn_id, batch=20, max_seconds=120))
+    assert runs[-1].proc.returncode == 0 and runs[-1].of("done"), runs[-1].transcript()
+    errors = [e for r in runs for e in r.of("txn_error")]
+    print(f"processor runs: {len(runs)}; transaction errors seen: {[(e['where'], e['name']) for e in errors]}")
+    assert broker.starts == 3
+    shop.assert_exactly_once(expect_aborted=False)
+
+
+def test_zombie_processor_fenced_by_txn_offset_commit(broker_factory: BrokerFactory) -> None:
+    """A processor frozen mid-transaction loses its partitions; its stale TxnOffsetCommit is rejected."""
+    broker = broker_factory(OVERRIDES)
+    shop = Shop(broker, purchases=120)
+
+    # A: commits one transaction, then freezes (SIGSTOP) right after the sends of the 2nd.
+    a = shop.processor(unique_topic("shop-a"), {"PAUSE_AT": "after_sends:2"}, batch=10,
+                       session_timeout_ms=1500, txn_timeout_ms=60000, idle_exit=1.0)
+    paused = a.wait_event("paused", timeout=30)
+    assert paused["txn"] == 2
+    wait_until(lambda: _stopped(a.proc.pid), timeout=5, msg="A stopped")
+    assert len(a.of("committed")) == 1
+
+    # B (another transactional.id) takes over once A's session expires, and finishes the input.
+    b = shop.processor(unique_topic("shop-b"), batch=10, session_timeout_ms=1500, idle_exit=1.0)
+    try:
+        assert b.wait(60) == 0, b.transcript()
+        assert shop.committed() == shop.end_offsets()
+
+        # A wakes up and carries on with its transaction: sendOffsetsToTransaction with the
+        # group metadata of its old generation must be rejected, and A aborts.
+        a.signal(signal.SIGCONT)
+        error = a.wait_event("txn_error", timeout=30)
+        print(f"zombie's sendOffsetsToTransaction: {error['name']}: {error['str']}")
+        assert error["txn"] == 2 and error["where"] == "send_offsets", a.transcript()
+        assert error["name"] in ZOMBIE_ERRORS or any(z in error["str"] for z in ZOMBIE_ERRORS), error
+        a.wait_event("aborted", timeout=15)
+        code = a.wait(60)
+        assert code == 0, a.transcript()
+        assert len(a.of("committed")) == 1, "the zombie committed a transaction after waking up"
+    finally:
+        a.kill()
+        b.kill()
+    shop.assert_exactly_once()
+    brokers_log_has_no_tracebacks(broker)
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except FileNotFoundError:
+        return False
