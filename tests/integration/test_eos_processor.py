@@ -247,12 +247,12 @@ def test_processor_killed_at_every_point_exactly_once(broker_factory: BrokerFact
     rng = random.Random(seed)
     print(f"EOS_SEED={seed}")
     broker = broker_factory(OVERRIDES)
-    shop = Shop(broker, purchases=300)
+    shop = Shop(broker, purchases=400)
     txn_id = unique_topic("shop-processor")
 
     plan: list[tuple[str, int] | float] = [(p, rng.randint(1, 3)) for p in CRASH_POINTS]
     plan += [(rng.choice(CRASH_POINTS), rng.randint(1, 3)) for _ in range(3)]
-    plan += [rng.uniform(0.0, 0.3) for _ in range(2)]  # SIGKILL from outside, a random delay after a commit
+    plan += [rng.uniform(0.0, 0.1) for _ in range(2)]  # SIGKILL from outside, a random delay after a commit
     rng.shuffle(plan)
 
     crashes: list[str] = []
@@ -269,7 +269,7 @@ def test_processor_killed_at_every_point_exactly_once(broker_factory: BrokerFact
             assert crash and crash[0]["point"] == point, run.transcript()
             crashes.append(f"{point}:{n}")
         else:
-            run = shop.processor(txn_id, batch=rng.randint(3, 8))
+            run = shop.processor(txn_id, batch=rng.randint(3, 5))
             try:
                 run.wait_event("committed", timeout=30)
             except AssertionError:
@@ -300,26 +300,33 @@ def test_broker_killed_mid_run_exactly_once(broker_factory: BrokerFactory) -> No
     txn_id = unique_topic("shop-processor")
 
     # Slow transactions (a pause between the sends and sendOffsets) so the kills land inside one.
-    runs = [shop.processor(txn_id, batch=5, txn_sleep_ms=40, max_seconds=120)]
-    for kill_after in (rng.randint(3, 8), rng.randint(3, 8)):
+    def start() -> ProcessorRun:
+        return shop.processor(txn_id, batch=5, txn_sleep_ms=40, max_seconds=120, api_timeout=10)
+
+    runs = [start()]
+    # 1st: the broker alone dies and comes back under the running processor;
+    # 2nd: the processor dies with it, a new instance (same transactional.id) starts afterwards.
+    for round_, kill_after in enumerate((rng.randint(3, 8), rng.randint(3, 8))):
         run = runs[-1]
         base = len(run.of("committed"))
         run.wait_event("committed", base + kill_after, timeout=40)
         broker.kill9()
+        if round_ == 1:
+            run.kill()
         time.sleep(rng.uniform(0.2, 1.0))
         broker.start()
         if run.proc.poll() is not None:
-            runs.append(shop.processor(txn_id, batch=5, txn_sleep_ms=40, max_seconds=120))
+            runs.append(start())
         # the run must make progress again after the broker is back
         run = runs[-1]
         deadline = time.monotonic() + 45
-        start = len(run.of("committed"))
-        while len(run.of("committed")) <= start:
+        progress = len(run.of("committed"))
+        while len(run.of("committed")) <= progress:
             if run.proc.poll() is not None:
                 if run.proc.returncode == 0:
                     break
-                runs.append(run := shop.processor(txn_id, batch=5, txn_sleep_ms=40, max_seconds=120))
-                start = 0
+                runs.append(run := start())
+                progress = 0
             assert time.monotonic() < deadline, f"no progress after the broker restart\n{run.transcript()}"
             time.sleep(0.05)
 
@@ -329,7 +336,7 @@ def test_broker_killed_mid_run_exactly_once(broker_factory: BrokerFactory) -> No
         code = run.wait(120)
         if code == 0:
             break
-        runs.append(shop.processor(txn_id, batch=20, max_seconds=120))
+        runs.append(shop.processor(txn_id, batch=20, max_seconds=120, api_timeout=10))
     assert runs[-1].proc.returncode == 0 and runs[-1].of("done"), runs[-1].transcript()
     errors = [e for r in runs for e in r.of("txn_error")]
     print(f"processor runs: {len(runs)}; transaction errors seen: {[(e['where'], e['name']) for e in errors]}")
