@@ -169,7 +169,9 @@ class Processor:
             return False
         positions = self.consumer.position(self.assigned)
         unread = [tp for tp in positions if tp.offset == OFFSET_INVALID]  # nothing consumed here yet
-        committed = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.committed(unread, timeout=10)}
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in self.consumer.committed(unread, timeout=10)
+        }
         for tp in positions:
             offset = committed.get((tp.topic, tp.partition), tp.offset)
             _low, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=False)
@@ -276,7 +278,7 @@ def main() -> int:
     ap.add_argument("--session-timeout-ms", type=int, default=2000)
     ap.add_argument("--txn-timeout-ms", type=int, default=10000)
     ap.add_argument("--api-timeout", type=float, default=15.0, help="timeout of each transactional call (s)")
-    ap.add_argument("--txn-sleep-ms", type=int, default=0, help="pause inside each transaction, after the sends")
+    ap.add_argument("--txn-sleep-ms", type=int, default=0, help="pause in each transaction, after the sends")
     args = ap.parse_args()
     proc = Processor(args)
     try:

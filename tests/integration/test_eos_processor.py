@@ -38,7 +38,16 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.harness import REPO_ROOT, BrokerFactory, BrokerProcess, unique_topic, wait_until
+from tests.integration.harness import (
+    JAVA_DEPS,
+    JAVA_DIR,
+    REPO_ROOT,
+    BrokerFactory,
+    BrokerProcess,
+    require_java,
+    unique_topic,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -82,10 +91,18 @@ class Shop:
                       partition=i % PURCHASE_PARTITIONS)
         assert p.flush(20) == 0
 
-    def processor(self, txn_id: str, env: dict[str, str] | None = None, **opts: Any) -> ProcessorRun:
-        args = {"batch": 10, "idle-exit": 1.0, "max-seconds": 90, **{k.replace("_", "-"): v for k, v in opts.items()}}
+    def processor(
+        self, txn_id: str, env: dict[str, str] | None = None, java: bool = False, **opts: Any
+    ) -> ProcessorRun:
+        """eos_processor.py (or, java=True, java/EosProcessor.java) with these options."""
+        args = {"batch": 10, "idle-exit": 1.0, "max-seconds": 90}
+        args.update({k.replace("_", "-"): v for k, v in opts.items()})
+        if java:
+            command = ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "EosProcessor.java")]
+        else:
+            command = [sys.executable, str(PROCESSOR)]
         argv = [
-            sys.executable, str(PROCESSOR), "--bootstrap", self.broker.bootstrap, "--group", self.group,
+            *command, "--bootstrap", self.broker.bootstrap, "--group", self.group,
             "--txn-id", txn_id, "--purchases", self.purchases, "--invoices", self.invoices,
             "--shipments", self.shipments,
         ]
@@ -111,7 +128,7 @@ class Shop:
             at_eof: set[tuple[str, int]] = set()
             deadline = time.monotonic() + 30
             while at_eof != set(tps):
-                assert time.monotonic() < deadline, f"{isolation} read of {topic}: no EOF for {set(tps) - at_eof}"
+                assert time.monotonic() < deadline, f"{isolation} {topic}: no EOF for {set(tps) - at_eof}"
                 msg = c.poll(0.2)
                 if msg is None:
                     continue
@@ -143,7 +160,8 @@ class Shop:
             "isolation.level": "read_committed", "enable.auto.commit": False,
         })
         try:
-            tps = c.committed([TopicPartition(self.purchases, p) for p in range(PURCHASE_PARTITIONS)], timeout=15)
+            parts = [TopicPartition(self.purchases, p) for p in range(PURCHASE_PARTITIONS)]
+            tps = c.committed(parts, timeout=15)
             return {tp.partition: tp.offset for tp in tps}
         finally:
             c.close()
@@ -163,7 +181,7 @@ class Shop:
             )
             if expect_aborted:
                 raw = self.read(topic, "read_uncommitted")
-                assert len(raw) > self.n, f"{topic}: no aborted output at all -- did any crash hit a transaction?"
+                assert len(raw) > self.n, f"{topic}: no aborted output -- did any crash hit a transaction?"
         ends = self.end_offsets()
         assert sum(ends.values()) == self.n
         assert self.committed() == ends, "the group's committed offsets are not the end of purchases"
@@ -339,7 +357,7 @@ def test_broker_killed_mid_run_exactly_once(broker_factory: BrokerFactory) -> No
         runs.append(shop.processor(txn_id, batch=20, max_seconds=120, api_timeout=10))
     assert runs[-1].proc.returncode == 0 and runs[-1].of("done"), runs[-1].transcript()
     errors = [e for r in runs for e in r.of("txn_error")]
-    print(f"processor runs: {len(runs)}; transaction errors seen: {[(e['where'], e['name']) for e in errors]}")
+    print(f"processor runs: {len(runs)}; transaction errors: {[(e['where'], e['name']) for e in errors]}")
     assert broker.starts == 3
     shop.assert_exactly_once(expect_aborted=False)
 
@@ -387,3 +405,21 @@ def _stopped(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "T"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.java
+def test_java_processor_exactly_once(broker_factory: BrokerFactory) -> None:
+    """The same processor with the Java client: halted mid-transaction twice, then run to the end."""
+    require_java()
+    broker = broker_factory(OVERRIDES)
+    shop = Shop(broker, purchases=150)
+    txn_id = unique_topic("shop-java")
+    for point in ("after_sends:2", "after_send_offsets:2"):
+        run = shop.processor(txn_id, {"CRASH_AT": point}, java=True, batch=10)
+        code = run.wait(90)
+        assert code == 137 and run.of("crash"), f"exit {code}\n{run.transcript()}"
+        assert len(run.of("committed")) == 1, run.transcript()
+    final = shop.processor(txn_id, java=True, batch=20)
+    assert final.wait(90) == 0 and final.of("done"), final.transcript()
+    shop.assert_exactly_once()
+    brokers_log_has_no_tracebacks(broker)

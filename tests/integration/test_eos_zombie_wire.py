@@ -74,7 +74,9 @@ class Member:
         return cls(
             version=JOIN_V, group_id=self.group, session_timeout_ms=30000, rebalance_timeout_ms=10000,
             member_id=self.member_id, group_instance_id=self.instance_id, protocol_type="consumer",
-            protocols=[cls.JoinGroupRequestProtocol(name="range", metadata=consumer_subscription(self.topic))],
+            protocols=[
+                cls.JoinGroupRequestProtocol(name="range", metadata=consumer_subscription(self.topic))
+            ],
         )
 
     def get_member_id(self) -> None:
@@ -159,7 +161,9 @@ class Txn:
         assert resp.node_id == 1
         init = REQUESTS[22](version=3, transactional_id=tid, transaction_timeout_ms=60000,
                             producer_id=-1, producer_epoch=-1)
-        resp = wait_until(lambda: (r := c.call(init, 3)).error_code == 0 and r, timeout=15, msg="InitProducerId")
+        resp = wait_until(
+            lambda: (r := c.call(init, 3)).error_code == 0 and r, timeout=15, msg="InitProducerId"
+        )
         self.pid, self.epoch = resp.producer_id, resp.producer_epoch
 
     def add_offsets(self, group: str) -> None:
@@ -235,8 +239,7 @@ def test_txn_offset_commit_fences_zombie_generation(broker_factory: BrokerFactor
 
         # Pending until the marker: a stable fetch is told to retry, a plain one sees nothing yet.
         err, got = offset_fetch(tx_conn, group, topic, [0], require_stable=True)
-        assert (err, got[0][1]) in {(UNSTABLE_OFFSET_COMMIT, UNSTABLE_OFFSET_COMMIT), (0, UNSTABLE_OFFSET_COMMIT),
-                                    (UNSTABLE_OFFSET_COMMIT, 0)}, (err, got)
+        assert UNSTABLE_OFFSET_COMMIT in (err, got[0][1]), (err, got)
         assert offset_fetch(tx_conn, group, topic, [0], require_stable=False)[1][0][0] == -1
 
         # B joins: A rejoins too, generation 2, partitions 2-3 move to B.
