@@ -45,6 +45,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LIBS = ["confluent", "kafka-python", "aiokafka", "java"]
 POLL_S = 0.1
+KAFKA_PYTHON_POLL_MS = 2000
 MAX_POLL_INTERVAL_MS = 10_000  # also the rebalance timeout of the Java and kafka-python members
 
 
@@ -172,7 +173,11 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, hb
     cmds = stdin_commands()
     while not close_requested(cmds):
         try:
-            polled = c.poll(timeout_ms=int(POLL_S * 1000))
+            # A long poll: with 100 ms, a JoinGroup/SyncGroup round that outlives
+            # one poll() sometimes never completes in kafka-python 3.0.12 (the
+            # SyncGroup answer arrives, the listener is never called and
+            # heartbeats never resume, so the session expires).
+            polled = c.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
         except KafkaError as e:
             emit("error", fatal=True, error=f"{type(e).__name__}: {e}")
             time.sleep(POLL_S)
@@ -255,6 +260,10 @@ RUNNERS: dict[str, Callable[..., None]] = {
 
 
 def main(argv: list[str]) -> None:
+    if os.environ.get("GROUP_MEMBER_DEBUG"):  # client debug logs on stderr, for chasing a failure
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     lib, bootstrap, group, topic, session_ms, hb_ms = argv[:6]
     inst = argv[6] if len(argv) > 6 else None
     RUNNERS[lib](bootstrap, group, topic, int(session_ms), int(hb_ms), inst)
