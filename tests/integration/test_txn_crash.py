@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import struct
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -48,9 +49,13 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from protocol.transaction_log import decode_key, decode_value
 from tests.integration.harness import (
+    JAVA_DEPS,
+    JAVA_DIR,
+    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     iter_batches,
+    require_java,
     segment_files,
     unique_topic,
     wait_until,
@@ -168,13 +173,13 @@ def consume(bootstrap: str, tps: list[tuple[str, int]], isolation: str) -> dict[
             msg = c.poll(0.2)
             if msg is None:
                 continue
-            tp = (msg.topic(), msg.partition())
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+            tp = (str(msg.topic()), int(msg.partition() or 0))
+            if (err := msg.error()) is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
                 at_eof.add(tp)
                 continue
             at_eof.discard(tp)
-            got[tp].append(msg.value())
+            got[tp].append(bytes(msg.value() or b""))
         return got
     finally:
         c.close()
@@ -185,7 +190,8 @@ def end_offsets(bootstrap: str, tps: list[tuple[str, int]], committed: bool) -> 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     futures = admin.list_offsets(
-        {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}, isolation_level=level,
+        {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},  # type: ignore[no-untyped-call]
+        isolation_level=level,
         request_timeout=10,
     )
     return {(tp.topic, tp.partition): f.result(timeout=15).offset for tp, f in futures.items()}
@@ -259,7 +265,7 @@ def check_markers(
             assert markers[len(before) + 1][0] == first_at + 1, f"{t}-{part}: markers {markers}"
         crashed_part[(t, part)] = middle
     doubled = sum(1 for kinds in crashed_part.values() if len(kinds) == 2)
-    assert doubled <= marked_before_crash, f"duplicate markers on partitions not marked before the crash: {crashed_part}"
+    assert doubled <= marked_before_crash, f"duplicate markers on partitions not marked first: {crashed_part}"
     return crashed_part
 
 
@@ -287,20 +293,94 @@ def compressed(states: list[tuple[str, int, int]]) -> list[str]:
     return out
 
 
+# -- the producer side: confluent-kafka in this process, or the Java client --------------
+
+
+@dataclass
+class ProducerRun:
+    first: dict[tuple[str, int], list[bytes]]    # the earlier, committed transaction
+    crashed: dict[tuple[str, int], list[bytes]]  # the transaction the broker died in
+    end_error: str | None                        # what the client saw ending it (None: success)
+
+
+def expected_values(tps: list[tuple[str, int]], tag: str) -> dict[tuple[str, int], list[bytes]]:
+    return {(t, p): [f"{tag}:{t}:{p}:{i}".encode() for i in range(PER_PARTITION)] for t, p in tps}
+
+
+def run_confluent(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: Case) -> ProducerRun:
+    # 1. an earlier transaction, fully committed
+    p1 = txn_producer(b.bootstrap, tid, case.timeout_ms)
+    p1.init_transactions(15)
+    p1.begin_transaction()
+    first = produce_all(p1, tps, "first")
+    p1.commit_transaction(15)
+    wait_until(lambda: compressed(txn_states(b, tid))[-1:] == ["CompleteCommit"], 10,
+               msg="first transaction CompleteCommit")
+    assert b.running, "broker crashed during the first (earlier) transaction"
+
+    # 2. the transaction the broker dies in (the crash is immediate: 3 s is plenty)
+    p1.begin_transaction()
+    crashed = produce_all(p1, tps, "crashed")
+    end_error: str | None = None
+    try:
+        if case.commit:
+            p1.commit_transaction(3)
+        else:
+            p1.abort_transaction(3)
+    except KafkaException as e:
+        end_error = str(e)
+    _wait_crashed(b, case)
+    # the old producer must not retry its EndTxn against the restarted broker. Not
+    # close(): it aborts the transaction it believes open and, the broker being down,
+    # can block for ever; dropping the last reference destroys the client handle.
+    p1.purge()
+    del p1
+    gc.collect()
+    return ProducerRun(first, crashed, end_error)
+
+
+def run_java(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: Case) -> ProducerRun:
+    require_java()
+    topics = sorted({t for t, _p in tps})
+    proc = subprocess.run(
+        ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "TxnCrash.java"), b.bootstrap, tid,
+         str(case.timeout_ms), "commit" if case.commit else "abort", str(PER_PARTITION), *topics],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0 and "FIRST committed" in out and "END " in out, (
+        f"TxnCrash.java exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{proc.stderr[-3000:]}")
+    _wait_crashed(b, case)
+    end = next(line for line in out.splitlines() if line.startswith("END "))
+    return ProducerRun(expected_values(tps, "first"), expected_values(tps, "crashed"),
+                       None if end == "END ok" else end)
+
+
+def _wait_crashed(b: BrokerProcess, case: Case) -> None:
+    assert b.proc is not None
+    try:
+        code = b.proc.wait(15)
+    except subprocess.TimeoutExpired:
+        code = None
+    assert code == -9, f"broker did not die at {case.crash_point} (exit code {code})"
+    point = case.crash_point.partition(":")[0]
+    assert f"crash point {point} reached" in b.log_text()
+
+
+DRIVERS = {"confluent": run_confluent, "java": run_java}
+JAVA_CASES = ["b-after-PrepareCommit", "c-after-2-commit-markers",
+              "d-after-PrepareAbort"]
+PARAMS = [pytest.param("confluent", name, id=name) for name in CASES] + [
+    pytest.param("java", name, id=f"java-{name}", marks=pytest.mark.java) for name in JAVA_CASES
+]
+
+
 # -- the test -----------------------------------------------------------------------
 
 
-def _dead(b: BrokerProcess, timeout: float = 15.0) -> int | None:
-    assert b.proc is not None
-    try:
-        return b.proc.wait(timeout)
-    except Exception:
-        return None
-
-
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(("client", "name"), PARAMS)
 def test_kill9_during_end_txn(
-    name: str, broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+    client: str, name: str, broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     case = CASES[name]
     monkeypatch.setenv("GREGOR_CRASH_POINTS", case.crash_point)
@@ -315,46 +395,15 @@ def test_kill9_during_end_txn(
     tps = [(t, p) for t in topics for p in (0, 1)]
     tid = f"txn-crash-{uuid.uuid4().hex[:8]}"
 
-    # 1. an earlier transaction, fully committed
-    p1 = txn_producer(b.bootstrap, tid, case.timeout_ms)
-    p1.init_transactions(15)
-    p1.begin_transaction()
-    first = produce_all(p1, tps, "first")
-    p1.commit_transaction(15)
-    wait_until(lambda: compressed(txn_states(b, tid))[-1:] == ["CompleteCommit"], 10,
-               msg="first transaction CompleteCommit")
-    assert b.running, "broker crashed during the first (earlier) transaction"
-    t0 = time.monotonic()
-    hw_before = end_offsets(b.bootstrap, tps, committed=False)
-    print(f"end offsets in {time.monotonic() - t0:.2f}s")
-
-    # 2. the transaction the broker dies in
-    p1.begin_transaction()
-    crashed = produce_all(p1, tps, "crashed")
-    client_error: KafkaException | None = None
-    try:
-        if case.commit:
-            p1.commit_transaction(5)
-        else:
-            p1.abort_transaction(5)
-    except KafkaException as e:
-        client_error = e
-    code = _dead(b)
-    assert code == -9, f"broker did not die at {case.crash_point} (exit code {code})"
-    point = case.crash_point.partition(":")[0]
-    assert f"crash point {point} reached" in b.log_text()
+    # 1-2. commit one transaction, then die ending the next one
+    run = DRIVERS[client](b, tid, tps, case)
+    first, crashed = run.first, run.crashed
+    print(f"{client} {name}: the client saw {run.end_error or 'success'} ending the crashed transaction")
+    if point_before_reply(case.crash_point):
+        assert run.end_error is not None, "the client saw success from a broker that died before answering"
     # what the producer believes: only a successful commit call means "committed"
-    believed_committed = case.commit and client_error is None
-    if believed_committed:
+    if case.commit and run.end_error is None:
         assert case.committed, f"client saw {case.crash_point} commit succeed, but nothing was persisted"
-    # the old producer must not retry its EndTxn against the restarted broker. Not
-    # close(): it aborts the transaction it believes open and, the broker being down,
-    # can block for ever; dropping the last reference destroys the client handle.
-    p1.purge()
-    t0 = time.monotonic()
-    del p1
-    gc.collect()
-    print(f"old producer destroyed in {time.monotonic() - t0:.2f}s")
 
     # 3. restart without crash points: load __transaction_state, finish Prepare*
     b.start()
@@ -367,7 +416,7 @@ def test_kill9_during_end_txn(
     outcome = "Commit" if case.committed else "Abort"
     assert steps == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit",
                      "Ongoing", f"Prepare{outcome}", f"Complete{outcome}"], states
-    if not case.committed and case.commit:
+    if point_before_reply(case.crash_point) and case.crash_point.startswith("before-"):
         # aborted by the coordinator's timeout: the epoch was bumped to fence the producer
         assert states[-1][2] > states[3][2], states
 
@@ -386,7 +435,8 @@ def test_kill9_during_end_txn(
     want_marker = COMMIT if case.committed else ABORT
     marker_kinds = check_markers(b, tps, pid, [COMMIT], want_marker, case.markers_before_crash)
     for tp in tps:
-        assert hw[tp] == hw_before[tp] + PER_PARTITION + len(marker_kinds[tp]), (tp, hw_before, hw)
+        # first transaction + its marker, crashed transaction + its marker(s)
+        assert hw[tp] == 2 * PER_PARTITION + 1 + len(marker_kinds[tp]), (tp, hw)
     if not case.committed:
         for t, part in tps:
             aborted = [e for e in txn_index_on_disk(b, t, part) if e[0] == pid]
@@ -422,3 +472,7 @@ def test_kill9_during_end_txn(
         ids = [(pid_, epoch, seq) for _base, pid_, epoch, seq in data_batches_on_disk(b, t, part)]
         assert len(ids) == len(set(ids)), f"{t}-{part}: duplicate data batches {ids}"
 
+
+def point_before_reply(crash_point: str) -> bool:
+    """Crash points on the EndTxn path before its answer: the client must see an error."""
+    return crash_point.startswith(("before-txn-log-Prepare", "after-txn-log-Prepare"))
