@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +191,22 @@ class Shop:
 # -- a processor subprocess --------------------------------------------------------------
 
 
+_RUNS: list[ProcessorRun] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_processors() -> Iterator[None]:
+    """No processor outlives its test (a failed test leaves them running otherwise)."""
+    yield
+    while _RUNS:
+        _RUNS.pop().kill()
+
+
 class ProcessorRun:
     """eos_processor.py as a subprocess; its JSON events collected by a reader thread."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        _RUNS.append(self)
         self.proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
