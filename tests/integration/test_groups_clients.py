@@ -38,6 +38,7 @@ from tests.integration.test_groups_member import (
     LIBS,
     Member,
     Members,
+    close_all,
     committed_offsets,
     compile_group_member,
     create_topic,
@@ -269,8 +270,7 @@ def test_committed_offsets_resume_after_consumer_and_broker_restarts(
         expected = {p: max(c, 0) for p, c in committed.items()}
         assert starts == expected, f"{phase}: started at offsets {starts}, the committed ones were {committed}"
         committed = wait_committed(broker.bootstrap, group, topic)
-        for m in ms:
-            m.close()
+        close_all(ms)
         assert {v for m in ms for v in m.values()} == all_values(values), f"{phase}: re-delivered older records"
     assert committed == {p: 4 * (4 + p) for p in range(PARTITIONS)}
     assert len(everything) == 4 * sum(4 + p for p in range(PARTITIONS))

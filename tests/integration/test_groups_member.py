@@ -384,13 +384,17 @@ class Member:
 
     # -- actions ----------------------------------------------------------------------
 
-    def close(self, timeout: float = 30) -> None:
-        """Close the consumer (dynamic members send LeaveGroup) and wait for the process to exit."""
+    def request_close(self) -> None:
         if self.alive():
             assert self.proc.stdin is not None
             with contextlib.suppress(BrokenPipeError, OSError):
                 self.proc.stdin.write("close\n")
                 self.proc.stdin.flush()
+
+    def close(self, timeout: float = 30) -> None:
+        """Close the consumer (dynamic members send LeaveGroup) and wait for the process to exit."""
+        if self.alive():
+            self.request_close()
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -571,7 +575,17 @@ class Members:
 
     def close(self) -> None:
         for m in self.started:
+            m.request_close()
+        for m in self.started:
             m.stop_quietly()
+
+
+def close_all(members: list[Member]) -> None:
+    """Close members concurrently (each close can take a poll interval or a LeaveGroup round trip)."""
+    for m in members:
+        m.request_close()
+    for m in members:
+        m.close()
 
 
 if __name__ == "__main__":
