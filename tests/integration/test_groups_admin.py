@@ -21,11 +21,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 
-from tests.integration.harness import JAVA_DEPS, JAVA_DIR, REPO_ROOT, BrokerFactory, BrokerProcess, require_java
+from tests.integration.harness import (
+    JAVA_DEPS,
+    JAVA_DIR,
+    REPO_ROOT,
+    BrokerFactory,
+    BrokerProcess,
+    require_java,
+)
 from tests.integration.test_groups_member import (
     Member,
     Members,
@@ -76,7 +89,9 @@ def commit_without_joining(bootstrap: str, group: str, topic: str, offsets: dict
         c.close()
 
 
-def start_live_group(broker: BrokerProcess, members: Members, topic: str, group: str) -> tuple[list[Member], dict[int, int]]:
+def start_live_group(
+    broker: BrokerProcess, members: Members, topic: str, group: str
+) -> tuple[list[Member], dict[int, int]]:
     ms = members.start("confluent", group, topic, ["m1", "m2"], session_ms=3000, heartbeat_ms=300)
     wait_balanced(ms, PARTITIONS)
     values = phase_values(group, {p: 3 + p for p in range(PARTITIONS)})
@@ -169,7 +184,9 @@ def kp_admin(groups: Groups) -> Iterator[KafkaAdminClient]:
         admin.close()
 
 
-def test_kafka_python_admin_lists_describes_and_fetches_offsets(groups: Groups, kp_admin: KafkaAdminClient) -> None:
+def test_kafka_python_admin_lists_describes_and_fetches_offsets(
+    groups: Groups, kp_admin: KafkaAdminClient
+) -> None:
     g = groups
     listed = {x["group_id"]: (x["protocol_type"], x["group_state"]) for x in kp_admin.list_groups()}
     assert listed == {g.live: ("consumer", "Stable"), g.idle: ("", "Empty")}
@@ -214,7 +231,9 @@ def java_group_admin(bootstrap: str, groups: list[str]) -> dict[str, Any]:
         timeout=120,
     )
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"GroupAdmin failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0 and lines, (
+        f"GroupAdmin failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    )
     return dict(json.loads(lines[0][len("RESULT ") :]))
 
 

@@ -119,7 +119,9 @@ def owner_of(ms: list[Member]) -> dict[int, str]:
     return {p: m.name for m in ms for p in m.current()}
 
 
-def assert_exactly_once(ms: list[Member], values: dict[int, list[str]], owners: dict[int, str] | None = None) -> None:
+def assert_exactly_once(
+    ms: list[Member], values: dict[int, list[str]], owners: dict[int, str] | None = None
+) -> None:
     """Each value delivered once, committed, at its produced offset order, to its partition's owner."""
     seen = deliveries(ms)
     for p, vs in values.items():
@@ -133,7 +135,9 @@ def assert_exactly_once(ms: list[Member], values: dict[int, list[str]], owners: 
             if owners is not None:
                 assert name == owners[p], f"{v!r} (partition {p}) consumed by {name}, owner is {owners[p]}"
             offsets.append(offset)
-        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), f"partition {p}: offsets {offsets}"
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), (
+            f"partition {p}: offsets {offsets}"
+        )
 
 
 def assert_redelivered_only_if_uncommitted(ms: list[Member]) -> None:
@@ -179,7 +183,9 @@ def test_three_members_split_partitions_and_consume_exactly_once(
 # -- 2. a member leaves, a member dies ---------------------------------------------------------------
 
 
-def test_member_leaves_and_the_others_take_over(lib: str, group_broker: BrokerProcess, members: Members) -> None:
+def test_member_leaves_and_the_others_take_over(
+    lib: str, group_broker: BrokerProcess, members: Members
+) -> None:
     topic, group = new_topic(group_broker, "leave")
     ms = start_balanced(members, lib, group, topic, ["m1", "m2", "m3"])
     before = phase_values("before", {p: 5 for p in range(PARTITIONS)})
@@ -240,7 +246,9 @@ def restart_broker(broker_factory: BrokerFactory) -> BrokerProcess:
 
 
 @pytest.fixture
-def restart_members(request: pytest.FixtureRequest, restart_broker: BrokerProcess, lib: str) -> Iterator[Members]:
+def restart_members(
+    request: pytest.FixtureRequest, restart_broker: BrokerProcess, lib: str
+) -> Iterator[Members]:
     yield from spawner(request, restart_broker, lib)
 
 
@@ -268,10 +276,14 @@ def test_committed_offsets_resume_after_consumer_and_broker_restarts(
         for _name, p, o, _ok in (d for ds in deliveries(ms).values() for d in ds):
             starts[p] = min(starts.get(p, o), o)
         expected = {p: max(c, 0) for p, c in committed.items()}
-        assert starts == expected, f"{phase}: started at offsets {starts}, the committed ones were {committed}"
+        assert starts == expected, (
+            f"{phase}: started at offsets {starts}, the committed ones were {committed}"
+        )
         committed = wait_committed(broker.bootstrap, group, topic)
         close_all(ms)
-        assert {v for m in ms for v in m.values()} == all_values(values), f"{phase}: re-delivered older records"
+        assert {v for m in ms for v in m.values()} == all_values(values), (
+            f"{phase}: re-delivered older records"
+        )
     assert committed == {p: 4 * (4 + p) for p in range(PARTITIONS)}
     assert len(everything) == 4 * sum(4 + p for p in range(PARTITIONS))
 
@@ -345,7 +357,9 @@ def fence_evidence(lib: str, first: Member, member_id: str) -> list[dict[str, An
     return fenced
 
 
-def test_duplicate_static_instance_fences_the_first(lib: str, group_broker: BrokerProcess, members: Members) -> None:
+def test_duplicate_static_instance_fences_the_first(
+    lib: str, group_broker: BrokerProcess, members: Members
+) -> None:
     topic, group = new_topic(group_broker, "fence")
     a, b = start_static(members, lib, group, topic, ["static-a", "static-b"])
     wait_balanced([a, b], PARTITIONS)
@@ -356,7 +370,9 @@ def test_duplicate_static_instance_fences_the_first(lib: str, group_broker: Brok
     (intruder,) = start_static(members, lib, group, topic, ["static-a"])  # while the first static-a lives
     wait_for(lambda: intruder.current(), 30, "the second static-a's assignment", [a, intruder, b])
     got = intruder.last_assignment()
-    assert got is not None and got["tps"] == a_assignment["tps"], f"second static-a got {got}, first had {a_assignment}"
+    assert got is not None and got["tps"] == a_assignment["tps"], (
+        f"second static-a got {got}, first had {a_assignment}"
+    )
 
     later = phase_values("later", {p: 5 for p in range(PARTITIONS)})
     produce(group_broker.bootstrap, topic, later)

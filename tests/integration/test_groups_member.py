@@ -11,7 +11,8 @@ offset of every partition in the batch synchronously, then reports the batch.
 So a reported batch without a commit error is committed; a member killed
 between poll and commit has reported nothing of that batch.
 
-    python -m tests.integration.test_groups_member LIB BOOTSTRAP GROUP TOPIC SESSION_MS HEARTBEAT_MS [INSTANCE_ID]
+    python -m tests.integration.test_groups_member LIB BOOTSTRAP GROUP TOPIC
+        SESSION_MS HEARTBEAT_MS [INSTANCE_ID]
 
 It writes one JSON event per line on stdout, prefixed "@@ ":
 
@@ -84,7 +85,9 @@ def batch_offsets(recs: list[list[Any]]) -> dict[int, int]:
     return nxt
 
 
-def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None) -> None:
+def run_confluent(
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     conf: dict[str, Any] = {
@@ -138,7 +141,9 @@ def run_confluent(bootstrap: str, group: str, topic: str, session_ms: int, hb_ms
     emit("closed")
 
 
-def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None) -> None:
+def run_kafka_python(
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata, TopicPartition
@@ -197,11 +202,15 @@ def run_kafka_python(bootstrap: str, group: str, topic: str, session_ms: int, hb
     emit("closed")
 
 
-def run_aiokafka(bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None) -> None:
+def run_aiokafka(
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+) -> None:
     asyncio.run(_aiokafka_main(bootstrap, group, topic, session_ms, hb_ms, inst))
 
 
-async def _aiokafka_main(bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None) -> None:
+async def _aiokafka_main(
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
     from aiokafka.errors import KafkaError
     from aiokafka.structs import OffsetAndMetadata, TopicPartition
@@ -224,7 +233,12 @@ async def _aiokafka_main(bootstrap: str, group: str, topic: str, session_ms: int
 
         async def on_partitions_assigned(self, assigned: Any) -> None:
             co = c._coordinator
-            emit("assigned", tps=sorted(tp.partition for tp in assigned), gen=co.generation, member=co.member_id)
+            emit(
+                "assigned",
+                tps=sorted(tp.partition for tp in assigned),
+                gen=co.generation,
+                member=co.member_id,
+            )
 
     await c.start()
     c.subscribe([topic], listener=Listener())
@@ -306,7 +320,9 @@ class Member:
     ) -> None:
         self.lib = lib
         self.name = name or instance_id or lib
-        args = [bootstrap, group, topic, str(session_ms), str(heartbeat_ms)] + ([instance_id] if instance_id else [])
+        args = [bootstrap, group, topic, str(session_ms), str(heartbeat_ms)] + (
+            [instance_id] if instance_id else []
+        )
         self.proc = subprocess.Popen(
             [*member_command(lib, java_classes), *args],
             stdin=subprocess.PIPE,
@@ -378,7 +394,12 @@ class Member:
 
     def describe(self) -> str:
         with self.lock:
-            evs = [e if e["ev"] != "batch" else {"ev": "batch", "n": len(e["recs"]), "commit_error": e["commit_error"]} for e in self.events]
+            evs = [
+                e
+                if e["ev"] != "batch"
+                else {"ev": "batch", "n": len(e["recs"]), "commit_error": e["commit_error"]}
+                for e in self.events
+            ]
             err = "".join(self.stderr[-30:])
         return f"--- member {self.name} ({self.lib}) events: {evs[-40:]}\n--- stderr tail:\n{err}"
 
@@ -399,7 +420,9 @@ class Member:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise AssertionError(f"member {self.name} did not close within {timeout}s\n{self.describe()}") from None
+                raise AssertionError(
+                    f"member {self.name} did not close within {timeout}s\n{self.describe()}"
+                ) from None
         self.ended.wait(5)
         assert self.of("closed"), f"member {self.name} exited without closing\n{self.describe()}"
 
@@ -455,7 +478,12 @@ def produce(bootstrap: str, topic: str, values: dict[int, list[str]]) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
     for part, vs in values.items():
         for v in vs:
-            p.produce(topic, value=v.encode(), partition=part, on_delivery=lambda err, _m: err and failed.append(err))
+            p.produce(
+                topic,
+                value=v.encode(),
+                partition=part,
+                on_delivery=lambda err, _m: err and failed.append(err),
+            )
     assert p.flush(30) == 0, "records not delivered in 30s"
     assert not failed, failed
 
@@ -483,7 +511,9 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets-probe"})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)}
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in range(partitions)
+        }
     finally:
         c.close()
 
@@ -495,7 +525,9 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, members: list[M
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n" + "\n".join(m.describe() for m in members))
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what}\n" + "\n".join(m.describe() for m in members)
+            )
         time.sleep(0.05)
 
 
@@ -517,7 +549,14 @@ def balanced(members: list[Member], partitions: int) -> dict[str, list[int]] | N
 
 
 def wait_balanced(members: list[Member], partitions: int, timeout: float = 30) -> dict[str, list[int]]:
-    return dict(wait_for(lambda: balanced(members, partitions), timeout, f"{partitions} partitions split over {[m.name for m in members]}", members))
+    return dict(
+        wait_for(
+            lambda: balanced(members, partitions),
+            timeout,
+            f"{partitions} partitions split over {[m.name for m in members]}",
+            members,
+        )
+    )
 
 
 def wait_consumed(members: list[Member], values: set[str], timeout: float = 30) -> None:
