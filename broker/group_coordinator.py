@@ -30,6 +30,7 @@ from coordinator.transaction import append_error_to_coordinator_error
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
 from protocol.record_batch import ControlType
+from storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -142,7 +143,7 @@ class GroupCoordinator:
         error = ErrorCode.NOT_COORDINATOR
         if part is not None:
             batch = record_batch(list(records), now, pid, epoch, transactional=pid >= 0)
-            appended = self.broker.replicas.append(part, batch, now)
+            appended = self.broker.replicas.append(part, batch, now, AppendOrigin.COORDINATOR)
             error = ErrorCode(appended.error)
         if error != ErrorCode.NONE:
             completions.extend(self.machine.write_failed(records, error, now))

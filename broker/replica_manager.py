@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from storage.log import AppendResult, Log
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
+from storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,10 @@ class ReplicaManager:
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
 
-    def append(self, part: Partition, records: bytes, now_ms: int) -> AppendResult:
-        result = part.log.append_as_leader(records, part.leader_epoch, now_ms)
+    def append(
+        self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> AppendResult:
+        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin)
         if result.error == 0:
             part.log.update_high_watermark(part.log.log_end_offset)
             part.wake()

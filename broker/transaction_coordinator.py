@@ -27,6 +27,7 @@ from coordinator.transaction import (
     append_error_to_coordinator_error,
 )
 from protocol.errors import ErrorCode
+from storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -114,7 +115,8 @@ class TransactionCoordinator:
         now = now_ms()
         state = outcome.transit.state.display_name if outcome.transit else "Dead"
         crash_point(f"before-txn-log-{state}")
-        result = self.broker.replicas.append(part, record_batch([outcome.record], now), now)
+        batch = record_batch([outcome.record], now)
+        result = self.broker.replicas.append(part, batch, now, AppendOrigin.COORDINATOR)
         if result.error != ErrorCode.NONE:
             self.machine.write_failed(tid)
             log.warning("transactional id %s: writing %s failed: %s", tid, TRANSACTION_STATE_TOPIC,

@@ -322,15 +322,19 @@ class Log:
 
     # -- produce path -------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> AppendResult:
-        """Validate one client batch by its header, assign offsets, append it."""
-        problem = validate_client_batch(records, self.config.max_message_bytes)
+    def append_as_leader(
+        self, records: bytes, leader_epoch: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> AppendResult:
+        """Validate one batch by its header, assign offsets, append it. A coordinator's own
+        batch (origin COORDINATOR: transactional offset commits) carries no sequence numbers,
+        so only its producer epoch is checked, as in Kafka."""
+        problem = validate_client_batch(records, self.config.max_message_bytes, origin)
         if problem is not None:
             error, message = problem
             return AppendResult(error, -1, -1, NO_TIMESTAMP, self._log_start_offset, message)
         received = BatchHeader.parse(records)
         current = self._producer_entry(received)
-        if current is not None:
+        if current is not None and origin is AppendOrigin.CLIENT:
             duplicate = current.find_duplicate(received)
             if duplicate is not None:
                 append_time = duplicate.timestamp if self.config.log_append_time else NO_TIMESTAMP
@@ -347,7 +351,7 @@ class Log:
             header = BatchHeader.parse(buf)
         entry = None
         if current is not None:
-            outcome = validate_data_batch(current, header, AppendOrigin.CLIENT)
+            outcome = validate_data_batch(current, header, origin)
             if isinstance(outcome, AppendError):
                 log.info("%s: producer %d: %s", self.directory.name, header.producer_id, outcome.message)
                 return AppendResult(
@@ -766,7 +770,9 @@ class Log:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def validate_client_batch(records: bytes, max_message_bytes: int) -> tuple[ErrorCode, str] | None:
+def validate_client_batch(
+    records: bytes, max_message_bytes: int, origin: AppendOrigin = AppendOrigin.CLIENT
+) -> tuple[ErrorCode, str] | None:
     """Kafka's produce-path checks for magic v2, from the header only.
     Returns (error, message) or None when the batch may be appended."""
     if len(records) < HEADER_SIZE:
@@ -789,7 +795,7 @@ def validate_client_batch(records: bytes, max_message_bytes: int) -> tuple[Error
         )
     if compute_crc(records, 0, header) != header.crc:
         return ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch"
-    return _validate_header_fields(header)
+    return _validate_header_fields(header, origin)
 
 
 def _looks_like_batch(records: bytes, pos: int) -> bool:
@@ -799,7 +805,7 @@ def _looks_like_batch(records: bytes, pos: int) -> bool:
     return second.magic == 2 and second.batch_length >= MIN_BATCH_LENGTH
 
 
-def _validate_header_fields(header: BatchHeader) -> tuple[ErrorCode, str] | None:
+def _validate_header_fields(header: BatchHeader, origin: AppendOrigin) -> tuple[ErrorCode, str] | None:
     if header.base_offset != 0:
         return ErrorCode.INVALID_RECORD, "the base offset of a produced batch must be 0"
     if header.attributes & COMPRESSION_MASK > max(Compression):
@@ -812,7 +818,7 @@ def _validate_header_fields(header: BatchHeader) -> tuple[ErrorCode, str] | None
         return ErrorCode.INVALID_RECORD, "inconsistent batch offset range"
     if header.is_transactional and not header.has_producer_id:
         return ErrorCode.INVALID_RECORD, "transactional batch without a producer id"
-    if header.has_producer_id and header.base_sequence < 0:
+    if header.has_producer_id and header.base_sequence < 0 and origin is AppendOrigin.CLIENT:
         return ErrorCode.INVALID_RECORD, "idempotent batch with a negative base sequence"
     return None
 
