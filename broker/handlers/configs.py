@@ -164,26 +164,24 @@ def _apply_op(configs: dict[str, str], name: str, op: int, value: str | None) ->
     return None
 
 
-async def handle_alter(ctx: RequestContext, request: Any) -> Any:
-    R = AlterConfigsResponse
+def _alter_all(
+    ctx: RequestContext, request: Any, response: Any, edit_for: Callable[[Any], Edit]
+) -> Any:
     out = []
     for resource in request.resources:
-        error, message = _alter_topic(ctx, resource, _replace_all(resource), request.validate_only)
-        out.append(R.AlterConfigsResourceResponse(
+        error, message = _alter_topic(ctx, resource, edit_for(resource), request.validate_only)
+        out.append(response.AlterConfigsResourceResponse(
             error_code=error, error_message=message, resource_type=resource.resource_type,
             resource_name=resource.resource_name))
-    return R(throttle_time_ms=0, responses=out)
+    return response(throttle_time_ms=0, responses=out)
+
+
+async def handle_alter(ctx: RequestContext, request: Any) -> Any:
+    return _alter_all(ctx, request, AlterConfigsResponse, _replace_all)
 
 
 async def handle_incremental_alter(ctx: RequestContext, request: Any) -> Any:
-    R = IncrementalAlterConfigsResponse
-    out = []
-    for resource in request.resources:
-        error, message = _alter_topic(ctx, resource, _incremental(resource), request.validate_only)
-        out.append(R.AlterConfigsResourceResponse(
-            error_code=error, error_message=message, resource_type=resource.resource_type,
-            resource_name=resource.resource_name))
-    return R(throttle_time_ms=0, responses=out)
+    return _alter_all(ctx, request, IncrementalAlterConfigsResponse, _incremental)
 
 
 VERSIONS = {DESCRIBE: (0, 4), ALTER: (0, 2), INCREMENTAL_ALTER: (0, 1)}
