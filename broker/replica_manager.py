@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from storage.log import AppendResult, Log
+from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.producer_state import AppendOrigin
@@ -77,6 +77,19 @@ class ReplicaManager:
         self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> AppendResult:
         result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin)
+        if result.error == 0:
+            part.log.update_high_watermark(part.log.log_end_offset)
+            part.wake()
+        return result
+
+    def append_txn_marker(
+        self, part: Partition, producer_id: int, producer_epoch: int, commit: bool,
+        coordinator_epoch: int, now_ms: int,
+    ) -> MarkerResult:
+        """A COMMIT/ABORT marker; the LSO may move, so read_committed fetches wake."""
+        result = part.log.append_txn_marker(
+            producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch, now_ms
+        )
         if result.error == 0:
             part.log.update_high_watermark(part.log.log_end_offset)
             part.wake()

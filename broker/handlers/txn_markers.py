@@ -29,14 +29,12 @@ def _write_one(broker: Broker, marker: Any, topic: str, index: int) -> ErrorCode
     part = broker.replicas.partition(topic, index)
     if part is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    result = part.log.append_txn_marker(
-        marker.producer_id, marker.producer_epoch, marker.transaction_result,
-        marker.coordinator_epoch, part.leader_epoch, now_ms(),
+    result = broker.replicas.append_txn_marker(
+        part, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+        marker.coordinator_epoch, now_ms(),
     )
     if result.error == ErrorCode.NONE:
         crash_point("after-marker")
-        part.log.update_high_watermark(part.log.log_end_offset)
-        part.wake()  # the LSO may have moved: read_committed fetches can proceed
         if topic == OFFSETS_TOPIC:  # pending transactional offsets become committed or go
             broker.groups.complete_transaction(index, marker.producer_id, marker.transaction_result)
         log.info("%s marker for producer %d at %s-%d offset %d",
