@@ -21,8 +21,18 @@ A null value is a tombstone: the offset or the group was deleted.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
+
+from protocol.primitives import (
+    EMPTY_TAGGED_FIELDS,
+    I16,
+    I32,
+    I64,
+    Reader,
+    encode_array_len,
+    encode_bytes,
+    encode_string,
+)
 
 OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -30,10 +40,6 @@ GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSIONS = (0, 1, 2, 3, 4)
 GROUP_METADATA_VALUE_VERSIONS = (0, 1, 2, 3, 4)
 GROUP_METADATA_VALUE_VERSION = 3
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 class GroupLogDecodeError(ValueError):
@@ -97,41 +103,17 @@ class GroupMetadataValue:
 # ---------------------------------------------------------------- encoding
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _string(s: str | None, flexible: bool) -> bytes:
-    if s is None:
-        return b"\x00" if flexible else _I16.pack(-1)
-    data = s.encode("utf-8")
-    if flexible:
-        return _uvarint(len(data) + 1) + data
-    if len(data) > 0x7FFF:
-        raise ValueError("string longer than 32767 bytes")
-    return _I16.pack(len(data)) + data
-
-
-def _bytes(b: bytes, flexible: bool) -> bytes:
-    return (_uvarint(len(b) + 1) if flexible else _I32.pack(len(b))) + b
-
-
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     return (
-        _I16.pack(OFFSET_COMMIT_KEY_VERSION)
-        + _string(group, False)
-        + _string(topic, False)
-        + _I32.pack(partition)
+        I16.pack(OFFSET_COMMIT_KEY_VERSION)
+        + encode_string(group, False)
+        + encode_string(topic, False)
+        + I32.pack(partition)
     )
 
 
 def encode_group_metadata_key(group: str) -> bytes:
-    return _I16.pack(GROUP_METADATA_KEY_VERSION) + _string(group, False)
+    return I16.pack(GROUP_METADATA_KEY_VERSION) + encode_string(group, False)
 
 
 def encode_key(key: GroupLogKey) -> bytes:
@@ -150,33 +132,33 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
     if v not in OFFSET_COMMIT_VALUE_VERSIONS:
         raise ValueError(f"unsupported offset commit value version {v}")
     flexible = v >= 4
-    out = bytearray(_I16.pack(v))
-    out += _I64.pack(value.offset)
+    out = bytearray(I16.pack(v))
+    out += I64.pack(value.offset)
     if v >= 3:
-        out += _I32.pack(value.leader_epoch)
-    out += _string(value.metadata, flexible)
-    out += _I64.pack(value.commit_timestamp)
+        out += I32.pack(value.leader_epoch)
+    out += encode_string(value.metadata, flexible)
+    out += I64.pack(value.commit_timestamp)
     if v == 1:
-        out += _I64.pack(value.expire_timestamp)
+        out += I64.pack(value.expire_timestamp)
     if flexible:
-        out += b"\x00"
+        out += EMPTY_TAGGED_FIELDS
     return bytes(out)
 
 
 def _encode_member(m: MemberMetadata, v: int) -> bytes:
     flexible = v >= 4
-    out = bytearray(_string(m.member_id, flexible))
+    out = bytearray(encode_string(m.member_id, flexible))
     if v >= 3:
-        out += _string(m.group_instance_id, flexible)
-    out += _string(m.client_id, flexible)
-    out += _string(m.client_host, flexible)
+        out += encode_string(m.group_instance_id, flexible)
+    out += encode_string(m.client_id, flexible)
+    out += encode_string(m.client_host, flexible)
     if v >= 1:
-        out += _I32.pack(m.rebalance_timeout)
-    out += _I32.pack(m.session_timeout)
-    out += _bytes(m.subscription, flexible)
-    out += _bytes(m.assignment, flexible)
+        out += I32.pack(m.rebalance_timeout)
+    out += I32.pack(m.session_timeout)
+    out += encode_bytes(m.subscription, flexible)
+    out += encode_bytes(m.assignment, flexible)
     if flexible:
-        out += b"\x00"
+        out += EMPTY_TAGGED_FIELDS
     return bytes(out)
 
 
@@ -186,127 +168,61 @@ def encode_group_metadata_value(
     if version not in GROUP_METADATA_VALUE_VERSIONS:
         raise ValueError(f"unsupported group metadata value version {version}")
     flexible = version >= 4
-    out = bytearray(_I16.pack(version))
-    out += _string(value.protocol_type, flexible)
-    out += _I32.pack(value.generation)
-    out += _string(value.protocol, flexible)
-    out += _string(value.leader, flexible)
+    out = bytearray(I16.pack(version))
+    out += encode_string(value.protocol_type, flexible)
+    out += I32.pack(value.generation)
+    out += encode_string(value.protocol, flexible)
+    out += encode_string(value.leader, flexible)
     if version >= 2:
-        out += _I64.pack(value.current_state_timestamp)
+        out += I64.pack(value.current_state_timestamp)
     n = len(value.members)
-    out += _uvarint(n + 1) if flexible else _I32.pack(n)
+    out += encode_array_len(n, flexible)
     for member in value.members:
         out += _encode_member(member, version)
     if flexible:
-        out += b"\x00"
+        out += EMPTY_TAGGED_FIELDS
     return bytes(out)
 
 
 # ---------------------------------------------------------------- decoding
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes | memoryview) -> None:
-        self.buf = memoryview(buf)
-        self.pos = 0
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise GroupLogDecodeError(f"truncated at byte {self.pos} (need {n})")
-        chunk = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def unpack(self, s: struct.Struct) -> int:
-        value: int = s.unpack(self.take(s.size))[0]
-        return value
-
-    def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            byte = self.take(1)[0]
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise GroupLogDecodeError("varint too long")
-
-    def nullable_string(self, flexible: bool) -> str | None:
-        n = self.uvarint() - 1 if flexible else self.unpack(_I16)
-        if n < -1:
-            raise GroupLogDecodeError(f"bad string length {n}")
-        if n == -1:
-            return None
-        try:
-            return bytes(self.take(n)).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise GroupLogDecodeError(f"bad utf-8: {exc}") from exc
-
-    def string(self, flexible: bool) -> str:
-        s = self.nullable_string(flexible)
-        if s is None:
-            raise GroupLogDecodeError("null string where a string is required")
-        return s
-
-    def bytes_(self, flexible: bool) -> bytes:
-        n = self.uvarint() - 1 if flexible else self.unpack(_I32)
-        if n < 0:
-            raise GroupLogDecodeError("null bytes where bytes are required")
-        return bytes(self.take(n))
-
-    def array_len(self, flexible: bool) -> int:
-        n = self.uvarint() - 1 if flexible else self.unpack(_I32)
-        if n < 0:
-            raise GroupLogDecodeError(f"bad array length {n}")
-        if n > len(self.buf) - self.pos:
-            raise GroupLogDecodeError(f"array length {n} exceeds remaining bytes")
-        return n
-
-    def skip_tagged(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-
 def decode_key(data: bytes | memoryview) -> GroupLogKey:
-    reader = _Reader(data)
-    version = reader.unpack(_I16)
+    reader = Reader(data, error=GroupLogDecodeError)
+    version = reader.unpack(I16)
     if version in OFFSET_COMMIT_KEY_VERSIONS:
         group = reader.string(False)
         topic = reader.string(False)
-        return OffsetCommitKey(group, topic, reader.unpack(_I32))
+        return OffsetCommitKey(group, topic, reader.unpack(I32))
     if version == GROUP_METADATA_KEY_VERSION:
         return GroupMetadataKey(reader.string(False))
     raise UnknownRecordVersion("__consumer_offsets key", version)
 
 
 def decode_offset_commit_value(data: bytes | memoryview) -> OffsetCommitValue:
-    reader = _Reader(data)
-    v = reader.unpack(_I16)
+    reader = Reader(data, error=GroupLogDecodeError)
+    v = reader.unpack(I16)
     if v not in OFFSET_COMMIT_VALUE_VERSIONS:
         raise UnknownRecordVersion("offset commit value", v)
     flexible = v >= 4
-    offset = reader.unpack(_I64)
-    leader_epoch = reader.unpack(_I32) if v >= 3 else -1
+    offset = reader.unpack(I64)
+    leader_epoch = reader.unpack(I32) if v >= 3 else -1
     metadata = reader.string(flexible)
-    commit_timestamp = reader.unpack(_I64)
-    expire_timestamp = reader.unpack(_I64) if v == 1 else -1
+    commit_timestamp = reader.unpack(I64)
+    expire_timestamp = reader.unpack(I64) if v == 1 else -1
     if flexible:
         reader.skip_tagged()
     return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
 
 
-def _decode_member(reader: _Reader, v: int) -> MemberMetadata:
+def _decode_member(reader: Reader, v: int) -> MemberMetadata:
     flexible = v >= 4
     member_id = reader.string(flexible)
     instance_id = reader.nullable_string(flexible) if v >= 3 else None
     client_id = reader.string(flexible)
     client_host = reader.string(flexible)
-    rebalance_timeout = reader.unpack(_I32) if v >= 1 else -1
-    session_timeout = reader.unpack(_I32)
+    rebalance_timeout = reader.unpack(I32) if v >= 1 else -1
+    session_timeout = reader.unpack(I32)
     subscription = reader.bytes_(flexible)
     assignment = reader.bytes_(flexible)
     if flexible:
@@ -324,16 +240,16 @@ def _decode_member(reader: _Reader, v: int) -> MemberMetadata:
 
 
 def decode_group_metadata_value(data: bytes | memoryview) -> GroupMetadataValue:
-    reader = _Reader(data)
-    v = reader.unpack(_I16)
+    reader = Reader(data, error=GroupLogDecodeError)
+    v = reader.unpack(I16)
     if v not in GROUP_METADATA_VALUE_VERSIONS:
         raise UnknownRecordVersion("group metadata value", v)
     flexible = v >= 4
     protocol_type = reader.string(flexible)
-    generation = reader.unpack(_I32)
+    generation = reader.unpack(I32)
     protocol = reader.nullable_string(flexible)
     leader = reader.nullable_string(flexible)
-    timestamp = reader.unpack(_I64) if v >= 2 else -1
+    timestamp = reader.unpack(I64) if v >= 2 else -1
     members = tuple(_decode_member(reader, v) for _ in range(reader.array_len(flexible)))
     if flexible:
         reader.skip_tagged()
@@ -344,8 +260,8 @@ def parse_consumer_subscription_topics(metadata: bytes) -> frozenset[str] | None
     """Topics of a ConsumerProtocolSubscription (any version: i16 version, then [string] topics,
     never flexible), or None when the bytes are not one."""
     try:
-        reader = _Reader(metadata)
-        reader.unpack(_I16)
+        reader = Reader(metadata, error=GroupLogDecodeError)
+        reader.unpack(I16)
         return frozenset(reader.string(False) for _ in range(reader.array_len(False)))
     except GroupLogDecodeError:
         return None

@@ -17,17 +17,24 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from protocol.primitives import (
+    EMPTY_TAGGED_FIELDS,
+    I8,
+    I16,
+    I32,
+    I64,
+    Reader,
+    encode_array_len,
+    encode_string,
+    encode_tagged_fields,
+)
+
 KEY_VERSION = 0
 VALUE_VERSIONS = (0, 1)
 
 _TAG_PREVIOUS_PRODUCER_ID = 0
 _TAG_NEXT_PRODUCER_ID = 1
 _TAG_CLIENT_TRANSACTION_VERSION = 2
-
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 PartitionsField = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -61,58 +68,31 @@ class TxnLogValue:
 # ---------------------------------------------------------------- encoding
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _string(s: str, flexible: bool) -> bytes:
-    data = s.encode("utf-8")
-    if flexible:
-        return _uvarint(len(data) + 1) + data
-    if len(data) > 0x7FFF:
-        raise ValueError("string longer than 32767 bytes")
-    return _I16.pack(len(data)) + data
-
-
-def _array_len(n: int | None, flexible: bool) -> bytes:
-    if flexible:
-        return _uvarint(0 if n is None else n + 1)
-    return _I32.pack(-1 if n is None else n)
-
-
 def encode_key(transactional_id: str) -> bytes:
-    return _I16.pack(KEY_VERSION) + _string(transactional_id, flexible=False)
+    return I16.pack(KEY_VERSION) + encode_string(transactional_id, flexible=False)
 
 
 def _encode_partitions(partitions: PartitionsField | None, flexible: bool) -> bytes:
-    out = bytearray(_array_len(None if partitions is None else len(partitions), flexible))
+    out = bytearray(encode_array_len(None if partitions is None else len(partitions), flexible))
     for topic, ids in partitions or ():
-        out += _string(topic, flexible)
-        out += _array_len(len(ids), flexible)
+        out += encode_string(topic, flexible)
+        out += encode_array_len(len(ids), flexible)
         for pid in ids:
-            out += _I32.pack(pid)
+            out += I32.pack(pid)
         if flexible:
-            out += b"\x00"
+            out += EMPTY_TAGGED_FIELDS
     return bytes(out)
 
 
 def _tagged_fields(value: TxnLogValue) -> bytes:
     fields: list[tuple[int, bytes]] = []
     if value.previous_producer_id != -1:
-        fields.append((_TAG_PREVIOUS_PRODUCER_ID, _I64.pack(value.previous_producer_id)))
+        fields.append((_TAG_PREVIOUS_PRODUCER_ID, I64.pack(value.previous_producer_id)))
     if value.next_producer_id != -1:
-        fields.append((_TAG_NEXT_PRODUCER_ID, _I64.pack(value.next_producer_id)))
+        fields.append((_TAG_NEXT_PRODUCER_ID, I64.pack(value.next_producer_id)))
     if value.client_transaction_version != 0:
-        fields.append((_TAG_CLIENT_TRANSACTION_VERSION, _I16.pack(value.client_transaction_version)))
-    out = bytearray(_uvarint(len(fields)))
-    for tag, data in fields:
-        out += _uvarint(tag) + _uvarint(len(data)) + data
-    return bytes(out)
+        fields.append((_TAG_CLIENT_TRANSACTION_VERSION, I16.pack(value.client_transaction_version)))
+    return encode_tagged_fields(fields)
 
 
 def encode_value(value: TxnLogValue, version: int = 1) -> bytes:
@@ -120,14 +100,14 @@ def encode_value(value: TxnLogValue, version: int = 1) -> bytes:
     if version not in VALUE_VERSIONS:
         raise ValueError(f"unsupported transaction log value version {version}")
     flexible = version >= 1
-    out = bytearray(_I16.pack(version))
-    out += _I64.pack(value.producer_id)
-    out += _I16.pack(value.producer_epoch)
-    out += _I32.pack(value.timeout_ms)
-    out += _I8.pack(value.status)
+    out = bytearray(I16.pack(version))
+    out += I64.pack(value.producer_id)
+    out += I16.pack(value.producer_epoch)
+    out += I32.pack(value.timeout_ms)
+    out += I8.pack(value.status)
     out += _encode_partitions(value.partitions, flexible)
-    out += _I64.pack(value.last_update_ms)
-    out += _I64.pack(value.start_ms)
+    out += I64.pack(value.last_update_ms)
+    out += I64.pack(value.start_ms)
     if flexible:
         out += _tagged_fields(value)
     return bytes(out)
@@ -136,79 +116,25 @@ def encode_value(value: TxnLogValue, version: int = 1) -> bytes:
 # ---------------------------------------------------------------- decoding
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes | memoryview) -> None:
-        self.buf = memoryview(buf)
-        self.pos = 0
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise TransactionLogDecodeError(f"truncated at byte {self.pos} (need {n})")
-        chunk = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def unpack(self, s: struct.Struct) -> int:
-        value: int = s.unpack(self.take(s.size))[0]
-        return value
-
-    def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            byte = self.take(1)[0]
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise TransactionLogDecodeError("varint too long")
-
-    def string(self, flexible: bool) -> str:
-        n = self.uvarint() - 1 if flexible else self.unpack(_I16)
-        if n < 0:
-            raise TransactionLogDecodeError("null string where a string is required")
-        try:
-            return bytes(self.take(n)).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TransactionLogDecodeError(f"bad utf-8: {exc}") from exc
-
-    def array_len(self, flexible: bool) -> int | None:
-        n = self.uvarint() - 1 if flexible else self.unpack(_I32)
-        if n < -1:
-            raise TransactionLogDecodeError(f"bad array length {n}")
-        if n > len(self.buf) - self.pos:
-            raise TransactionLogDecodeError(f"array length {n} exceeds remaining bytes")
-        return None if n == -1 else n
-
-    def skip_tagged(self) -> dict[int, memoryview]:
-        fields: dict[int, memoryview] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self.take(self.uvarint())
-        return fields
-
-
 def decode_key(data: bytes | memoryview) -> str:
-    reader = _Reader(data)
-    version = reader.unpack(_I16)
+    reader = Reader(data, error=TransactionLogDecodeError)
+    version = reader.unpack(I16)
     if version != KEY_VERSION:
         raise UnknownRecordVersion("transaction log key", version)
     return reader.string(flexible=False)
 
 
-def _decode_partitions(reader: _Reader, flexible: bool) -> PartitionsField | None:
-    count = reader.array_len(flexible)
+def _decode_partitions(reader: Reader, flexible: bool) -> PartitionsField | None:
+    count = reader.nullable_array_len(flexible)
     if count is None:
         return None
     entries: list[tuple[str, tuple[int, ...]]] = []
     for _ in range(count):
         topic = reader.string(flexible)
-        n = reader.array_len(flexible)
+        n = reader.nullable_array_len(flexible)
         if n is None:
             raise TransactionLogDecodeError("null PartitionIds")
-        ids = tuple(reader.unpack(_I32) for _ in range(n))
+        ids = tuple(reader.unpack(I32) for _ in range(n))
         if flexible:
             reader.skip_tagged()
         entries.append((topic, ids))
@@ -226,18 +152,18 @@ def _tagged_int(fields: dict[int, memoryview], tag: int, s: struct.Struct, defau
 
 
 def decode_value(data: bytes | memoryview) -> TxnLogValue:
-    reader = _Reader(data)
-    version = reader.unpack(_I16)
+    reader = Reader(data, error=TransactionLogDecodeError)
+    version = reader.unpack(I16)
     if version not in VALUE_VERSIONS:
         raise UnknownRecordVersion("transaction log value", version)
     flexible = version >= 1
-    producer_id = reader.unpack(_I64)
-    producer_epoch = reader.unpack(_I16)
-    timeout_ms = reader.unpack(_I32)
-    status = reader.unpack(_I8)
+    producer_id = reader.unpack(I64)
+    producer_epoch = reader.unpack(I16)
+    timeout_ms = reader.unpack(I32)
+    status = reader.unpack(I8)
     partitions = _decode_partitions(reader, flexible)
-    last_update_ms = reader.unpack(_I64)
-    start_ms = reader.unpack(_I64)
+    last_update_ms = reader.unpack(I64)
+    start_ms = reader.unpack(I64)
     tagged = reader.skip_tagged() if flexible else {}
     return TxnLogValue(
         producer_id=producer_id,
@@ -247,7 +173,7 @@ def decode_value(data: bytes | memoryview) -> TxnLogValue:
         partitions=partitions,
         last_update_ms=last_update_ms,
         start_ms=start_ms,
-        previous_producer_id=_tagged_int(tagged, _TAG_PREVIOUS_PRODUCER_ID, _I64, -1),
-        next_producer_id=_tagged_int(tagged, _TAG_NEXT_PRODUCER_ID, _I64, -1),
-        client_transaction_version=_tagged_int(tagged, _TAG_CLIENT_TRANSACTION_VERSION, _I16, 0),
+        previous_producer_id=_tagged_int(tagged, _TAG_PREVIOUS_PRODUCER_ID, I64, -1),
+        next_producer_id=_tagged_int(tagged, _TAG_NEXT_PRODUCER_ID, I64, -1),
+        client_transaction_version=_tagged_int(tagged, _TAG_CLIENT_TRANSACTION_VERSION, I16, 0),
     )
