@@ -78,7 +78,7 @@ def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_group_member(tmp_path_factory.mktemp("group-member-classes"))
 
 
-@pytest.fixture(params=LIBS)
+@pytest.fixture(params=[pytest.param(x, marks=pytest.mark.java) if x == "java" else x for x in LIBS])
 def lib(request: pytest.FixtureRequest) -> str:
     if request.param == "java":
         request.getfixturevalue("java_classes")
