@@ -25,3 +25,12 @@ def test_bad_override_value_stops_start_up(tmp_path: Path) -> None:
     result = _run(tmp_path, f"log.dirs: {tmp_path}/data\n", "--override", "num.partitions=lots")
     assert result.returncode == 2
     assert "'num.partitions'" in result.stderr
+
+
+def test_data_dir_of_another_node_stops_start_up(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.properties").write_text("version=1\nnode.id=7\ncluster.id=abc\n")
+    result = _run(tmp_path, f"log.dirs: {data}\nnode.id: 1\n")
+    assert result.returncode == 2
+    assert "another broker" in result.stderr and "7" in result.stderr
