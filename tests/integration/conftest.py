@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import BrokerFactory, BrokerProcess
+from tests.integration.harness import BrokerFactory, BrokerProcess, started_broker
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,11 +43,13 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 
 @pytest.fixture(scope="module")
 def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    factory = BrokerFactory(tmp_path_factory.mktemp("module-broker"))
-    try:
-        yield factory()
-    finally:
-        factory.close()
+    with started_broker(tmp_path_factory.mktemp("module-broker")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def bootstrap(module_broker: BrokerProcess) -> str:
+    return module_broker.bootstrap
 
 
 def _brokers_of(item: pytest.Item) -> list[BrokerProcess]:

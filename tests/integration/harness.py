@@ -8,6 +8,7 @@ dir and its stderr log, all under one work dir. It can be stopped cleanly
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -227,6 +228,16 @@ class BrokerFactory:
             b.close()
 
 
+@contextlib.contextmanager
+def started_broker(base: Path, overrides: dict[str, Any] | None = None) -> Iterator[BrokerProcess]:
+    """One broker under `base` (for module-scoped fixtures), killed on exit."""
+    factory = BrokerFactory(base)
+    try:
+        yield factory(overrides)
+    finally:
+        factory.close()
+
+
 # -- test data ------------------------------------------------------------
 
 
@@ -359,3 +370,20 @@ def require_java() -> None:
         pytest.fail("no `java` on PATH: the Java client tests need Java 17")
     if not (JAVA_DEPS / ".installed").exists():
         pytest.fail(f"Kafka Java client not installed in {JAVA_DEPS} (run `make java-deps`)")
+
+
+def java_command(program: str, *args: str) -> list[str]:
+    """`java` running the single-file program tests/integration/java/<program>."""
+    return ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / program), *args]
+
+
+def run_java(program: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run a Java program to its end (from the repo root); stdout and stderr captured as text."""
+    return subprocess.run(
+        java_command(program, *args), capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+    )
+
+
+def prefixed_json(stdout: str, prefix: str = "RESULT ") -> list[Any]:
+    """The JSON payload of every output line that starts with `prefix`."""
+    return [json.loads(x[len(prefix) :]) for x in stdout.splitlines() if x.startswith(prefix)]

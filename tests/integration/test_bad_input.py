@@ -27,7 +27,11 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import ErrorCode
-from tests.integration.harness import BrokerFactory, BrokerProcess, unique_topic
+from tests.integration.harness import (
+    BrokerProcess,
+    started_broker,
+    unique_topic,
+)
 from tests.integration.wire import (
     CRC_POS,
     HEADER_SIZE,
@@ -62,17 +66,13 @@ TRUNCATED = {CORRUPT, INVALID_RECORD}
 
 @pytest.fixture(scope="module")
 def gregor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    factory = BrokerFactory(tmp_path_factory.mktemp("bad-input"))
-    try:
-        yield factory(
-            overrides={
-                "socket.request.max.bytes": SOCKET_REQUEST_MAX,
-                "message.max.bytes": MESSAGE_MAX,
-                "auto.create.topics.enable": True,
-            }
-        )
-    finally:
-        factory.close()
+    overrides = {
+        "socket.request.max.bytes": SOCKET_REQUEST_MAX,
+        "message.max.bytes": MESSAGE_MAX,
+        "auto.create.topics.enable": True,
+    }
+    with started_broker(tmp_path_factory.mktemp("bad-input"), overrides) as b:
+        yield b
 
 
 @dataclass

@@ -40,11 +40,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.harness import (
-    JAVA_DEPS,
-    JAVA_DIR,
     REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
+    java_command,
     require_java,
     unique_topic,
     wait_until,
@@ -99,7 +98,7 @@ class Shop:
         args = {"batch": 10, "idle-exit": 1.0, "max-seconds": 90}
         args.update({k.replace("_", "-"): v for k, v in opts.items()})
         if java:
-            command = ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "EosProcessor.java")]
+            command = java_command("EosProcessor.java")
         else:
             command = [sys.executable, str(PROCESSOR)]
         argv = [

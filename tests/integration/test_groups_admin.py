@@ -14,8 +14,6 @@ accepted once it is empty, after which the group and its offsets are gone).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,12 +30,11 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 
 from tests.integration.harness import (
-    JAVA_DEPS,
-    JAVA_DIR,
-    REPO_ROOT,
-    BrokerFactory,
     BrokerProcess,
+    prefixed_json,
     require_java,
+    run_java,
+    started_broker,
 )
 from tests.integration.test_groups_member import (
     Member,
@@ -74,11 +71,8 @@ class Groups:
 
 @pytest.fixture(scope="module")
 def admin_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    factory = BrokerFactory(tmp_path_factory.mktemp("group-admin-broker"))
-    try:
-        yield factory(OVERRIDES)
-    finally:
-        factory.close()
+    with started_broker(tmp_path_factory.mktemp("group-admin-broker"), OVERRIDES) as b:
+        yield b
 
 
 def commit_without_joining(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
@@ -223,18 +217,12 @@ def test_kafka_python_admin_lists_describes_and_fetches_offsets(
 
 def java_group_admin(bootstrap: str, groups: list[str]) -> dict[str, Any]:
     require_java()
-    proc = subprocess.run(
-        ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "GroupAdmin.java"), bootstrap, *groups],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=120,
-    )
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, (
+    proc = run_java("GroupAdmin.java", bootstrap, *groups, timeout=120)
+    results = prefixed_json(proc.stdout)
+    assert proc.returncode == 0 and results, (
         f"GroupAdmin failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr[-3000:]}"
     )
-    return dict(json.loads(lines[0][len("RESULT ") :]))
+    return dict(results[0])
 
 
 @pytest.mark.java

@@ -33,7 +33,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import BrokerFactory, BrokerProcess, unique_topic
+from tests.integration.harness import (
+    BrokerFactory,
+    BrokerProcess,
+    started_broker,
+    unique_topic,
+)
 from tests.integration.test_groups_member import (
     LIBS,
     Member,
@@ -66,11 +71,8 @@ GROUP_BROKER_OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    factory = BrokerFactory(tmp_path_factory.mktemp("group-broker"))
-    try:
-        yield factory(GROUP_BROKER_OVERRIDES)
-    finally:
-        factory.close()
+    with started_broker(tmp_path_factory.mktemp("group-broker"), GROUP_BROKER_OVERRIDES) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")

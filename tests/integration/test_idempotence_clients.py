@@ -16,8 +16,6 @@ appended; the broker must answer those from its dedup state.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,16 +24,15 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPartition
 
 from tests.integration.harness import (
-    JAVA_DEPS,
-    JAVA_DIR,
-    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     Rec,
     assert_same_records,
     make_records,
     norm_headers,
+    prefixed_json,
     require_java,
+    run_java,
     unique_topic,
 )
 from tests.integration.tcp_proxy import KafkaProxy
@@ -173,26 +170,18 @@ def produce_java(
     bootstrap: str, topic: str, recs: list[Rec], tag: str, request_timeout_ms: int = 15000
 ) -> list[int]:
     base_ts = recs[0].timestamp
-    proc = subprocess.run(
-        [
-            "java",
-            "-cp",
-            f"{JAVA_DEPS}/*",
-            str(JAVA_DIR / "IdempotentProduce.java"),
-            bootstrap,
-            topic,
-            str(len(recs)),
-            str(base_ts),
-            tag,
-            str(request_timeout_ms),
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_java(
+        "IdempotentProduce.java",
+        bootstrap,
+        topic,
+        str(len(recs)),
+        str(base_ts),
+        tag,
+        str(request_timeout_ms),
         timeout=150,
-        cwd=REPO_ROOT,
     )
     out = f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
-    results = [json.loads(x[len("RESULT ") :]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    results = prefixed_json(proc.stdout)
     assert proc.returncode == 0 and results, out
     assert results[0]["errors"] == [] and results[0]["acked"] == len(recs), out
     return list(range(len(recs)))  # the program checked offset == index for every record

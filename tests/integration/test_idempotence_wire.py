@@ -16,9 +16,7 @@ Admin client).
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,13 +27,12 @@ import pytest
 
 from protocol.messages import REQUESTS
 from tests.integration.harness import (
-    JAVA_DEPS,
-    JAVA_DIR,
-    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     iter_batches,
+    prefixed_json,
     require_java,
+    run_java,
     segment_files,
     unique_topic,
 )
@@ -294,24 +291,8 @@ def test_describe_producers_wire(client: WireClient, topic: str) -> None:
 def test_describe_producers_java_admin(client: WireClient, topic: str, module_broker: BrokerProcess) -> None:
     require_java()
     expected = _two_producers(client, topic)
-    proc = subprocess.run(
-        [
-            "java",
-            "-cp",
-            f"{JAVA_DEPS}/*",
-            str(JAVA_DIR / "DescribeProducers.java"),
-            module_broker.bootstrap,
-            topic,
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
-    lines = [
-        json.loads(x[len("PARTITION ") :]) for x in proc.stdout.splitlines() if x.startswith("PARTITION ")
-    ]
+    proc = run_java("DescribeProducers.java", module_broker.bootstrap, topic, "0", timeout=120)
+    lines = prefixed_json(proc.stdout, "PARTITION ")
     out = f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert proc.returncode == 0 and len(lines) == 1, out
     assert "error" not in lines[0], out

@@ -38,12 +38,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.integration.harness import (
-    JAVA_DEPS,
-    JAVA_DIR,
     REPO_ROOT,
-    BrokerFactory,
     BrokerProcess,
+    java_command,
     require_java,
+    started_broker,
     unique_topic,
     wait_until,
 )
@@ -72,11 +71,8 @@ TP = tuple[str, int]
 
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    factory = BrokerFactory(tmp_path_factory.mktemp("txn-broker"))
-    try:
-        yield factory(TXN_BROKER_OVERRIDES)
-    finally:
-        factory.close()
+    with started_broker(tmp_path_factory.mktemp("txn-broker"), TXN_BROKER_OVERRIDES) as b:
+        yield b
 
 
 def create_topics(broker: BrokerProcess, topics: dict[str, int]) -> None:
@@ -315,7 +311,7 @@ class JavaDriver:
     def __init__(self, bootstrap: str) -> None:
         require_java()
         self.proc = subprocess.Popen(
-            ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "TxnDriver.java"), bootstrap],
+            java_command("TxnDriver.java", bootstrap),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -49,9 +49,6 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from protocol.transaction_log import decode_key, decode_value
 from tests.integration.harness import (
-    JAVA_DEPS,
-    JAVA_DIR,
-    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     iter_batches,
@@ -59,6 +56,9 @@ from tests.integration.harness import (
     segment_files,
     unique_topic,
     wait_until,
+)
+from tests.integration.harness import (
+    run_java as run_java_program,
 )
 
 pytestmark = pytest.mark.integration
@@ -342,10 +342,10 @@ def run_confluent(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: 
 def run_java(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: Case) -> ProducerRun:
     require_java()
     topics = sorted({t for t, _p in tps})
-    proc = subprocess.run(
-        ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "TxnCrash.java"), b.bootstrap, tid,
-         str(case.timeout_ms), "commit" if case.commit else "abort", str(PER_PARTITION), *topics],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+    outcome = "commit" if case.commit else "abort"
+    proc = run_java_program(
+        "TxnCrash.java", b.bootstrap, tid, str(case.timeout_ms), outcome, str(PER_PARTITION), *topics,
+        timeout=120,
     )
     out = proc.stdout
     assert proc.returncode == 0 and "FIRST committed" in out and "END " in out, (

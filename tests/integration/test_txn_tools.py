@@ -18,12 +18,10 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from protocol.messages import REQUESTS
 from tests.integration import wire
 from tests.integration.harness import (
-    JAVA_DEPS,
-    JAVA_DIR,
-    REPO_ROOT,
     BrokerProcess,
     gregor_command,
     require_java,
+    run_java,
     unique_topic,
     wait_until,
 )
@@ -302,13 +300,6 @@ def _state_of(broker: BrokerProcess, txn_id: str) -> str | None:
 
 
 # -- 3. the Java Admin client: listTransactions, describeProducers, abortTransaction ----------
-
-
-def run_java(program: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / program), *args],
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
-    )
 
 
 @pytest.mark.java
