@@ -5,7 +5,6 @@ Consumers have group_id=None and use assign(); producers leave idempotence off.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -13,13 +12,17 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from tests.integration.clients import (
+    aio_send_all,
+    append_in_order,
+    assign_consumer_kwargs,
+    plain_producer_kwargs,
+)
 from tests.integration.harness import (
     CODECS,
-    BrokerProcess,
     Rec,
     assert_same_records,
     make_records,
-    norm_headers,
     unique_topic,
 )
 
@@ -27,11 +30,6 @@ pytestmark = pytest.mark.integration
 
 N = 200
 ACKS: list[int | str] = [0, 1, "all"]
-
-
-@pytest.fixture(scope="module")
-def bootstrap(module_broker: BrokerProcess) -> str:
-    return module_broker.bootstrap
 
 
 def _error_codes(obj: Any) -> list[int]:
@@ -67,42 +65,17 @@ async def produce(
     acks: int | str = "all",
     partition: int | None = 0,
 ) -> list[int]:
-    p = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks=acks,
-        compression_type=None if codec == "none" else codec,
-        enable_idempotence=False,
-        linger_ms=5,
-        request_timeout_ms=15000,
-    )
+    p = AIOKafkaProducer(**plain_producer_kwargs(bootstrap, codec, acks))
     await p.start()
     try:
-        futures = [
-            await p.send(
-                topic,
-                value=r.value,
-                key=r.key,
-                headers=list(r.headers),
-                timestamp_ms=r.timestamp,
-                partition=partition,
-            )
-            for r in recs
-        ]
-        metas = await asyncio.wait_for(asyncio.gather(*futures), 30)
+        metas = await aio_send_all(p, topic, recs, partition, timeout=30)
         return [-1 if m is None else m.offset for m in metas]  # acks=0: no metadata
     finally:
         await p.stop()
 
 
 def consumer(bootstrap: str, reset: str = "earliest") -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset=reset,
-        fetch_max_wait_ms=100,
-        request_timeout_ms=20000,
-    )
+    return AIOKafkaConsumer(**assign_consumer_kwargs(bootstrap, reset))
 
 
 async def consume(c: AIOKafkaConsumer, n: int, first_offset: int = 0, timeout: float = 30.0) -> list[Rec]:
@@ -111,11 +84,7 @@ async def consume(c: AIOKafkaConsumer, n: int, first_offset: int = 0, timeout: f
     while len(got) < n and time.monotonic() < deadline:
         for batch in (await c.getmany(timeout_ms=200)).values():
             for m in batch:
-                assert m.offset == first_offset + len(got), (
-                    f"record {len(got)} at offset {m.offset}, want {first_offset + len(got)}"
-                )
-                assert m.timestamp_type == 0  # CreateTime
-                got.append(Rec(m.key, m.value, norm_headers(m.headers), m.timestamp))
+                append_in_order(got, m, first_offset)
     return got
 
 

@@ -21,6 +21,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from tests.integration.clients import assign_consumer
 from tests.integration.harness import (
     CODECS,
     BrokerProcess,
@@ -95,15 +96,12 @@ def produce(
 
 def consumer(bootstrap: str, reset: str = "earliest", **extra: object) -> Consumer:
     conf: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
-        "group.id": "gregor-it-unused",  # required by librdkafka; never used with assign()
-        "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": reset,
         "fetch.wait.max.ms": 100,
     }
     conf.update(extra)
-    return Consumer(conf)
+    return assign_consumer(bootstrap, **conf)
 
 
 def consume(c: Consumer, n: int, timeout: float = 30.0, first_offset: int = 0) -> list[Rec]:
@@ -130,11 +128,6 @@ def consume_from(bootstrap: str, topic: str, n: int, start: int = OFFSET_BEGINNI
         return consume(c, n, first_offset=max(start, 0))
     finally:
         c.close()
-
-
-@pytest.fixture(scope="module")
-def bootstrap(module_broker: BrokerProcess) -> str:
-    return module_broker.bootstrap
 
 
 @pytest.mark.parametrize("acks", ACKS)

@@ -15,19 +15,17 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from tests.integration.clients import assign_consumer, poll_records
 from tests.integration.harness import (
     CODECS,
-    JAVA_DEPS,
-    JAVA_DIR,
-    REPO_ROOT,
     BrokerProcess,
-    Rec,
     assert_same_records,
     make_records,
-    norm_headers,
+    prefixed_json,
     require_java,
+    run_java,
     unique_topic,
 )
 
@@ -39,27 +37,14 @@ CASES = [f"{codec}:{acks}" for codec in CODECS for acks in ACKS] + ["zstd:all:au
 
 
 
-
-def run_java(program: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / program), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-    )
-
-
 class JavaRun:
     def __init__(self, proc: subprocess.CompletedProcess[str], base_ts: int, prefix: str) -> None:
         self.proc = proc
         self.base_ts = base_ts
         self.prefix = prefix
         self.results: dict[str, dict[str, Any]] = {}
-        for line in proc.stdout.splitlines():
-            if line.startswith("RESULT "):
-                r = json.loads(line[len("RESULT ") :])
-                self.results[r["case"]] = r
+        for r in prefixed_json(proc.stdout):
+            self.results[r["case"]] = r
 
     def output(self) -> str:
         return (
@@ -95,26 +80,10 @@ def test_java_produced_records_read_by_librdkafka(
     assert result is not None, f"no result for {case}\n{java_run.output()}"
     assert result.get("produced") == N, f"Java did not produce {case}: {result['errors']}"
     sent = make_records(N, java_run.base_ts, tag="j")
-    c = Consumer(
-        {
-            "bootstrap.servers": module_broker.bootstrap,
-            "group.id": "gregor-it-unused",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    got: list[Rec] = []
+    c = assign_consumer(module_broker.bootstrap)
     try:
         c.assign([TopicPartition(result["topic"], 0, 0)])
-        deadline = time.monotonic() + 30
-        while len(got) < N and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            ts_type, ts = m.timestamp()
-            assert ts_type == TIMESTAMP_CREATE_TIME
-            got.append(Rec(m.key(), m.value(), norm_headers(m.headers()), ts))
+        got = [r for _offset, r in poll_records(c, N)]
     finally:
         c.close()
     assert_same_records(sent, got)

@@ -13,13 +13,18 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, OffsetSpec
 
+from tests.integration.clients import (
+    append_in_order,
+    assign_consumer_kwargs,
+    kp_send_all,
+    plain_producer_kwargs,
+)
 from tests.integration.harness import (
     CODECS,
     BrokerProcess,
     Rec,
     assert_same_records,
     make_records,
-    norm_headers,
     unique_topic,
 )
 
@@ -27,11 +32,6 @@ pytestmark = pytest.mark.integration
 
 N = 200
 ACKS: list[int | str] = [0, 1, "all"]
-
-
-@pytest.fixture(scope="module")
-def bootstrap(module_broker: BrokerProcess) -> str:
-    return module_broker.bootstrap
 
 
 @pytest.fixture(scope="module")
@@ -57,42 +57,15 @@ def produce(
     acks: int | str = "all",
     partition: int | None = 0,
 ) -> list[int]:
-    p = KafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks=acks,
-        compression_type=None if codec == "none" else codec,
-        enable_idempotence=False,
-        linger_ms=5,
-        request_timeout_ms=15000,
-        max_block_ms=20000,
-    )
+    p = KafkaProducer(**plain_producer_kwargs(bootstrap, codec, acks), max_block_ms=20000)
     try:
-        futures = [
-            p.send(
-                topic,
-                value=r.value,
-                key=r.key,
-                headers=list(r.headers),
-                timestamp_ms=r.timestamp,
-                partition=partition,
-            )
-            for r in recs
-        ]
-        p.flush(timeout=30)
-        return [f.get(timeout=30).offset for f in futures]
+        return kp_send_all(p, topic, recs, partition, timeout=30)
     finally:
         p.close(timeout=10)
 
 
 def consumer(bootstrap: str, reset: str = "earliest") -> KafkaConsumer:
-    return KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset=reset,
-        fetch_max_wait_ms=100,
-        request_timeout_ms=20000,
-    )
+    return KafkaConsumer(**assign_consumer_kwargs(bootstrap, reset))
 
 
 def consume(c: KafkaConsumer, n: int, first_offset: int = 0, timeout: float = 30.0) -> list[Rec]:
@@ -101,11 +74,7 @@ def consume(c: KafkaConsumer, n: int, first_offset: int = 0, timeout: float = 30
     while len(got) < n and time.monotonic() < deadline:
         for batch in c.poll(timeout_ms=200).values():
             for m in batch:
-                assert m.offset == first_offset + len(got), (
-                    f"record {len(got)} at offset {m.offset}, want {first_offset + len(got)}"
-                )
-                assert m.timestamp_type == 0  # CreateTime
-                got.append(Rec(m.key, m.value, norm_headers(m.headers), m.timestamp))
+                append_in_order(got, m, first_offset)
     return got
 
 
