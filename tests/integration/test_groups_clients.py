@@ -185,14 +185,30 @@ def test_three_members_split_partitions_and_consume_exactly_once(
 # -- 2. a member leaves, a member dies ---------------------------------------------------------------
 
 
+def produce_phase(broker: BrokerProcess, topic: str, ms: list[Member], tag: str) -> dict[int, list[str]]:
+    """Five values `tag`-* a partition, produced and then consumed by `ms`."""
+    values = phase_values(tag, {p: 5 for p in range(PARTITIONS)})
+    produce(broker.bootstrap, topic, values)
+    wait_consumed(ms, all_values(values))
+    return values
+
+
+def assert_rest_took_over(
+    broker: BrokerProcess, topic: str, ms: list[Member], rest: list[Member], before: dict[int, list[str]]
+) -> None:
+    """After one of `ms` left: `rest` consume new values exactly once and nothing was lost."""
+    after = produce_phase(broker, topic, rest, "after")
+    assert_exactly_once(rest, after, owner_of(rest))
+    assert {v for m in ms for v in m.values()} >= all_values(before)
+    assert_redelivered_only_if_uncommitted(ms)
+
+
 def test_member_leaves_and_the_others_take_over(
     lib: str, group_broker: BrokerProcess, members: Members
 ) -> None:
     topic, group = new_topic(group_broker, "leave")
     ms = start_balanced(members, lib, group, topic, ["m1", "m2", "m3"])
-    before = phase_values("before", {p: 5 for p in range(PARTITIONS)})
-    produce(group_broker.bootstrap, topic, before)
-    wait_consumed(ms, all_values(before))
+    before = produce_phase(group_broker, topic, ms, "before")
     leaving, rest = ms[2], ms[:2]
     orphaned = leaving.current()
 
@@ -201,13 +217,7 @@ def test_member_leaves_and_the_others_take_over(
     split = wait_balanced(rest, PARTITIONS, timeout=SESSION_MS / 1000)
     took = time.monotonic() - t0
     print(f"{lib}: rebalanced {split} {took:.2f}s after the close of {leaving.name} (owned {orphaned})")
-
-    after = phase_values("after", {p: 5 for p in range(PARTITIONS)})
-    produce(group_broker.bootstrap, topic, after)
-    wait_consumed(rest, all_values(after))
-    assert_exactly_once(rest, after, owner_of(rest))
-    assert {v for m in ms for v in m.values()} >= all_values(before)
-    assert_redelivered_only_if_uncommitted(ms)
+    assert_rest_took_over(group_broker, topic, ms, rest, before)
 
 
 def test_member_dies_and_the_others_take_over_within_session_timeout(
@@ -215,9 +225,7 @@ def test_member_dies_and_the_others_take_over_within_session_timeout(
 ) -> None:
     topic, group = new_topic(group_broker, "die")
     ms = start_balanced(members, lib, group, topic, ["m1", "m2", "m3"])
-    before = phase_values("before", {p: 5 for p in range(PARTITIONS)})
-    produce(group_broker.bootstrap, topic, before)
-    wait_consumed(ms, all_values(before))
+    before = produce_phase(group_broker, topic, ms, "before")
     dying, rest = ms[2], ms[:2]
     orphaned = dying.current()
 
@@ -230,13 +238,7 @@ def test_member_dies_and_the_others_take_over_within_session_timeout(
     took = time.monotonic() - t0
     print(f"{lib}: rebalanced {split} {took:.2f}s after the kill of {dying.name} (owned {orphaned})")
     assert took > SESSION_MS / 1000 * 0.5, "the dead member was dropped before its session could time out"
-
-    after = phase_values("after", {p: 5 for p in range(PARTITIONS)})
-    produce(group_broker.bootstrap, topic, after)
-    wait_consumed(rest, all_values(after))
-    assert_exactly_once(rest, after, owner_of(rest))
-    assert {v for m in ms for v in m.values()} >= all_values(before)
-    assert_redelivered_only_if_uncommitted(ms)
+    assert_rest_took_over(group_broker, topic, ms, rest, before)
 
 
 # -- 3. committed offsets resume exactly --------------------------------------------------------------

@@ -141,6 +141,23 @@ def run_confluent(
     emit("closed")
 
 
+def subscriber_kwargs(
+    bootstrap: str, group: str, session_ms: int, hb_ms: int, inst: str | None
+) -> dict[str, Any]:
+    """The KafkaConsumer / AIOKafkaConsumer settings of a group member (the same in both)."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "group_id": group,
+        "group_instance_id": inst,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": hb_ms,
+        "max_poll_interval_ms": max(MAX_POLL_INTERVAL_MS, session_ms),
+        "retry_backoff_ms": 50,
+    }
+
+
 def run_kafka_python(
     bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
 ) -> None:
@@ -148,18 +165,7 @@ def run_kafka_python(
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata, TopicPartition
 
-    c = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        group_instance_id=inst,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=session_ms,
-        heartbeat_interval_ms=hb_ms,
-        max_poll_interval_ms=max(MAX_POLL_INTERVAL_MS, session_ms),
-        retry_backoff_ms=50,
-        reconnect_backoff_ms=50,
-    )
+    c = KafkaConsumer(**subscriber_kwargs(bootstrap, group, session_ms, hb_ms, inst), reconnect_backoff_ms=50)
 
     def gen_member() -> tuple[int, str]:
         md = c._coordinator.group_metadata()
@@ -215,17 +221,7 @@ async def _aiokafka_main(
     from aiokafka.errors import KafkaError
     from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-    c = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        group_instance_id=inst,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=session_ms,
-        heartbeat_interval_ms=hb_ms,
-        max_poll_interval_ms=max(MAX_POLL_INTERVAL_MS, session_ms),
-        retry_backoff_ms=50,
-    )
+    c = AIOKafkaConsumer(**subscriber_kwargs(bootstrap, group, session_ms, hb_ms, inst))
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         async def on_partitions_revoked(self, revoked: Any) -> None:
@@ -463,11 +459,10 @@ def compile_group_member(out_dir: Path) -> Path:
 
 
 def create_topic(bootstrap_port: int, topic: str, partitions: int) -> None:
-    from tests.integration.wire import WireClient, create_topics_request
+    from tests.integration import wire
 
-    with WireClient(bootstrap_port) as c:
-        resp = c.call(create_topics_request([topic], partitions), 4)
-        assert resp.topics[0].error_code == 0, resp
+    with wire.WireClient(bootstrap_port) as c:
+        wire.create_topic(c, topic, partitions)
 
 
 def produce(bootstrap: str, topic: str, values: dict[int, list[str]]) -> None:

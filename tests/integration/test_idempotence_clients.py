@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
+from tests.integration.clients import aio_send_all, assign_consumer, kp_send_all, poll_records
 from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
@@ -39,16 +40,23 @@ from tests.integration.tcp_proxy import KafkaProxy
 from tests.integration.test_idempotence_wire import (
     LogBatch,
     assert_no_duplicate_sequences,
-    create_topic,
     log_batches,
 )
-from tests.integration.wire import WireClient
+from tests.integration.wire import WireClient, create_topic
 
 pytestmark = pytest.mark.integration
 
 N = 200
 CLIENTS = ["confluent", "kafka-python", "aiokafka", "java"]
 PRODUCE_TIMEOUT_S = 60
+# The settings kafka-python and aiokafka producers share here.
+IDEMPOTENT_KWARGS: dict[str, Any] = {
+    "acks": "all",
+    "enable_idempotence": True,
+    "linger_ms": 5,
+    "retry_backoff_ms": 50,
+    "request_timeout_ms": 15000,
+}
 
 
 # -- producers: each returns the offset each record was acknowledged at -------------------
@@ -102,29 +110,13 @@ def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], tag: str) 
 
     p = KafkaProducer(
         bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=5,
+        **IDEMPOTENT_KWARGS,
         batch_size=2048,
         max_in_flight_requests_per_connection=5,
-        retry_backoff_ms=50,
         reconnect_backoff_ms=20,
-        request_timeout_ms=15000,
     )
     try:
-        futures = [
-            p.send(
-                topic,
-                value=r.value,
-                key=r.key,
-                partition=0,
-                timestamp_ms=r.timestamp,
-                headers=list(r.headers),
-            )
-            for r in recs
-        ]
-        p.flush(timeout=PRODUCE_TIMEOUT_S)
-        return [f.get(timeout=PRODUCE_TIMEOUT_S).offset for f in futures]
+        return kp_send_all(p, topic, recs, 0, PRODUCE_TIMEOUT_S)
     finally:
         p.close(timeout=10)
 
@@ -132,29 +124,10 @@ def produce_kafka_python(bootstrap: str, topic: str, recs: list[Rec], tag: str) 
 async def _produce_aiokafka(bootstrap: str, topic: str, recs: list[Rec]) -> list[int]:
     from aiokafka import AIOKafkaProducer
 
-    p = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=5,
-        max_batch_size=2048,
-        retry_backoff_ms=50,
-        request_timeout_ms=15000,
-    )
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, **IDEMPOTENT_KWARGS, max_batch_size=2048)
     await p.start()
     try:
-        futures = [
-            await p.send(
-                topic,
-                value=r.value,
-                key=r.key,
-                partition=0,
-                timestamp_ms=r.timestamp,
-                headers=list(r.headers),
-            )
-            for r in recs
-        ]
-        metas = await asyncio.wait_for(asyncio.gather(*futures), PRODUCE_TIMEOUT_S)
+        metas = await aio_send_all(p, topic, recs, 0, PRODUCE_TIMEOUT_S)
         return [m.offset for m in metas]
     finally:
         await p.stop()
@@ -205,26 +178,10 @@ def _require_client(client: str) -> None:
 
 def consume_all(bootstrap: str, topic: str, n: int) -> list[tuple[int, Rec]]:
     """(offset, record) for everything in partition 0, read from the earliest offset."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "gregor-it-unused",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    got: list[tuple[int, Rec]] = []
+    c = assign_consumer(bootstrap)
     try:
         c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 30
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            ts_type, ts = m.timestamp()
-            assert ts_type == TIMESTAMP_CREATE_TIME
-            got.append((m.offset() or 0, Rec(m.key(), m.value(), norm_headers(m.headers()), ts)))
+        got = poll_records(c, n)
         # Anything beyond n is a duplicate; give it a moment to show up.
         extra_deadline = time.monotonic() + 0.5
         while time.monotonic() < extra_deadline:

@@ -36,7 +36,7 @@ from tests.integration.harness import (
     segment_files,
     unique_topic,
 )
-from tests.integration.wire import WireClient, build_batch, create_topics_request
+from tests.integration.wire import WireClient, build_batch, create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -93,11 +93,6 @@ def init_producer_id(c: WireClient, version: int = 1) -> tuple[int, int]:
     assert resp.error_code == NONE, f"InitProducerId: {resp}"
     assert resp.producer_id >= 0 and resp.producer_epoch == 0, resp
     return int(resp.producer_id), int(resp.producer_epoch)
-
-
-def create_topic(c: WireClient, topic: str, partitions: int = 1) -> None:
-    resp = c.call(create_topics_request([topic], partitions), 4)
-    assert resp.topics[0].error_code == NONE, resp
 
 
 def send(

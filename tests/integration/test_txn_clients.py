@@ -46,7 +46,7 @@ from tests.integration.harness import (
     unique_topic,
     wait_until,
 )
-from tests.integration.wire import WireClient, create_topics_request
+from tests.integration.wire import WireClient, create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -78,8 +78,7 @@ def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
 def create_topics(broker: BrokerProcess, topics: dict[str, int]) -> None:
     with WireClient(broker.port) as c:
         for name, partitions in topics.items():
-            resp = c.call(create_topics_request([name], partitions), 4)
-            assert resp.topics[0].error_code == 0, resp
+            create_topic(c, name, partitions)
 
 
 def tid(prefix: str) -> str:
@@ -192,19 +191,42 @@ class ConfluentTxn(TxnProducer):
         del self.p  # librdkafka destroys the handle now, not when the broker is already gone
 
 
+def txn_producer_kwargs(bootstrap: str, transactional_id: str, timeout_ms: int) -> dict[str, Any]:
+    """The KafkaProducer / AIOKafkaProducer settings the transactional producers share."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "transactional_id": transactional_id,
+        "transaction_timeout_ms": timeout_ms,
+        "acks": "all",
+        "linger_ms": 0,
+        "retry_backoff_ms": 50,
+        "request_timeout_ms": 15000,
+    }
+
+
+def read_kwargs(bootstrap: str, isolation: str) -> dict[str, Any]:
+    """KafkaConsumer / AIOKafkaConsumer settings for reading everything with assign()."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "group_id": None,
+        "enable_auto_commit": False,
+        "isolation_level": isolation,
+        "fetch_max_wait_ms": 50,
+    }
+
+
+def got_of(tp: Any, msgs: list[Any]) -> list[Got]:
+    """kafka-python / aiokafka messages of one partition as (topic, partition, offset, value)."""
+    return [(tp.topic, tp.partition, m.offset, (m.value or b"").decode()) for m in msgs]
+
+
 class KafkaPythonTxn(TxnProducer):
     def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int) -> None:
         from kafka import KafkaProducer
 
         self.p = KafkaProducer(
-            bootstrap_servers=bootstrap,
-            transactional_id=transactional_id,
-            transaction_timeout_ms=timeout_ms,
-            acks="all",
-            linger_ms=0,
-            retry_backoff_ms=50,
+            **txn_producer_kwargs(bootstrap, transactional_id, timeout_ms),
             reconnect_backoff_ms=20,
-            request_timeout_ms=15000,
             max_block_ms=30000,
         )
         self.futures: list[Any] = []
@@ -253,14 +275,7 @@ class AiokafkaTxn(TxnProducer):
 
         async def make() -> Any:
             return AIOKafkaProducer(
-                bootstrap_servers=bootstrap,
-                transactional_id=transactional_id,
-                transaction_timeout_ms=timeout_ms,
-                enable_idempotence=True,
-                acks="all",
-                linger_ms=0,
-                retry_backoff_ms=50,
-                request_timeout_ms=15000,
+                **txn_producer_kwargs(bootstrap, transactional_id, timeout_ms), enable_idempotence=True
             )
 
         self.aio = aio
@@ -508,13 +523,7 @@ class KafkaPythonKit(Kit):
         from kafka import KafkaConsumer
         from kafka import TopicPartition as KTP
 
-        c = KafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level=isolation,
-            fetch_max_wait_ms=50,
-        )
+        c = KafkaConsumer(**read_kwargs(self.bootstrap, isolation))
         got: list[Got] = []
         try:
             ktps = [KTP(t, p) for t, p in tps]
@@ -525,7 +534,7 @@ class KafkaPythonKit(Kit):
             while any(c.position(tp) < end[tp] for tp in ktps):
                 assert time.monotonic() < deadline, f"kafka-python did not reach {end}"
                 for tp, msgs in c.poll(timeout_ms=100).items():
-                    got.extend((tp.topic, tp.partition, m.offset, (m.value or b"").decode()) for m in msgs)
+                    got.extend(got_of(tp, msgs))
         finally:
             c.close()
         return sorted(got)
@@ -562,13 +571,7 @@ class AiokafkaKit(Kit):
         from aiokafka import TopicPartition as ATP
 
         async def go() -> list[Got]:
-            c = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level=isolation,
-                fetch_max_wait_ms=50,
-            )
+            c = AIOKafkaConsumer(**read_kwargs(self.bootstrap, isolation))
             await c.start()
             got: list[Got] = []
             try:
@@ -582,8 +585,7 @@ class AiokafkaKit(Kit):
                         break
                     batch = await c.getmany(timeout_ms=100)
                     for tp, msgs in batch.items():
-                        got.extend((tp.topic, tp.partition, m.offset, (m.value or b"").decode())
-                                   for m in msgs)
+                        got.extend(got_of(tp, msgs))
             finally:
                 await c.stop()
             return sorted(got)

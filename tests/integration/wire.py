@@ -184,6 +184,12 @@ def create_topics_request(names: list[str], partitions: int = 1, version: int = 
     )
 
 
+def create_topic(c: WireClient, topic: str, partitions: int = 1) -> None:
+    """CreateTopics v4 for one topic, which must succeed."""
+    resp = c.call(create_topics_request([topic], partitions), 4)
+    assert resp.topics[0].error_code == 0, resp
+
+
 def partition_errors(produce_response: Any) -> dict[int, int]:
     return {
         p.index: p.error_code for t in produce_response.responses for p in t.partition_responses
