@@ -47,6 +47,45 @@ def poll_records(c: Any, n: int, timeout: float = 30) -> list[tuple[int, Rec]]:
     return got
 
 
+def read_to_eof(
+    bootstrap: str, tps: list[tuple[str, int]], isolation: str, group_prefix: str, timeout: float, what: str
+) -> list[tuple[tuple[str, int], Any]]:
+    """(topic-partition, message) of every record of `tps` from the beginning up to partition EOF
+    (the LSO for read_committed), read by a confluent consumer with `isolation`."""
+    import uuid
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"{group_prefix}-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": isolation,
+        "fetch.wait.max.ms": 50,
+    })
+    try:
+        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
+        got: list[tuple[tuple[str, int], Any]] = []
+        at_eof: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + timeout
+        while at_eof != set(tps):
+            assert time.monotonic() < deadline, f"{what}: no EOF for {set(tps) - at_eof}"
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            tp = (str(msg.topic()), int(msg.partition() or 0))
+            if (err := msg.error()) is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                at_eof.add(tp)
+                continue
+            at_eof.discard(tp)
+            got.append((tp, msg))
+        return got
+    finally:
+        c.close()
+
+
 # -- kafka-python and aiokafka -------------------------------------------------------------
 
 

@@ -29,16 +29,16 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.clients import read_to_eof
 from tests.integration.harness import (
     REPO_ROOT,
     BrokerFactory,
@@ -114,34 +114,8 @@ class Shop:
 
     def read(self, topic: str, isolation: str) -> list[str]:
         tps = [(topic, p) for p in range(OUTPUT_PARTITIONS)]
-        c = Consumer({
-            "bootstrap.servers": self.broker.bootstrap,
-            "group.id": f"eos-check-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 50,
-        })
-        try:
-            c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
-            got: list[str] = []
-            at_eof: set[tuple[str, int]] = set()
-            deadline = time.monotonic() + 30
-            while at_eof != set(tps):
-                assert time.monotonic() < deadline, f"{isolation} {topic}: no EOF for {set(tps) - at_eof}"
-                msg = c.poll(0.2)
-                if msg is None:
-                    continue
-                tp = (msg.topic(), msg.partition())
-                if msg.error():
-                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                    at_eof.add(tp)
-                    continue
-                at_eof.discard(tp)
-                got.append(msg.value().decode())
-            return got
-        finally:
-            c.close()
+        msgs = read_to_eof(self.broker.bootstrap, tps, isolation, "eos-check", 30, f"{isolation} {topic}")
+        return [msg.value().decode() for _tp, msg in msgs]
 
     def end_offsets(self) -> dict[int, int]:
         c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "eos-watermarks"})
@@ -268,14 +242,19 @@ def brokers_log_has_no_tracebacks(broker: BrokerProcess) -> None:
 # -- tests -----------------------------------------------------------------------------
 
 
+def seeded_rng() -> random.Random:
+    """A random generator seeded from $EOS_SEED (or randomly); the seed is printed to replay a run."""
+    seed = int(os.environ.get("EOS_SEED", random.randrange(1 << 30)))
+    print(f"EOS_SEED={seed}")
+    return random.Random(seed)
+
+
 CRASH_POINTS = ["mid_sends", "after_sends", "after_send_offsets", "before_commit", "after_commit"]
 
 
 def test_processor_killed_at_every_point_exactly_once(broker_factory: BrokerFactory) -> None:
     """kill -9 at each crash point (and at random moments), restart, until done: exactly once."""
-    seed = int(os.environ.get("EOS_SEED", random.randrange(1 << 30)))
-    rng = random.Random(seed)
-    print(f"EOS_SEED={seed}")
+    rng = seeded_rng()
     broker = broker_factory(OVERRIDES)
     shop = Shop(broker, purchases=400)
     txn_id = unique_topic("shop-processor")
@@ -322,9 +301,7 @@ def test_processor_killed_at_every_point_exactly_once(broker_factory: BrokerFact
 
 def test_broker_killed_mid_run_exactly_once(broker_factory: BrokerFactory) -> None:
     """kill -9 the broker (twice) while the processor runs mid-transaction; restart both as needed."""
-    seed = int(os.environ.get("EOS_SEED", random.randrange(1 << 30)))
-    rng = random.Random(seed)
-    print(f"EOS_SEED={seed}")
+    rng = seeded_rng()
     broker = broker_factory(OVERRIDES)
     shop = Shop(broker, purchases=300)
     txn_id = unique_topic("shop-processor")

@@ -24,17 +24,11 @@ import pytest
 
 from protocol.messages import REQUESTS
 from tests.integration.harness import BrokerFactory, unique_topic, wait_until
+from tests.integration.test_eos_processor import OVERRIDES  # the same broker settings
 from tests.integration.wire import WireClient
 
 pytestmark = pytest.mark.integration
 
-OVERRIDES = {
-    "group.initial.rebalance.delay.ms": 0,
-    "offsets.topic.num.partitions": 5,
-    "transaction.state.log.num.partitions": 5,
-    "group.min.session.timeout.ms": 1000,
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
-}
 
 NONE, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 22, 25
 MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNSTABLE_OFFSET_COMMIT = 79, 82, 88

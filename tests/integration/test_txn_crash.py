@@ -36,8 +36,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -48,6 +46,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from kafka.record.default_records import DefaultRecordBatch
 
 from protocol.transaction_log import decode_key, decode_value
+from tests.integration.clients import read_to_eof
 from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
@@ -155,34 +154,10 @@ def produce_all(p: Producer, tps: list[tuple[str, int]], tag: str) -> dict[tuple
 
 def consume(bootstrap: str, tps: list[tuple[str, int]], isolation: str) -> dict[tuple[str, int], list[bytes]]:
     """Every record of `tps` up to the end (the LSO for read_committed), via partition EOF."""
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"txn-crash-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "isolation.level": isolation,
-        "fetch.wait.max.ms": 50,
-    })
-    try:
-        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
-        got: dict[tuple[str, int], list[bytes]] = {tp: [] for tp in tps}
-        at_eof: set[tuple[str, int]] = set()
-        deadline = time.monotonic() + 20
-        while at_eof != set(tps):
-            assert time.monotonic() < deadline, f"{isolation} consumer: no EOF for {set(tps) - at_eof}"
-            msg = c.poll(0.2)
-            if msg is None:
-                continue
-            tp = (str(msg.topic()), int(msg.partition() or 0))
-            if (err := msg.error()) is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                at_eof.add(tp)
-                continue
-            at_eof.discard(tp)
-            got[tp].append(bytes(msg.value() or b""))
-        return got
-    finally:
-        c.close()
+    got: dict[tuple[str, int], list[bytes]] = {tp: [] for tp in tps}
+    for tp, msg in read_to_eof(bootstrap, tps, isolation, "txn-crash", 20, f"{isolation} consumer"):
+        got[tp].append(bytes(msg.value() or b""))
+    return got
 
 
 def end_offsets(bootstrap: str, tps: list[tuple[str, int]], committed: bool) -> dict[tuple[str, int], int]:
