@@ -4,9 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed
+ETCD := .deps/etcd/.installed
 CONFIG ?= config/broker.yaml
 
-.PHONY: run test unit integration lint bench venv java-deps clean
+.PHONY: run test unit integration lint bench venv java-deps etcd clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,16 +22,21 @@ $(JAVA_DEPS): scripts/java-deps.sh
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 
+$(ETCD): scripts/etcd.sh
+	bash scripts/etcd.sh .deps/etcd
+
+etcd: $(ETCD)
+
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG)
 
-test: $(STAMP) $(JAVA_DEPS)
+test: $(STAMP) $(JAVA_DEPS) $(ETCD)
 	$(PY) -m pytest -q tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS)
+integration: $(STAMP) $(JAVA_DEPS) $(ETCD)
 	$(PY) -m pytest -q tests/integration
 
 lint: $(STAMP)
