@@ -235,26 +235,39 @@ class EtcdMetadataStore:
         assert found is not None
         return bytes(found.value).decode()
 
-    async def create_topic(self, topic: TopicRecord, states: list[PartitionState]) -> bool:
+    async def create_topic(
+        self, topic: TopicRecord, states: list[PartitionState], controller: ControllerRecord | None = None
+    ) -> bool:
         """Topic and all its partition states in one transaction; False if it exists."""
         tx = self.client.transactions
         key = self._key(f"topics/{topic.name}")
         puts = [tx.put(key, encode(topic))] + [
             tx.put(self._key(f"partitions/{topic.name}/{i}"), encode(s)) for i, s in enumerate(states)
         ]
-        return await self._txn([tx.version(key) == 0], puts)
+        return await self._txn([tx.version(key) == 0, *self._controller_guard(controller)], puts)
 
     async def delete_topic(self, name: str) -> None:
         await self.client.delete(self._key(f"topics/{name}"))
         await self.client.delete_prefix(self._key(f"partitions/{name}/"))
 
     async def alter_partition(
-        self, topic: str, index: int, expected: PartitionState, new: PartitionState
+        self, topic: str, index: int, expected: PartitionState, new: PartitionState,
+        controller: ControllerRecord | None = None,
     ) -> bool:
-        """Replace `expected` with `new`; False when the stored state is another one."""
+        """Replace `expected` with `new`; False when the stored state is another one.
+
+        With `controller`, also only while that record still holds the controller
+        key, so a deposed controller's decisions are never written.
+        """
         tx = self.client.transactions
         key = self._key(f"partitions/{topic}/{index}")
-        return await self._txn([tx.value(key) == encode(expected)], [tx.put(key, encode(new))])
+        guards = [tx.value(key) == encode(expected)] + self._controller_guard(controller)
+        return await self._txn(guards, [tx.put(key, encode(new))])
+
+    def _controller_guard(self, controller: ControllerRecord | None) -> list[Any]:
+        if controller is None:
+            return []
+        return [self.client.transactions.value(self._key("controller")) == encode(controller)]
 
     async def reserve_producer_ids(self, size: int) -> ProducerIdBlock:
         """Move the shared next-block pointer past a new block (retried on a race)."""
