@@ -10,7 +10,9 @@ from pathlib import Path
 
 import uvloop
 
-from broker.config import ConfigError, load_config
+from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
+from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
+from broker.config import BrokerConfig, ConfigError, load_config
 from broker.tools import transactions as transactions_tool
 from storage.log_manager import InconsistentMetaPropertiesError
 
@@ -33,9 +35,20 @@ async def _run_broker(config_path: Path, overrides: list[str]) -> None:
     from broker.server import Broker
 
     config = load_config(config_path, overrides)
-    broker = Broker(config)
+    cluster = await _join_cluster(config)
+    broker = Broker(config, cluster)
     await broker.start()
     await broker.run_until_stopped()
+
+
+async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
+    """With `metadata.store: etcd://...`: the cluster id from etcd, before the data dir opens."""
+    if config["metadata.store"] == "local":
+        return None
+    return await ClusterMembership.join(
+        config["metadata.store"], config.node_id, config["cluster.id"],
+        config["broker.session.timeout.ms"], config["metadata.store.connect.attempts"],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except InconsistentMetaPropertiesError as exc:
         print(f"gregor: the data directory belongs to another broker: {exc}", file=sys.stderr)
+        return 2
+    except (StoreUnavailable, NodeIdInUse, ClusterIdMismatch) as exc:
+        print(f"gregor: cannot join the cluster: {exc}", file=sys.stderr)
         return 2
     return 0
 

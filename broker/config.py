@@ -10,6 +10,8 @@ from urllib.parse import urlparse
 
 import yaml
 
+from broker.cluster.address import EtcdAddress
+
 LONG_MAX = 2**63 - 1
 
 
@@ -98,7 +100,10 @@ KEYS: dict[str, Key] = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(_int, 10000),
     "producer.id.expiration.ms": Key(_int, 86400000),
     "replica.lag.time.max.ms": Key(_int, 30000),
-    "metadata.store": Key(_str, "local"),
+    "metadata.store": Key(_str, "local", "local, or etcd://host:port[,host:port...][/root]"),
+    "broker.rack": Key(_str, "", "this broker's rack, for rack-aware replica placement"),
+    "broker.session.timeout.ms": Key(_int, 9000, "lease of a broker's registration in etcd"),
+    "metadata.store.connect.attempts": Key(_int, 30, "etcd connection attempts at start-up, 1 s apart"),
     "metrics.listener": Key(_str, ""),
 }
 
@@ -186,8 +191,16 @@ def _check(config: BrokerConfig) -> None:
         raise ConfigError("invalid value for 'log.segment.bytes': must be at least 14")
     if config["log.message.timestamp.type"] not in ("CreateTime", "LogAppendTime"):
         raise ConfigError("invalid value for 'log.message.timestamp.type'")
-    if config["metadata.store"] not in ("local",):
-        raise ConfigError("invalid value for 'metadata.store': only 'local' is available")
+    _check_metadata_store(config["metadata.store"])
+
+
+def _check_metadata_store(value: str) -> None:
+    if value == "local":
+        return
+    try:
+        EtcdAddress.parse(value)
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for 'metadata.store': 'local', or {exc}") from None
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 
+from broker.cluster.membership import ClusterMembership
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
@@ -24,15 +25,16 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, cluster: ClusterMembership | None = None) -> None:
         self.config = config
+        self.cluster = cluster
         self.node_id = config.node_id
         dirs = config.log_dirs
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.store = LocalMetadataStore(dirs[0])
         self.log_manager = LogManager(
-            dirs, config.node_id, config["cluster.id"] or None,
+            dirs, config.node_id, cluster.cluster_id if cluster else config["cluster.id"] or None,
             default_config=LogConfig.from_properties(config.explicit, {}),
             topic_configs={
                 name: LogConfig.from_properties(config.explicit, topic.configs)
@@ -58,6 +60,9 @@ class Broker:
         self.topics.open_all()
         await self.transactions.start()
         await self.groups.start()
+        if self.cluster is not None:
+            advertised = self.config.advertised
+            await self.cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None)
         listener = self.config.listener
         self._server = await asyncio.start_server(
             self._on_connect, listener.host, listener.port, limit=2**16, reuse_address=True
@@ -114,5 +119,7 @@ class Broker:
             await asyncio.gather(*self._connections, return_exceptions=True)
         await self.transactions.stop()
         await self.groups.stop()
+        if self.cluster is not None:
+            await self.cluster.close()
         self.log_manager.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)

@@ -16,13 +16,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aetcd
 import aetcd.exceptions
 
+from broker.cluster.address import EtcdAddress
 from broker.cluster.image import (
     BrokerRegistration,
     ClusterImage,
@@ -36,7 +35,6 @@ from coordinator.producer_ids import ProducerIdBlock
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ROOT = "/gregor"
 Listener = Callable[[str], None]
 
 
@@ -46,29 +44,6 @@ class StoreUnavailable(Exception):
 
 class NodeIdInUse(Exception):
     """Another live broker is registered with this node id."""
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdAddress:
-    endpoints: tuple[tuple[str, int], ...]
-    root: str
-
-    @classmethod
-    def parse(cls, url: str) -> EtcdAddress:
-        """`etcd://host:port[,host:port...][/root]`."""
-        parts = urlsplit(url)
-        if parts.scheme != "etcd" or not parts.netloc:
-            raise ValueError(f"expected etcd://host:port[,host:port...][/root], got {url!r}")
-        endpoints = tuple(_host_port(e) for e in parts.netloc.split(","))
-        root = parts.path.rstrip("/") or DEFAULT_ROOT
-        return cls(endpoints, root)
-
-
-def _host_port(endpoint: str) -> tuple[str, int]:
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"etcd endpoint {endpoint!r} is not host:port")
-    return host, int(port)
 
 
 class EtcdMetadataStore:

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import ClusterController
-from broker.cluster.etcd_store import EtcdAddress, EtcdMetadataStore
+from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import NO_LEADER, BrokerRegistration, ClusterImage, NodeId
 from tests.integration.etcd import EtcdProcess
 
@@ -94,7 +95,7 @@ async def test_leaders_move_on_death_and_the_next_controller_handles_the_next_de
     await first.die()
     survivors = {k: n for k, n in nodes.items() if n is not first}
     watcher = next(iter(survivors.values()))
-    image = await until(watcher, lambda i: all(
+    image = await until(watcher, lambda i: len(i.partitions_of("t")) == 6 and all(
         s.leader != first.node_id and first.node_id not in s.isr for s in i.partitions_of("t").values()
     ))
     moved = [s for s in image.partitions_of("t").values() if s.replicas[0] == first.node_id]
@@ -104,7 +105,9 @@ async def test_leaders_move_on_death_and_the_next_controller_handles_the_next_de
 
     await second.die()
     last = next(n for n in survivors.values() if n is not second)
-    image = await until(last, lambda i: all(s.leader == last.node_id for s in i.partitions_of("t").values()))
+    image = await until(last, lambda i: len(i.partitions_of("t")) == 6 and all(
+        s.leader == last.node_id for s in i.partitions_of("t").values()
+    ))
     assert all(s.isr == (last.node_id,) for s in image.partitions_of("t").values())
     assert last.controller.active
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from aetcd.exceptions import ConnectionFailedError
 
-from broker.cluster.etcd_store import EtcdAddress, EtcdMetadataStore, NodeIdInUse, StoreUnavailable
+from broker.cluster.address import EtcdAddress
+from broker.cluster.etcd_store import EtcdMetadataStore, NodeIdInUse, StoreUnavailable
 from broker.cluster.image import BrokerRegistration, NodeId, PartitionState, TopicRecord
 from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import free_port
