@@ -72,7 +72,9 @@ async def test_brokers_register_and_a_killed_controller_is_replaced(
     assert image.controller is not None and image.controller.epoch == first.epoch + 1
     second = image.controller
     brokers[second.node_id - 1].kill9()
-    image = await until(observer, lambda i: i.controller is not None and i.controller.epoch == first.epoch + 2)
+    image = await until(
+        observer, lambda i: i.controller is not None and i.controller.epoch == first.epoch + 2
+    )
     assert set(image.brokers) == {1, 2, 3} - {first.node_id, second.node_id}
 
 
