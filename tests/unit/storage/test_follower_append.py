@@ -73,3 +73,16 @@ def test_data_with_a_gap_or_a_bad_crc_is_refused_whole(tmp_path: Path) -> None:
     with pytest.raises(ReplicaDataError, match="corrupt"):
         follower.append_as_follower(bytes(corrupt), NOW)
     assert follower.log_end_offset == 0, "nothing written"
+
+
+def test_a_diverged_follower_truncates_to_where_the_logs_agree(tmp_path: Path) -> None:
+    from broker.replication.fetcher import truncation_offset
+
+    follower = open_log(tmp_path / "f" / "t-0")
+    follower.append_as_leader(make_batch([b"a", b"b"]), 1, NOW)  # epoch 1: [0, 2)
+    follower.append_as_leader(make_batch([b"c", b"d"]), 2, NOW)  # epoch 2: [2, 4), never replicated
+    # The new leader (epoch 3) says epoch 1 ended at 2 on its log, and epoch 2 never existed there.
+    assert truncation_offset(follower, 1, 2) == 2
+    assert truncation_offset(follower, 2, 3) == 3, "the leader had epoch 2 up to 3"
+    follower.truncate_to(truncation_offset(follower, 1, 2), NOW)
+    assert follower.log_end_offset == 2 and follower.latest_epoch == 1
