@@ -1,8 +1,11 @@
 """Partitions this broker hosts: appends, reads, and the waiters woken by appends.
 
-Single-node for now: this broker leads every partition, the high watermark is
-the log end offset. Delayed fetches and acks=all produces wait on futures
-resolved here, never on sleeping loops.
+The partition on its leader is the one owner of the high watermark: it moves
+it after every append and every follower fetch, from what its `LeaderState`
+knows of the ISR (on a single broker, the sole replica: HW = log end). On a
+follower the replica fetcher sets it from the leader's answers. Delayed
+fetches wait on futures woken by appends and HW moves, acks=all produces on
+futures resolved when the HW passes their last offset, never on sleeping loops.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.replication.leader import LeaderState
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -29,12 +34,59 @@ class Partition:
     log: Log
     leader_epoch: int = 0
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    leader: LeaderState | None = None  # None while this broker follows the partition
+    replicated: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader is not None
 
     def wake(self) -> None:
         for waiter in self.waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self.waiters.clear()
+
+    def advance_high_watermark(self) -> bool:
+        """Leader: move the HW as far as the ISR allows; wakes fetches and acks=all waiters."""
+        if self.leader is None:
+            return False
+        old = self.log.high_watermark
+        new = self.leader.high_watermark(self.log.log_end_offset, old)
+        if new <= old:
+            return False
+        self.set_high_watermark(new)
+        return True
+
+    def set_high_watermark(self, offset: int) -> None:
+        self.log.update_high_watermark(offset)
+        hw = self.log.high_watermark
+        still = []
+        for end, future in self.replicated:
+            if end <= hw:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((end, future))
+        self.replicated = still
+        self.wake()
+
+    def until_replicated(self, end_offset: int) -> asyncio.Future[None]:
+        """A future resolved once the HW reaches `end_offset` (acks=all)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.log.high_watermark >= end_offset:
+            future.set_result(None)
+        else:
+            self.replicated.append((end_offset, future))
+        return future
+
+    def fail_waiters(self, error: Exception) -> None:
+        """Leadership lost or partition gone: acks=all waiters learn it now."""
+        for _, future in self.replicated:
+            if not future.done():
+                future.set_exception(error)
+        self.replicated = []
+        self.wake()
 
 
 class ReplicaManager:
@@ -59,10 +111,17 @@ class ReplicaManager:
         log_ = self.log_manager.get_log(topic, index) or self.log_manager.create_log(
             topic, index, config
         )
-        log_.update_high_watermark(log_.log_end_offset)  # sole replica: HW = LEO
-        part = Partition(topic, index, log_, epoch)
+        log_.auto_advance_high_watermark = False  # the partition owns it
+        part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
+        part.advance_high_watermark()
         self._partitions[(topic, index)] = part
         return part
+
+    def _sole_replica(self, epoch: int, log_: Log) -> LeaderState:
+        """Single broker: the only replica is the ISR, so the HW is the log end."""
+        me = NodeId(self.node_id)
+        state = PartitionState((me,), (me,), me, LeaderEpoch(epoch), PartitionEpoch(0))
+        return LeaderState(me, state, log_.log_end_offset, min_isr=1, now_ms=0)
 
     def remove_topic(self, topic: str) -> None:
         for key in [k for k in self._partitions if k[0] == topic]:
@@ -77,8 +136,7 @@ class ReplicaManager:
         self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> AppendResult:
         result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin)
-        if result.error == 0:
-            part.log.update_high_watermark(part.log.log_end_offset)
+        if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result
 
@@ -90,8 +148,7 @@ class ReplicaManager:
         result = part.log.append_txn_marker(
             producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch, now_ms
         )
-        if result.error == 0:
-            part.log.update_high_watermark(part.log.log_end_offset)
+        if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result
 

@@ -105,10 +105,9 @@ async def test_leaders_move_on_death_and_the_next_controller_handles_the_next_de
 
     await second.die()
     last = next(n for n in survivors.values() if n is not second)
-    image = await until(last, lambda i: len(i.partitions_of("t")) == 6 and all(
-        s.leader == last.node_id for s in i.partitions_of("t").values()
+    await until(last, lambda i: len(i.partitions_of("t")) == 6 and all(
+        s.leader == last.node_id and s.isr == (last.node_id,) for s in i.partitions_of("t").values()
     ))
-    assert all(s.isr == (last.node_id,) for s in image.partitions_of("t").values())
     assert last.controller.active
 
 
