@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
@@ -94,6 +94,9 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.node_id = node_id
         self._partitions: dict[TopicPartition, Partition] = {}
+        # Cluster mode: where ISR proposals go (an AlterPartition to the metadata store).
+        self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
+        self.replica_lag_ms = 30_000
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -151,6 +154,17 @@ class ReplicaManager:
         if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result
+
+    def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched: its log end is `fetch_offset`; the HW may move, the ISR may grow."""
+        if part.leader is None:
+            return
+        part.leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
+        part.advance_high_watermark()
+        if self.isr_changes is not None:
+            proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+            if proposed is not None:
+                self.isr_changes(part, proposed)
 
     def waiter(self, parts: Iterable[Partition]) -> asyncio.Future[None]:
         """A future resolved by the next append to any of the partitions."""
