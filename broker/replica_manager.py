@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
+class NotLeader(Exception):
+    """This broker stopped leading the partition."""
+
+
 @dataclass
 class Partition:
     topic: str
@@ -97,6 +101,7 @@ class ReplicaManager:
         # Cluster mode: where ISR proposals go (an AlterPartition to the metadata store).
         self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
         self.replica_lag_ms = 30_000
+        self._checkpointed_hw = log_manager.read_high_watermarks()
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -118,6 +123,50 @@ class ReplicaManager:
         part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
         part.advance_high_watermark()
         self._partitions[(topic, index)] = part
+        return part
+
+    def _hosted(self, topic: str, index: int, config: LogConfig) -> Partition:
+        """The partition's entry, its log opened (or created) with the checkpointed HW."""
+        part = self._partitions.get((topic, index))
+        if part is not None:
+            return part
+        log_ = self.log_manager.get_log(topic, index)
+        if log_ is None:
+            log_ = self.log_manager.create_log(topic, index, config)
+        log_.auto_advance_high_watermark = False
+        log_.update_high_watermark(self._checkpointed_hw.get((topic, index), 0))
+        part = Partition(topic, index, log_, -1)
+        self._partitions[(topic, index)] = part
+        return part
+
+    def become_leader(
+        self, topic: str, index: int, config: LogConfig, state: PartitionState, now_ms: int
+    ) -> Partition:
+        """Lead from this leader epoch on (Kafka's makeLeader): the epoch starts at the log end."""
+        part = self._hosted(topic, index, config)
+        if part.leader is not None and part.leader_epoch == state.leader_epoch:
+            part.leader.committed(state)
+            return part
+        part.log.epoch_cache.assign(state.leader_epoch, part.log.log_end_offset)
+        part.leader_epoch = state.leader_epoch
+        min_isr = min(config.min_insync_replicas, len(state.replicas))
+        part.leader = LeaderState(NodeId(self.node_id), state, part.log.log_end_offset, min_isr, now_ms)
+        part.advance_high_watermark()
+        log.info("partition %s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", topic, index,
+                 state.leader_epoch, list(state.isr), part.log.log_end_offset, part.log.high_watermark)
+        return part
+
+    def become_follower(self, topic: str, index: int, config: LogConfig, state: PartitionState) -> Partition:
+        """Follow from this leader epoch on; acks=all waiters of a lost leadership fail now."""
+        part = self._hosted(topic, index, config)
+        if part.leader is None and part.leader_epoch == state.leader_epoch:
+            return part
+        if part.leader is not None:
+            part.fail_waiters(NotLeader(f"{topic}-{index} is now led by broker {state.leader}"))
+        part.leader = None
+        part.leader_epoch = state.leader_epoch
+        log.info("partition %s-%d: follower of broker %d at epoch %d", topic, index,
+                 state.leader, state.leader_epoch)
         return part
 
     def _sole_replica(self, epoch: int, log_: Log) -> LeaderState:
@@ -165,6 +214,16 @@ class ReplicaManager:
             proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
             if proposed is not None:
                 self.isr_changes(part, proposed)
+
+    def check_isr(self, now_ms: int) -> None:
+        """Periodic (every half replica.lag.time.max.ms): lagging followers leave the ISR."""
+        if self.isr_changes is None:
+            return
+        for part in self._partitions.values():
+            if part.leader is not None:
+                proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+                if proposed is not None:
+                    self.isr_changes(part, proposed)
 
     def waiter(self, parts: Iterable[Partition]) -> asyncio.Future[None]:
         """A future resolved by the next append to any of the partitions."""
