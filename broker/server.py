@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 
+from broker.authorizer import AllowAllAuthorizer, Authorizer
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
@@ -44,6 +45,7 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.replicas)
         self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
         self.handlers = HANDLER_TABLE
+        self.authorizer: Authorizer = AllowAllAuthorizer()
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
         self._server: asyncio.base_events.Server | None = None
