@@ -11,6 +11,7 @@ from broker.authorizer import AllowAllAuthorizer, Authorizer
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
+from broker.dynamic_config import DynamicBrokerConfigs
 from broker.group_coordinator import GroupCoordinator
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
@@ -32,6 +33,8 @@ class Broker:
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.store = LocalMetadataStore(dirs[0])
+        self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
+        config = self.config = self.dynamic_configs.config  # explicit: a live view with dynamic keys
         self.log_manager = LogManager(
             dirs, config.node_id, config["cluster.id"] or None,
             default_config=LogConfig.from_properties(config.explicit, {}),
