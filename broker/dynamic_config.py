@@ -30,10 +30,18 @@ log = logging.getLogger(__name__)
 DEFAULT_SCOPE = ""
 
 
+# Keys whose Kafka default is null (their synonym of lower precedence decides): no DEFAULT_CONFIG
+# synonym is listed for them, as in Kafka.
+_NULL_DEFAULTS = frozenset({
+    "log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms", "log.flush.interval.ms",
+})
+
+
 def _defaults() -> dict[str, object]:
     """Kafka's value of every broker key nobody set (its staticDefaultConfigs)."""
     defaults: dict[str, object] = dict(topic_broker_defaults())
-    return defaults | {key: spec.default for key, spec in KEYS.items()}
+    defaults |= {key: spec.default for key, spec in KEYS.items()}
+    return {key: value for key, value in defaults.items() if key not in _NULL_DEFAULTS}
 
 
 def _scope_label(scope: str) -> str:

@@ -6,7 +6,9 @@ cluster 0x1FA0; a request that does not ask gets INT32_MIN ("not provided"). Met
 the cluster's only in v8-v10 and the topics' from v8 (every topic looked up by name, found or
 not, but not an unknown topic id); DescribeGroups from v3, only for groups without an error;
 DescribeCluster in every version. Checked at byte level and through confluent-kafka's
-describe_topics / describe_cluster / describe_consumer_groups.
+describe_topics / describe_cluster / describe_consumer_groups and the Java Admin
+(java/ConfigsAdmin.java; its describeTopics falls back to Metadata as Gregor does not serve
+DescribeTopicPartitions).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient
 
 from protocol.messages import REQUESTS
-from tests.integration.harness import BrokerProcess, unique_topic
+from tests.integration.harness import BrokerProcess, prefixed_json, require_java, run_java, unique_topic
 from tests.integration.wire import WireClient, create_topic
 
 TOPIC_OPS, GROUP_OPS, CLUSTER_OPS = 0xDF8, 0xD48, 0x1FA0
@@ -155,3 +157,25 @@ def test_confluent_admin(module_broker: BrokerProcess) -> None:
         AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
     }
     assert admin.describe_consumer_groups([group])[group].result(timeout=30).authorized_operations is None
+
+
+def test_java_admin(module_broker: BrokerProcess) -> None:
+    require_java()
+    topic, group = unique_topic("authz-java"), unique_topic("authz-java-group")
+    with WireClient(module_broker.port) as c:
+        create_topic(c, topic)
+    commit_offset(module_broker.bootstrap, group, topic)
+    proc = run_java("ConfigsAdmin.java", module_broker.bootstrap, "authz", topic, group, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [answer] = prefixed_json(proc.stdout)
+    assert answer == {
+        "cluster": [
+            "ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS",
+            "IDEMPOTENT_WRITE",
+        ],
+        "cluster_plain": None,
+        "topic": [
+            "ALTER", "ALTER_CONFIGS", "CREATE", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ", "WRITE",
+        ],
+        "group": ["ALTER_CONFIGS", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ"],
+    }

@@ -8,7 +8,8 @@ and new topics that do not override them. Everything else is refused as Kafka's
 ConfigAdminManager does: INVALID_REQUEST naming the key ("Cannot update these configs
 dynamically: Set(...)"), INVALID_CONFIG for APPEND to a non-list key. DescribeConfigs reports each
 value's source and, when asked, its synonyms in Kafka's order (per-broker, default, static,
-built-in default). Byte level, plus confluent-kafka's incremental_alter_configs.
+built-in default). Byte level, plus confluent-kafka's incremental_alter_configs and the Java
+Admin (java/ConfigsAdmin.java).
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
 from protocol.messages import REQUESTS
-from tests.integration.harness import BrokerFactory, BrokerProcess, segment_files, unique_topic
+from tests.integration.harness import (
+    BrokerFactory,
+    BrokerProcess,
+    prefixed_json,
+    require_java,
+    run_java,
+    segment_files,
+    unique_topic,
+)
 from tests.integration.wire import WireClient, build_batch, create_topic, partition_errors
 
 BROKER, TOPIC = 4, 2
@@ -253,3 +262,33 @@ def test_confluent_incremental_alter_configs(module_broker: BrokerProcess) -> No
             ConfigEntry("log.cleanup.policy", None, incremental_operation=AlterConfigOpType.DELETE),
         )
     assert described(ConfigResource.Type.TOPIC, topic)["retention.ms"].value == "604800000"
+
+
+def test_java_admin(module_broker: BrokerProcess) -> None:
+    """The Java Admin: cluster default and per-broker changes, sources and synonyms as Kafka lists
+    them (log.retention.ms has no built-in default of its own: log.retention.hours stands in)."""
+    require_java()
+    topic = unique_topic("dyn-java")
+    with WireClient(module_broker.port) as c:
+        create_topic(c, topic)
+    proc = run_java("ConfigsAdmin.java", module_broker.bootstrap, "configs", "1", topic, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    described, refused, cleaned = prefixed_json(proc.stdout)
+    retention = [
+        ["log.retention.ms", "3600000", "DYNAMIC_BROKER_CONFIG"],
+        ["log.retention.ms", "7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
+        ["log.retention.hours", "168", "DEFAULT_CONFIG"],
+    ]
+    assert described["broker_retention"] == {
+        "value": "3600000", "source": "DYNAMIC_BROKER_CONFIG", "read_only": False, "synonyms": retention
+    }
+    assert described["topic_retention"] == described["broker_retention"]
+    assert described["broker_max"]["source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG"
+    assert described["default_names"] == "log.retention.ms,message.max.bytes"
+    assert refused == {
+        "step": "refused", "error": "InvalidRequestException",
+        "message": "Cannot update these configs dynamically: Set(num.partitions)",
+    }
+    assert cleaned["topic_retention"] == {
+        "value": "604800000", "source": "DEFAULT_CONFIG", "read_only": False, "synonyms": []
+    }
