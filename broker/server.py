@@ -7,10 +7,12 @@ import contextlib
 import logging
 import signal
 
+from broker.authorizer import AllowAllAuthorizer, Authorizer
 from broker.cluster.membership import ClusterMembership
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
+from broker.dynamic_config import DynamicBrokerConfigs
 from broker.group_coordinator import GroupCoordinator
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
@@ -33,6 +35,8 @@ class Broker:
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         self.store = LocalMetadataStore(dirs[0])
+        self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
+        config = self.config = self.dynamic_configs.config  # explicit: a live view with dynamic keys
         self.log_manager = LogManager(
             dirs, config.node_id, cluster.cluster_id if cluster else config["cluster.id"] or None,
             default_config=LogConfig.from_properties(config.explicit, {}),
@@ -46,6 +50,7 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.replicas)
         self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
         self.handlers = HANDLER_TABLE
+        self.authorizer: Authorizer = AllowAllAuthorizer()
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
         self._server: asyncio.base_events.Server | None = None
