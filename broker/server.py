@@ -9,6 +9,7 @@ import signal
 
 from broker.authorizer import AllowAllAuthorizer, Authorizer
 from broker.cluster.membership import ClusterMembership
+from broker.cluster.view import BrokerInfo, ClusterView, MetadataView, SingleNodeView
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
@@ -47,6 +48,7 @@ class Broker:
             now_ms=now_ms(),
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
+        self.view: MetadataView = self._metadata_view()
         self.topics = TopicManager(config, self.store, self.replicas)
         self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
         self.handlers = HANDLER_TABLE
@@ -56,6 +58,19 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._stopping = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
+
+    def _metadata_view(self) -> MetadataView:
+        if self.cluster is not None:
+            store = self.cluster.store
+            return ClusterView(lambda: store.image)
+        ad = self.config.advertised
+        me = BrokerInfo(self.node_id, ad.host, ad.port, self.config["broker.rack"] or None)
+
+        def epoch_of(topic: str, index: int) -> int:
+            part = self.replicas.partition(topic, index)
+            return part.leader_epoch if part is not None else 0
+
+        return SingleNodeView(me, epoch_of)
 
     @property
     def cluster_id(self) -> str:

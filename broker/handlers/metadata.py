@@ -24,20 +24,24 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def _brokers(broker: Broker) -> list[Any]:
-    ad = broker.config.advertised
-    return [M.MetadataResponseBroker(node_id=broker.node_id, host=ad.host, port=ad.port, rack=None)]
+    return [
+        M.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+        for b in broker.view.brokers()
+    ]
 
 
 def _partitions(broker: Broker, topic: TopicMetadata) -> list[Any]:
     result = []
     for index in range(topic.partitions):
-        part = broker.replicas.partition(topic.name, index)
-        epoch = part.leader_epoch if part else 0
-        nodes = [broker.node_id]
+        info = broker.view.partition(topic.name, index)
+        if info is None:
+            continue
+        error = ErrorCode.LEADER_NOT_AVAILABLE if info.leader < 0 else ErrorCode.NONE
         result.append(
             M.MetadataResponseTopic.MetadataResponsePartition(
-                error_code=ErrorCode.NONE, partition_index=index, leader_id=broker.node_id,
-                leader_epoch=epoch, replica_nodes=nodes, isr_nodes=nodes, offline_replicas=[],
+                error_code=error, partition_index=index, leader_id=info.leader,
+                leader_epoch=info.leader_epoch, replica_nodes=list(info.replicas),
+                isr_nodes=list(info.isr), offline_replicas=list(info.offline),
             )
         )
     return result
@@ -89,7 +93,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     asks_cluster = 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations
     return M(
         throttle_time_ms=0, brokers=_brokers(broker), cluster_id=broker.cluster_id,
-        controller_id=broker.node_id, topics=topics, error_code=ErrorCode.NONE,
+        controller_id=broker.view.controller_id(), topics=topics, error_code=ErrorCode.NONE,
         authorized_operations=cluster_operations(ctx) if asks_cluster else NOT_PROVIDED,
     )
 
@@ -104,14 +108,13 @@ def _add_topic_operations(ctx: RequestContext, topics: list[Any]) -> None:
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    ad = broker.config.advertised
     asks = request.include_cluster_authorized_operations
     return D(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
         authorized_operations=cluster_operations(ctx) if asks else NOT_PROVIDED,
-        cluster_id=broker.cluster_id, controller_id=broker.node_id,
-        brokers=[D.DescribeClusterBroker(broker_id=broker.node_id, host=ad.host, port=ad.port,
-                                         rack=None, is_fenced=False)],
+        cluster_id=broker.cluster_id, controller_id=broker.view.controller_id(),
+        brokers=[D.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
+                                         rack=b.rack, is_fenced=False) for b in broker.view.brokers()],
     )
 
 

@@ -1,0 +1,87 @@
+"""What Metadata and DescribeCluster say about brokers and partitions, in either mode.
+
+`SingleNodeView` answers for one broker that leads everything it hosts;
+`ClusterView` reads the cluster image (live brokers, the controller, each
+partition's leader, epoch, replicas and ISR; a replica whose broker is not
+registered is offline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.cluster.image import NO_LEADER, ClusterImage
+
+NO_CONTROLLER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...]
+
+
+class EpochLookup(Protocol):
+    def __call__(self, topic: str, index: int) -> int: ...
+
+
+class ImageSource(Protocol):
+    def __call__(self) -> ClusterImage: ...
+
+
+class MetadataView(Protocol):
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    def controller_id(self) -> int: ...
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None: ...
+
+
+class SingleNodeView:
+    def __init__(self, me: BrokerInfo, epoch_of: EpochLookup) -> None:
+        self.me = me
+        self._epoch_of = epoch_of
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [self.me]
+
+    def controller_id(self) -> int:
+        return self.me.node_id
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        nodes = (self.me.node_id,)
+        return PartitionInfo(self.me.node_id, self._epoch_of(topic, index), nodes, nodes, ())
+
+
+class ClusterView:
+    def __init__(self, image: ImageSource) -> None:
+        self._image = image
+
+    def brokers(self) -> list[BrokerInfo]:
+        image = self._image()
+        return [BrokerInfo(r.node_id, r.host, r.port, r.rack) for _, r in sorted(image.brokers.items())]
+
+    def controller_id(self) -> int:
+        controller = self._image().controller
+        return controller.node_id if controller is not None else NO_CONTROLLER
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        image = self._image()
+        state = image.partitions.get((topic, index))
+        if state is None:
+            return None
+        offline = tuple(n for n in state.replicas if n not in image.brokers)
+        leader = state.leader if state.leader in image.brokers else NO_LEADER
+        return PartitionInfo(leader, state.leader_epoch, state.replicas, state.isr, offline)
