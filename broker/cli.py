@@ -12,6 +12,7 @@ import uvloop
 
 from broker.config import ConfigError, load_config
 from broker.tools import transactions as transactions_tool
+from storage.dir_lock import LogDirLockedError, LogDirUnusableError
 from storage.log_manager import InconsistentMetaPropertiesError
 
 
@@ -51,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.run(_run_broker(args.config, args.override))
     except ConfigError as exc:
         print(f"gregor: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except LogDirLockedError as exc:
+        print(f"gregor: cannot start: {exc}", file=sys.stderr)
+        return 2
+    except LogDirUnusableError as exc:
+        print(f"gregor: cannot start: {exc}", file=sys.stderr)
         return 2
     except InconsistentMetaPropertiesError as exc:
         print(f"gregor: the data directory belongs to another broker: {exc}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 
 from broker.config import BrokerConfig
@@ -18,7 +19,7 @@ from broker.topics import TopicManager
 from broker.transaction_coordinator import TransactionCoordinator
 from coordinator.producer_ids import ProducerIdManager
 from storage.log_config import LogConfig
-from storage.log_manager import LogManager
+from storage.log_manager import LogManager, lock_log_dirs
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,8 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         dirs = config.log_dirs
-        for d in dirs:
-            d.mkdir(parents=True, exist_ok=True)
+        holder = f"pid={os.getpid()} node.id={config.node_id} listener={config['listeners']}"
+        locks = lock_log_dirs(dirs, holder)  # before anything reads or writes the dirs
         self.store = LocalMetadataStore(dirs[0])
         self.log_manager = LogManager(
             dirs, config.node_id, config["cluster.id"] or None,
@@ -39,6 +40,7 @@ class Broker:
                 for name, topic in self.store.topics().items()
             },
             now_ms=now_ms(),
+            dir_locks=locks,
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
         self.topics = TopicManager(config, self.store, self.replicas)
