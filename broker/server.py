@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 
 from broker.config import BrokerConfig
 from broker.connection import Connection
@@ -24,6 +25,21 @@ from storage.log_manager import LogManager, lock_log_dirs
 log = logging.getLogger(__name__)
 
 
+class ListenerError(Exception):
+    """The listener's address cannot be bound (in use, not local, unresolvable)."""
+
+
+def bind_listener(name: str, host: str, port: int) -> socket.socket:
+    """Bind and listen now (connections wait in the backlog until serving starts), so
+    that a busy port stops start-up before any log recovery."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family, backlog=1024)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).split(" (while attempting")[0].lower()
+        raise ListenerError(f"cannot listen on {name} (listeners): {reason}") from None
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -31,6 +47,8 @@ class Broker:
         dirs = config.log_dirs
         holder = f"pid={os.getpid()} node.id={config.node_id} listener={config['listeners']}"
         locks = lock_log_dirs(dirs, holder)  # before anything reads or writes the dirs
+        listener = config.listener
+        self._socket = bind_listener(config["listeners"], listener.host, listener.port)
         self.store = LocalMetadataStore(dirs[0])
         self.log_manager = LogManager(
             dirs, config.node_id, config["cluster.id"] or None,
@@ -61,9 +79,7 @@ class Broker:
         await self.transactions.start()
         await self.groups.start()
         listener = self.config.listener
-        self._server = await asyncio.start_server(
-            self._on_connect, listener.host, listener.port, limit=2**16, reuse_address=True
-        )
+        self._server = await asyncio.start_server(self._on_connect, sock=self._socket, limit=2**16)
         advertised = self.config.advertised
         log.info(
             "broker %d serving on %s:%d (advertised %s:%d), cluster %s, data in %s",
