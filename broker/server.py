@@ -93,6 +93,8 @@ class Broker:
         self._connections.add(task)
         try:
             await Connection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # shutdown closes open connections; nothing to report
         finally:
             self._connections.discard(task)
 

@@ -4,6 +4,7 @@ per-dir offset checkpoints and the clean-shutdown marker (Kafka's LogManager).""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -107,7 +108,9 @@ class LogManager:
             if child.is_dir() and (tp := parse_partition_dir(child.name)) is not None
         ]
         if found and not clean:
-            log.warning("%s: no clean-shutdown marker; recovering logs", directory)
+            log.warning("%s: no clean-shutdown marker; recovering %d partitions", directory, len(found))
+        started = time.monotonic()
+        size_before = 0 if clean else sum(_log_bytes(child) for child, _tp in found)
         for child, tp in found:
             if tp in self._logs:
                 raise InconsistentMetaPropertiesError(f"{tp} found in two log dirs")
@@ -121,6 +124,12 @@ class LogManager:
             )
             self._logs[tp] = opened
             self._dir_of[tp] = directory
+        if found and not clean:
+            truncated = size_before - sum(_log_bytes(child) for child, _tp in found)
+            log.info(
+                "%s: recovered %d partitions after an unclean shutdown: %d bytes truncated, %.2f s",
+                directory, len(found), truncated, time.monotonic() - started,
+            )
         # Kafka deletes the marker once the logs are loaded: a crash from now on is unclean.
         marker.unlink(missing_ok=True)
         if clean:
@@ -226,6 +235,11 @@ class LogManager:
             atomic_write(d / CLEAN_SHUTDOWN_MARKER, "")
         self._logs.clear()
         release_all(self._dir_locks)
+
+
+def _log_bytes(partition_dir: Path) -> int:
+    """Total size of the partition's `.log` segment files."""
+    return sum(p.stat().st_size for p in partition_dir.glob("*.log"))
 
 
 def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
