@@ -3,6 +3,8 @@ what is wrong, exit code non-zero, and never a traceback."""
 
 from __future__ import annotations
 
+import re
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -10,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import gregor_command
+from tests.integration.harness import _api_versions_probe, free_port, gregor_command, wait_until
+from tests.integration.wire import WireClient, metadata_request
 
 
 def _gregor(*args: str) -> subprocess.CompletedProcess[str]:
@@ -113,3 +116,33 @@ def test_version_and_config_docs() -> None:
     docs = _gregor("config-docs")
     assert docs.returncode == 0
     assert "| `num.partitions` | `1` | an integer \u2265 1 |" in docs.stdout
+
+
+def test_debug_logs_each_connection_and_request(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "broker.yaml"
+    config.write_text(f"log.dirs: {tmp_path}/data\nlisteners: PLAINTEXT://127.0.0.1:{port}\n"
+                      "auto.create.topics.enable: false\n")
+    log_path = tmp_path / "broker.log"
+    with open(log_path, "w") as log_file:
+        command = [*gregor_command(), "broker", "--config", str(config), "--log-level", "debug"]
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: _api_versions_probe(port, timeout=1.0), timeout=20, msg="broker start")
+        with WireClient(port, client_id="debug-probe") as c:
+            c.api_versions()
+            c.call(metadata_request(["no-such-topic"], version=1), 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    text = log_path.read_text()
+    assert "Traceback" not in text, text
+    peer = re.search(r"request from (127\.0\.0\.1:\d+) client 'debug-probe'", text)
+    assert peer is not None, text
+    lines = [x for x in text.splitlines() if peer.group(1) in x]
+    assert len(lines) == 4, lines
+    assert lines[0].endswith(f"connection from {peer.group(1)} opened"), lines[0]
+    assert re.search(r"client 'debug-probe': ApiVersions v3 correlation 1, [0-9.]+ ms, NONE$", lines[1])
+    assert re.search(r"client 'debug-probe': Metadata v1 correlation 2, [0-9.]+ ms, "
+                     r"UNKNOWN_TOPIC_OR_PARTITION$", lines[2]), lines[2]
+    assert lines[3].endswith(f"connection from {peer.group(1)} closed after 2 requests"), lines[3]
