@@ -373,6 +373,9 @@ def build_config(raw: Mapping[str, Any], overrides: Mapping[str, str] = {}) -> B
 def _check(config: BrokerConfig) -> None:
     """Rules that involve more than one key."""
     config.listener  # noqa: B018 - parse errors surface here
+    dirs = [d.resolve() for d in config.log_dirs]
+    if len(set(dirs)) < len(dirs):
+        raise ConfigError(f"log.dirs names the same directory twice: {', '.join(map(str, config.log_dirs))}")
     low, high = config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"]
     if high < low:
         raise ConfigError(

@@ -71,6 +71,7 @@ def test_listener_and_advertised_listener() -> None:
         ({"metadata.store": "etcd"}, "metadata.store must be one of local"),
         ({"log.dirs": ""}, "log.dirs must be one or more directories"),
         ({"cluster.id": ["a"]}, "cluster.id must be a string"),
+        ({"log.dirs": "/tmp/a,/tmp/b/../a"}, "log.dirs names the same directory twice"),
         ({"group.min.session.timeout.ms": 10, "group.max.session.timeout.ms": 5},
          "group.max.session.timeout.ms (5) must be \u2265 group.min.session.timeout.ms (10)"),
         ({"metrics.listener": "http://0.0.0.0:9100"},
