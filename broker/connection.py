@@ -56,8 +56,6 @@ class Connection:
         self.requests = 0
 
     async def run(self) -> None:
-        if self.debug:
-            request_log.opened(self.peer)
         sender = asyncio.create_task(self._send_loop())
         try:
             await self._read_loop()
@@ -68,8 +66,6 @@ class Connection:
         finally:
             await self.responses.put(None)
             await self._finish(sender)
-            if self.debug:
-                request_log.closed(self.peer, self.requests)
 
     async def _finish(self, sender: asyncio.Task[None]) -> None:
         try:

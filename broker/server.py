@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 
+from broker import request_log
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
@@ -91,12 +92,17 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        connection = Connection(self, reader, writer)
+        if connection.debug:
+            request_log.opened(connection.peer)
         try:
-            await Connection(self, reader, writer).run()
+            await connection.run()
         except asyncio.CancelledError:
             pass  # shutdown closes open connections; nothing to report
         finally:
             self._connections.discard(task)
+            if connection.debug:
+                request_log.closed(connection.peer, connection.requests)
 
     async def run_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()

@@ -132,6 +132,7 @@ def test_debug_logs_each_connection_and_request(tmp_path: Path) -> None:
         with WireClient(port, client_id="debug-probe") as c:
             c.api_versions()
             c.call(metadata_request(["no-such-topic"], version=1), 1)
+        wait_until(lambda: "closed after 2 requests" in log_path.read_text(), timeout=10, msg="close line")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
