@@ -4,10 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed
+ETCD := .deps/etcd/.installed
 CONFIG ?= config/broker.yaml
 DATA ?= data
 
-.PHONY: run test unit integration lint bench venv java-deps clean clean-data
+.PHONY: run test unit integration lint bench venv java-deps etcd clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,16 +23,21 @@ $(JAVA_DEPS): scripts/java-deps.sh
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 
+$(ETCD): scripts/etcd.sh
+	bash scripts/etcd.sh .deps/etcd
+
+etcd: $(ETCD)
+
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG)
 
-test: $(STAMP) $(JAVA_DEPS)
+test: $(STAMP) $(JAVA_DEPS) $(ETCD)
 	$(PY) -m pytest -q tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS)
+integration: $(STAMP) $(JAVA_DEPS) $(ETCD)
 	$(PY) -m pytest -q tests/integration
 
 lint: $(STAMP)
@@ -41,7 +47,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.produce_fetch
 
-# The environment only (virtualenv, Java client jars); the broker's data stays.
+# The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:
 	rm -rf $(VENV) .deps
 

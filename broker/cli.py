@@ -18,7 +18,9 @@ from pathlib import Path
 
 import uvloop
 
-from broker.config import ConfigError, config_docs, load_config, with_config_docs
+from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
+from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
+from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
 from broker.tools import transactions as transactions_tool
 from storage.dir_lock import LogDirLockedError, LogDirUnusableError
 from storage.log_manager import InconsistentMetaPropertiesError
@@ -64,9 +66,20 @@ async def _run_broker(config_path: Path, overrides: list[str]) -> None:
     from broker.server import Broker
 
     config = load_config(config_path, overrides)
-    broker = Broker(config)
+    cluster = await _join_cluster(config)
+    broker = Broker(config, cluster)
     await broker.start()
     await broker.run_until_stopped()
+
+
+async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
+    """With `metadata.store: etcd://...`: the cluster id from etcd, before the data dir opens."""
+    if config["metadata.store"] == "local":
+        return None
+    return await ClusterMembership.join(
+        config["metadata.store"], config.node_id, config["cluster.id"],
+        config["broker.session.timeout.ms"], config["metadata.store.connect.attempts"],
+    )
 
 
 def _config_docs(readme: Path | None) -> int:
@@ -87,6 +100,8 @@ def _start_up_error(exc: Exception) -> str | None:
         return f"the data directory belongs to another broker: {exc}"
     if isinstance(exc, (LogDirLockedError, LogDirUnusableError, ListenerError)):
         return f"cannot start: {exc}"
+    if isinstance(exc, (StoreUnavailable, NodeIdInUse, ClusterIdMismatch)):
+        return f"cannot join the cluster: {exc}"
     return None
 
 

@@ -10,6 +10,8 @@ from urllib.parse import urlparse
 
 import yaml
 
+from broker.cluster.address import EtcdAddress
+
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
@@ -144,17 +146,18 @@ class Listeners:
 
 
 @dataclass(frozen=True)
-class Unsupported:
-    """A Kafka key Gregor does not implement yet: refused rather than silently ignored."""
+class StoreAddress:
+    expected: str = "local or etcd://host:port[,host:port...][/root]"
 
-    reason: str
-
-    @property
-    def expected(self) -> str:
-        return f"left unset: it is not supported yet ({self.reason})"
-
-    def __call__(self, value: Any) -> Any:
-        raise ValueError(self.expected)
+    def __call__(self, value: Any) -> str:
+        text = Text()(value)
+        if text == "local":
+            return text
+        try:
+            EtcdAddress.parse(text)
+        except ValueError as exc:
+            raise ValueError(self.expected, str(exc)) from None
+        return text
 
 
 @dataclass(frozen=True)
@@ -259,12 +262,21 @@ KEYS: dict[str, Key] = {
         _POSITIVE, 10000, "How often transactions older than their timeout are aborted."),
     "producer.id.expiration.ms": Key(_POSITIVE, 86400000, "How long the state of an idle producer id "
                                      "is kept in each partition."),
-    "replica.lag.time.max.ms": Key(Unsupported("there is no replication yet"), None,
-                                   "Reserved for replication: refused until the cluster uses it."),
-    "metadata.store": Key(Choice(("local",)), "local", "Where cluster metadata lives: `local` (a file in "
-                          "the first log dir)."),
-    "metrics.listener": Key(Unsupported("Gregor has no metrics endpoint yet"), None,
-                            "Reserved for the metrics endpoint: refused until it exists."),
+    "replica.lag.time.max.ms": Key(_POSITIVE_LONG, 30000, "How long a follower may fail to catch up "
+                                   "before it leaves the ISR (cluster mode)."),
+    "metadata.store": Key(StoreAddress(), "local", "Where cluster metadata lives: `local` (a file in the "
+                          "first log dir) or etcd (cluster mode)."),
+    "broker.rack": Key(Text(), "", "This broker's rack, for rack-aware replica placement."),
+    "broker.session.timeout.ms": Key(_POSITIVE, 9000, "Lease of this broker's registration in etcd: "
+                                     "after it, the broker counts as gone."),
+    "metadata.store.connect.attempts": Key(_POSITIVE, 30, "etcd connection attempts at start-up, 1 s "
+                                           "apart."),
+}
+
+# Kafka keys Gregor does not implement yet: refused with the reason rather than accepted and
+# ignored (README lists them next to the table).
+RESERVED: dict[str, str] = {
+    "metrics.listener": "Gregor has no metrics endpoint yet",
 }
 
 
@@ -331,6 +343,8 @@ def parse_listener(key: str, text: str) -> Listener:
 
 def _coerce(key: str, value: Any) -> Any:
     spec = KEYS.get(key)
+    if key in RESERVED:
+        raise ConfigError(f"{key} is not supported yet ({RESERVED[key]}); remove it from the config")
     if spec is None:
         raise ConfigError(f"unknown configuration key {key!r}")
     try:
@@ -437,9 +451,7 @@ def _expected(parse: Callable[[Any], Any]) -> str:
     return str(getattr(parse, "expected", ""))
 
 
-def _default_text(key: str, spec: Key) -> str:
-    if isinstance(spec.parse, Unsupported):
-        return "(refused)"
+def _default_text(spec: Key) -> str:
     if spec.default in ("", None):
         return "(none)"
     if spec.default is True or spec.default is False:
@@ -452,7 +464,9 @@ def config_docs() -> str:
     lines = ["| key | default | accepted values | meaning |", "| --- | --- | --- | --- |"]
     for key, spec in KEYS.items():
         accepted = _expected(spec.parse).replace("|", "\\|")
-        lines.append(f"| `{key}` | {_default_text(key, spec)} | {accepted} | {spec.doc} |")
+        lines.append(f"| `{key}` | {_default_text(spec)} | {accepted} | {spec.doc} |")
+    reserved = ", ".join(f"`{key}` ({reason})" for key, reason in RESERVED.items())
+    lines += ["", f"Refused as not supported yet: {reserved}."]
     return "\n".join(lines) + "\n"
 
 

@@ -74,6 +74,7 @@ class LocalMetadataStore:
         self._path = directory / STORE_FILE
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -83,11 +84,13 @@ class LocalMetadataStore:
         for name, topic in data.get("topics", {}).items():
             self._topics[name] = TopicMetadata.from_json(name, topic)
         self._next_producer_id = int(data.get("next_producer_id_block", 0))
+        self._broker_configs = {k: dict(v) for k, v in data.get("broker_configs", {}).items()}
 
     def _save(self) -> None:
         data = {
             "topics": {name: t.to_json() for name, t in sorted(self._topics.items())},
             "next_producer_id_block": self._next_producer_id,
+            "broker_configs": self._broker_configs,
         }
         tmp = self._path.with_suffix(".tmp")
         with open(tmp, "w") as out:
@@ -127,3 +130,15 @@ class LocalMetadataStore:
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
         self.put_topic(replace(self._topics[name], configs=dict(configs)))
+
+    # -- dynamic broker configs: scope "" is the cluster-wide default, else a node id ----------
+
+    def broker_configs(self, scope: str) -> dict[str, str]:
+        return dict(self._broker_configs.get(scope, {}))
+
+    def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        if configs:
+            self._broker_configs[scope] = dict(configs)
+        else:
+            self._broker_configs.pop(scope, None)
+        self._save()

@@ -1,17 +1,22 @@
 """Partitions this broker hosts: appends, reads, and the waiters woken by appends.
 
-Single-node for now: this broker leads every partition, the high watermark is
-the log end offset. Delayed fetches and acks=all produces wait on futures
-resolved here, never on sleeping loops.
+The partition on its leader is the one owner of the high watermark: it moves
+it after every append and every follower fetch, from what its `LeaderState`
+knows of the ISR (on a single broker, the sole replica: HW = log end). On a
+follower the replica fetcher sets it from the leader's answers. Delayed
+fetches wait on futures woken by appends and HW moves, acks=all produces on
+futures resolved when the HW passes their last offset, never on sleeping loops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.replication.leader import LeaderState
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -22,6 +27,10 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
+class NotLeader(Exception):
+    """This broker stopped leading the partition."""
+
+
 @dataclass
 class Partition:
     topic: str
@@ -29,6 +38,12 @@ class Partition:
     log: Log
     leader_epoch: int = 0
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    leader: LeaderState | None = None  # None while this broker follows the partition
+    replicated: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader is not None
 
     def wake(self) -> None:
         for waiter in self.waiters:
@@ -36,12 +51,57 @@ class Partition:
                 waiter.set_result(None)
         self.waiters.clear()
 
+    def advance_high_watermark(self) -> bool:
+        """Leader: move the HW as far as the ISR allows; wakes fetches and acks=all waiters."""
+        if self.leader is None:
+            return False
+        old = self.log.high_watermark
+        new = self.leader.high_watermark(self.log.log_end_offset, old)
+        if new <= old:
+            return False
+        self.set_high_watermark(new)
+        return True
+
+    def set_high_watermark(self, offset: int) -> None:
+        self.log.update_high_watermark(offset)
+        hw = self.log.high_watermark
+        still = []
+        for end, future in self.replicated:
+            if end <= hw:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((end, future))
+        self.replicated = still
+        self.wake()
+
+    def until_replicated(self, end_offset: int) -> asyncio.Future[None]:
+        """A future resolved once the HW reaches `end_offset` (acks=all)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.log.high_watermark >= end_offset:
+            future.set_result(None)
+        else:
+            self.replicated.append((end_offset, future))
+        return future
+
+    def fail_waiters(self, error: Exception) -> None:
+        """Leadership lost or partition gone: acks=all waiters learn it now."""
+        for _, future in self.replicated:
+            if not future.done():
+                future.set_exception(error)
+        self.replicated = []
+        self.wake()
+
 
 class ReplicaManager:
     def __init__(self, log_manager: LogManager, node_id: int) -> None:
         self.log_manager = log_manager
         self.node_id = node_id
         self._partitions: dict[TopicPartition, Partition] = {}
+        # Cluster mode: where ISR proposals go (an AlterPartition to the metadata store).
+        self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
+        self.replica_lag_ms = 30_000
+        self._checkpointed_hw = log_manager.read_high_watermarks()
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -59,10 +119,61 @@ class ReplicaManager:
         log_ = self.log_manager.get_log(topic, index) or self.log_manager.create_log(
             topic, index, config
         )
-        log_.update_high_watermark(log_.log_end_offset)  # sole replica: HW = LEO
-        part = Partition(topic, index, log_, epoch)
+        log_.auto_advance_high_watermark = False  # the partition owns it
+        part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
+        part.advance_high_watermark()
         self._partitions[(topic, index)] = part
         return part
+
+    def _hosted(self, topic: str, index: int, config: LogConfig) -> Partition:
+        """The partition's entry, its log opened (or created) with the checkpointed HW."""
+        part = self._partitions.get((topic, index))
+        if part is not None:
+            return part
+        log_ = self.log_manager.get_log(topic, index)
+        if log_ is None:
+            log_ = self.log_manager.create_log(topic, index, config)
+        log_.auto_advance_high_watermark = False
+        log_.update_high_watermark(self._checkpointed_hw.get((topic, index), 0))
+        part = Partition(topic, index, log_, -1)
+        self._partitions[(topic, index)] = part
+        return part
+
+    def become_leader(
+        self, topic: str, index: int, config: LogConfig, state: PartitionState, now_ms: int
+    ) -> Partition:
+        """Lead from this leader epoch on (Kafka's makeLeader): the epoch starts at the log end."""
+        part = self._hosted(topic, index, config)
+        if part.leader is not None and part.leader_epoch == state.leader_epoch:
+            part.leader.committed(state)
+            return part
+        part.log.epoch_cache.assign(state.leader_epoch, part.log.log_end_offset)
+        part.leader_epoch = state.leader_epoch
+        min_isr = min(config.min_insync_replicas, len(state.replicas))
+        part.leader = LeaderState(NodeId(self.node_id), state, part.log.log_end_offset, min_isr, now_ms)
+        part.advance_high_watermark()
+        log.info("partition %s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", topic, index,
+                 state.leader_epoch, list(state.isr), part.log.log_end_offset, part.log.high_watermark)
+        return part
+
+    def become_follower(self, topic: str, index: int, config: LogConfig, state: PartitionState) -> Partition:
+        """Follow from this leader epoch on; acks=all waiters of a lost leadership fail now."""
+        part = self._hosted(topic, index, config)
+        if part.leader is None and part.leader_epoch == state.leader_epoch:
+            return part
+        if part.leader is not None:
+            part.fail_waiters(NotLeader(f"{topic}-{index} is now led by broker {state.leader}"))
+        part.leader = None
+        part.leader_epoch = state.leader_epoch
+        log.info("partition %s-%d: follower of broker %d at epoch %d", topic, index,
+                 state.leader, state.leader_epoch)
+        return part
+
+    def _sole_replica(self, epoch: int, log_: Log) -> LeaderState:
+        """Single broker: the only replica is the ISR, so the HW is the log end."""
+        me = NodeId(self.node_id)
+        state = PartitionState((me,), (me,), me, LeaderEpoch(epoch), PartitionEpoch(0))
+        return LeaderState(me, state, log_.log_end_offset, min_isr=1, now_ms=0)
 
     def remove_topic(self, topic: str) -> None:
         for key in [k for k in self._partitions if k[0] == topic]:
@@ -77,8 +188,7 @@ class ReplicaManager:
         self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> AppendResult:
         result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin)
-        if result.error == 0:
-            part.log.update_high_watermark(part.log.log_end_offset)
+        if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result
 
@@ -90,10 +200,30 @@ class ReplicaManager:
         result = part.log.append_txn_marker(
             producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch, now_ms
         )
-        if result.error == 0:
-            part.log.update_high_watermark(part.log.log_end_offset)
+        if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result
+
+    def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched: its log end is `fetch_offset`; the HW may move, the ISR may grow."""
+        if part.leader is None:
+            return
+        part.leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
+        part.advance_high_watermark()
+        if self.isr_changes is not None:
+            proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+            if proposed is not None:
+                self.isr_changes(part, proposed)
+
+    def check_isr(self, now_ms: int) -> None:
+        """Periodic (every half replica.lag.time.max.ms): lagging followers leave the ISR."""
+        if self.isr_changes is None:
+            return
+        for part in self._partitions.values():
+            if part.leader is not None:
+                proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+                if proposed is not None:
+                    self.isr_changes(part, proposed)
 
     def waiter(self, parts: Iterable[Partition]) -> asyncio.Future[None]:
         """A future resolved by the next append to any of the partitions."""

@@ -10,9 +10,12 @@ import signal
 import socket
 
 from broker import request_log
+from broker.authorizer import AllowAllAuthorizer, Authorizer
+from broker.cluster.membership import ClusterMembership
 from broker.config import BrokerConfig
 from broker.connection import Connection
 from broker.context import now_ms
+from broker.dynamic_config import DynamicBrokerConfigs
 from broker.group_coordinator import GroupCoordinator
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
@@ -42,8 +45,9 @@ def bind_listener(name: str, host: str, port: int) -> socket.socket:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, cluster: ClusterMembership | None = None) -> None:
         self.config = config
+        self.cluster = cluster
         self.node_id = config.node_id
         dirs = config.log_dirs
         holder = f"pid={os.getpid()} node.id={config.node_id} listener={config['listeners']}"
@@ -51,8 +55,10 @@ class Broker:
         listener = config.listener
         self._socket = bind_listener(config["listeners"], listener.host, listener.port)
         self.store = LocalMetadataStore(dirs[0])
+        self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
+        config = self.config = self.dynamic_configs.config  # explicit: a live view with dynamic keys
         self.log_manager = LogManager(
-            dirs, config.node_id, config["cluster.id"] or None,
+            dirs, config.node_id, cluster.cluster_id if cluster else config["cluster.id"] or None,
             default_config=LogConfig.from_properties(config.explicit, {}),
             topic_configs={
                 name: LogConfig.from_properties(config.explicit, topic.configs)
@@ -65,6 +71,7 @@ class Broker:
         self.topics = TopicManager(config, self.store, self.replicas)
         self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
         self.handlers = HANDLER_TABLE
+        self.authorizer: Authorizer = AllowAllAuthorizer()
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
         self._server: asyncio.base_events.Server | None = None
@@ -79,6 +86,9 @@ class Broker:
         self.topics.open_all()
         await self.transactions.start()
         await self.groups.start()
+        if self.cluster is not None:
+            advertised = self.config.advertised
+            await self.cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None)
         listener = self.config.listener
         self._server = await asyncio.start_server(self._on_connect, sock=self._socket, limit=2**16)
         advertised = self.config.advertised
@@ -140,5 +150,7 @@ class Broker:
             await asyncio.gather(*self._connections, return_exceptions=True)
         await self.transactions.stop()
         await self.groups.stop()
+        if self.cluster is not None:
+            await self.cluster.close()
         self.log_manager.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)

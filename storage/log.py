@@ -23,6 +23,7 @@ from protocol.record_batch import (
     TimestampType,
     build_control_batch,
     compute_crc,
+    iter_batches,
     parse_control_batch,
     patch_offset_and_epoch,
     set_log_append_time,
@@ -90,6 +91,10 @@ class TimestampOffset:
     offset: int
     timestamp: int
     leader_epoch: int
+
+
+class ReplicaDataError(ValueError):
+    """Data fetched from a leader that a follower must not append."""
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -434,6 +439,32 @@ class Log:
             completed.first_offset if completed is not None else "none",
         )
         return MarkerResult(ErrorCode.NONE, base)
+
+    def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> int:
+        """Append batches fetched from the leader, offsets and epochs as the leader gave them.
+
+        Every batch is checked (complete, CRC, contiguous from the log end) before
+        the first one is written; producer state, the transaction index and the
+        leader-epoch cache follow the batches as on the leader. Returns the new log
+        end offset; raises ReplicaDataError (nothing written) on data a follower must
+        not take.
+        """
+        try:
+            batches = list(iter_batches(records, check_crc=True))
+        except CorruptBatchError as exc:
+            raise ReplicaDataError(f"{self.directory.name}: fetched data corrupt at {exc.position}") from None
+        expected = self.log_end_offset
+        for _pos, header in batches:
+            if header.base_offset != expected or header.magic != 2:
+                raise ReplicaDataError(
+                    f"{self.directory.name}: fetched batch at {header.base_offset}, expected {expected}"
+                )
+            expected = header.next_offset
+        view = memoryview(records)
+        for pos, header in batches:
+            self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            self._append(bytes(view[pos : pos + header.size_in_bytes]), header, now_ms)
+        return self.log_end_offset
 
     def _append(
         self,

@@ -4,23 +4,23 @@ they default from, types, defaults and validation."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields, replace
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
 
 class ConfigSource(enum.IntEnum):
-    """DescribeConfigs ``config_source`` values."""
+    """DescribeConfigs ``config_source`` values (Kafka's DescribeConfigsResponse.ConfigSource)."""
 
     UNKNOWN = 0
     TOPIC_CONFIG = 1  # Kafka's DYNAMIC_TOPIC_CONFIG
-    DYNAMIC_BROKER_LOGGER_CONFIG = 2
-    DYNAMIC_BROKER_CONFIG = 3
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 4
-    STATIC_BROKER_CONFIG = 5
-    DEFAULT_CONFIG = 6
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 
 ConfigValue = int | str | float | bool
@@ -261,12 +261,12 @@ def resolve_topic_config(
         return ResolvedConfig(name, _checked(d, topic_overrides[name]), ConfigSource.TOPIC_CONFIG)
     if d.broker_key is not None and broker_props.get(d.broker_key) is not None:
         value = _checked(d, broker_props[d.broker_key])
-        return ResolvedConfig(name, value, ConfigSource.STATIC_BROKER_CONFIG)
+        return ResolvedConfig(name, value, broker_source(broker_props, d.broker_key))
     for key, factor in d.fallbacks:
         if broker_props.get(key) is not None:
             raw = parse_config_value(TopicConfigDef(key, None, "long", 0), broker_props[key])
             assert isinstance(raw, int)
-            return ResolvedConfig(name, raw * factor, ConfigSource.STATIC_BROKER_CONFIG)
+            return ResolvedConfig(name, raw * factor, broker_source(broker_props, key))
     return ResolvedConfig(name, d.default, ConfigSource.DEFAULT_CONFIG)
 
 
@@ -331,3 +331,126 @@ class LogConfig:
         if expiration is not None:
             kwargs["producer_id_expiration_ms"] = _checked(_PRODUCER_ID_EXPIRATION_DEF, expiration)
         return cls(**kwargs)  # type: ignore[arg-type]
+
+
+# -- dynamic broker configs (KIP-226) ----------------------------------------------------------
+#
+# Kafka lets AlterConfigs / IncrementalAlterConfigs change some broker keys at run time, per broker
+# (DYNAMIC_BROKER_CONFIG) or as the cluster-wide default (DYNAMIC_DEFAULT_BROKER_CONFIG). Its log
+# keys are the first broker synonym of each topic config (DynamicLogConfig.ReconfigurableConfigs),
+# plus producer.id.expiration.ms. Gregor accepts those it reads: the broker key of every topic
+# config that sets a LogConfig field, except the ones no code reads.
+
+_UNREAD_FIELDS = frozenset({"file_delete_delay_ms"})
+DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {
+    d.broker_key: replace(d, name=d.broker_key)
+    for d in _DEFS
+    if d.broker_key is not None and d.field is not None and d.field not in _UNREAD_FIELDS
+} | {PRODUCER_ID_EXPIRATION_MS: _PRODUCER_ID_EXPIRATION_DEF}
+
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: broker keys that set the same thing, in order.
+_BROKER_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
+def broker_synonyms(key: str) -> tuple[str, ...]:
+    return next((group for group in _BROKER_SYNONYM_GROUPS if key in group), (key,))
+
+
+def topic_config_synonym(name: str) -> str | None:
+    """The broker key a topic config defaults from (Kafka's TOPIC_CONFIG_SYNONYMS)."""
+    d = TOPIC_CONFIGS.get(name)
+    return None if d is None else d.broker_key
+
+
+def topic_broker_defaults() -> dict[str, ConfigValue]:
+    """Kafka's default of every broker key a topic config defaults from."""
+    return {d.broker_key: d.default for d in _DEFS if d.broker_key is not None}
+
+
+def validate_broker_config(key: str, value: str) -> str | None:
+    """Kafka's message for a value that does not fit a dynamic broker key, else None."""
+    d = DYNAMIC_BROKER_CONFIGS[key]
+    try:
+        parsed = parse_config_value(d, value)
+    except ValueError as exc:
+        reason = f"Not a number of type {d.type.upper()}" if d.type in ("int", "long") else str(exc)
+        return f"Invalid value {value} for configuration {key}: {reason}"
+    problem = d.validator(parsed) if d.validator is not None else None
+    return None if problem is None else f"Invalid value {value} for configuration {key}: {problem}"
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    name: str
+    value: str
+    source: ConfigSource
+
+
+class BrokerProperties(Mapping[str, object]):
+    """The broker keys that are set, by precedence: dynamic per-broker, dynamic cluster-wide
+    default, static (the config file), as Kafka overlays them key by key. Mapping access sees
+    only what is set; ``defaults`` (Kafka's values for unset keys) serve DescribeConfigs."""
+
+    def __init__(self, static: Mapping[str, object], defaults: Mapping[str, object]) -> None:
+        self.static = dict(static)
+        self.defaults = dict(defaults)
+        self.dynamic_default: dict[str, str] = {}
+        self.dynamic_broker: dict[str, str] = {}
+
+    def set_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> None:
+        self.dynamic_default, self.dynamic_broker = dict(default), dict(broker)
+
+    def layers(self) -> tuple[tuple[ConfigSource, Mapping[str, object]], ...]:
+        return (
+            (ConfigSource.DYNAMIC_BROKER_CONFIG, self.dynamic_broker),
+            (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, self.dynamic_default),
+            (ConfigSource.STATIC_BROKER_CONFIG, self.static),
+            (ConfigSource.DEFAULT_CONFIG, self.defaults),
+        )
+
+    def __getitem__(self, key: str) -> object:
+        for source, layer in self.layers():
+            if source != ConfigSource.DEFAULT_CONFIG and key in layer:
+                return layer[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self.static, **self.dynamic_default, **self.dynamic_broker})
+
+    def __len__(self) -> int:
+        return len({**self.static, **self.dynamic_default, **self.dynamic_broker})
+
+    def source_of(self, key: str) -> ConfigSource:
+        return next((source for source, layer in self.layers() if key in layer), ConfigSource.DEFAULT_CONFIG)
+
+    def synonyms(self, key: str) -> list[Synonym]:
+        """Kafka's ConfigHelper.configSynonyms: every layer's value of every synonym of ``key``,
+        most important first, starting at the first entry named ``key``."""
+        names = broker_synonyms(key)
+        found = [
+            Synonym(name, _format_raw(layer[name]), source)
+            for source, layer in self.layers()
+            for name in names
+            if layer.get(name) is not None
+        ]
+        first = next((i for i, s in enumerate(found) if s.name == key), len(found))
+        return found[first:]
+
+
+def broker_source(broker_props: Mapping[str, object], key: str) -> ConfigSource:
+    if isinstance(broker_props, BrokerProperties):
+        return broker_props.source_of(key)
+    return ConfigSource.STATIC_BROKER_CONFIG
+
+
+def _format_raw(value: object) -> str:
+    if isinstance(value, bool | int | float | str):
+        return format_config_value(value)
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)

@@ -1,4 +1,5 @@
-"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics (and broker reads)."""
+"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics and brokers (dynamic broker
+configs, KIP-226: see broker/dynamic_config.py), with Kafka's sources and synonyms."""
 
 from __future__ import annotations
 
@@ -11,15 +12,21 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from broker.dynamic_config import DEFAULT_SCOPE, apply_to_logs
 from broker.metadata import TopicMetadata
 from protocol.errors import ErrorCode
 from storage.log_config import (
+    DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
+    BrokerProperties,
     ConfigSource,
     ResolvedConfig,
+    Synonym,
+    TopicConfigDef,
     format_config_value,
     parse_config_value,
     resolve_topic_config,
+    topic_config_synonym,
     validate_topic_config,
 )
 
@@ -40,66 +47,113 @@ def resolved_topic_configs(ctx: RequestContext, topic: TopicMetadata) -> list[Re
     return [resolve_topic_config(key, props, topic.configs) for key in sorted(TOPIC_CONFIGS)]
 
 
-def _topic_entries(ctx: RequestContext, name: str) -> list[Any]:
+def _properties(ctx: RequestContext) -> BrokerProperties:
+    props = ctx.broker.config.explicit
+    assert isinstance(props, BrokerProperties)
+    return props
+
+
+def _entry(
+    name: str, value: str, synonyms: list[Synonym], read_only: bool, kind: str | None, with_synonyms: bool
+) -> Any:
+    """One described config; its source is its most important synonym's (Kafka's ConfigHelper)."""
+    source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+    S = Entry.DescribeConfigsSynonym
+    listed = [S(name=s.name, value=s.value, source=int(s.source)) for s in synonyms]
+    return Entry(
+        name=name, value=value, read_only=read_only, config_source=int(source),
+        is_default=source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
+        synonyms=listed if with_synonyms else [], config_type=WIRE_TYPES.get(kind or "", 0),
+    )
+
+
+def _topic_entries(ctx: RequestContext, name: str, with_synonyms: bool) -> list[Any]:
     topic = ctx.broker.topics.get(name)
     assert topic is not None
-    return [
-        Entry(
-            name=r.name, value=format_config_value(r.value), read_only=False,
-            config_source=int(r.source), is_default=r.is_default, is_sensitive=False,
-            synonyms=[], config_type=WIRE_TYPES.get(TOPIC_CONFIGS[r.name].type, 0),
-        )
-        for r in resolved_topic_configs(ctx, topic)
-    ]
+    props = _properties(ctx)
+    entries = []
+    for r in resolved_topic_configs(ctx, topic):
+        value = format_config_value(r.value)
+        synonyms = [Synonym(r.name, value, ConfigSource.TOPIC_CONFIG)] if r.name in topic.configs else []
+        broker_key = topic_config_synonym(r.name)
+        if broker_key is not None:
+            synonyms += props.synonyms(broker_key)
+        entries.append(_entry(r.name, value, synonyms, False, TOPIC_CONFIGS[r.name].type, with_synonyms))
+    return entries
 
 
-def _broker_entries(ctx: RequestContext) -> list[Any]:
-    values = ctx.broker.config.values
-    return [
-        Entry(name=key, value=format_config_value(value), read_only=True,
-              config_source=int(ConfigSource.STATIC_BROKER_CONFIG), is_default=False, is_sensitive=False,
-              synonyms=[], config_type=0)
-        for key, value in sorted(values.items())
-    ]
+def _broker_entries(ctx: RequestContext, scope: str, with_synonyms: bool) -> list[Any]:
+    """A node's every key; the cluster-wide default ("") lists only its dynamic keys (as Kafka)."""
+    props = _properties(ctx)
+    if scope == DEFAULT_SCOPE:
+        only = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        return [
+            _entry(key, value, [s for s in props.synonyms(key) if s.source == only], False,
+                   DYNAMIC_BROKER_CONFIGS[key].type, with_synonyms)
+            for key, value in sorted(props.dynamic_default.items())
+        ]
+    static = ctx.broker.config.values
+    entries = []
+    for key in sorted(static):
+        value = props.get(key, static[key])
+        dynamic = DYNAMIC_BROKER_CONFIGS.get(key)
+        kind = dynamic.type if dynamic is not None else None
+        text = format_config_value(value) if isinstance(value, bool | int | float | str) else str(value)
+        entries.append(_entry(key, text, props.synonyms(key), dynamic is None, kind, with_synonyms))
+    return entries
 
 
-def _describe_one(ctx: RequestContext, resource: Any) -> Any:
+def _broker_scope(ctx: RequestContext, name: str, describing: bool) -> tuple[str | None, str | None]:
+    """The scope a BROKER resource names, or Kafka's INVALID_REQUEST message."""
+    if not name:
+        return DEFAULT_SCOPE, None
+    node_id = ctx.broker.node_id
+    try:
+        requested = int(name)
+    except ValueError:
+        word = "Broker" if describing else "Node"
+        return None, f"{word} id must be an integer, but it is: {name}"
+    if requested != node_id:
+        either = " or empty string" if describing else ""
+        return None, f"Unexpected broker id, expected {node_id}{either}, but received {name}"
+    return str(node_id), None
+
+
+def _describe_one(ctx: RequestContext, resource: Any, with_synonyms: bool) -> Any:
     kind, name = resource.resource_type, resource.resource_name
     error, message, entries = ErrorCode.NONE, None, []
     if kind == TOPIC:
         if ctx.broker.topics.get(name) is None:
             error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
         else:
-            entries = _topic_entries(ctx, name)
+            entries = _topic_entries(ctx, name, with_synonyms)
     elif kind == BROKER:
-        if name not in ("", str(ctx.broker.node_id)):
-            error, message = ErrorCode.INVALID_REQUEST, f"Unexpected broker id {name}"
+        scope, message = _broker_scope(ctx, name, describing=True)
+        if scope is None:
+            error = ErrorCode.INVALID_REQUEST
         else:
-            entries = _broker_entries(ctx)
+            entries = _broker_entries(ctx, scope, with_synonyms)
     elif kind != BROKER_LOGGER:
         error, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {kind}"
     keys = resource.configuration_keys
-    if keys is not None:
+    if keys:
         entries = [e for e in entries if e.name in keys]
     return D.DescribeConfigsResult(error_code=error, error_message=message,
                                    resource_type=kind, resource_name=name, configs=entries)
 
 
 async def handle_describe(ctx: RequestContext, request: Any) -> Any:
-    return D(throttle_time_ms=0, results=[_describe_one(ctx, r) for r in request.resources])
+    with_synonyms = ctx.version >= 1 and bool(request.include_synonyms)
+    return D(throttle_time_ms=0, results=[_describe_one(ctx, r, with_synonyms) for r in request.resources])
 
 
 Edit = Callable[[dict[str, str]], str | None]
 
 
-def _alter_topic(
-    ctx: RequestContext, resource: Any, edit: Edit, validate_only: bool
-) -> tuple[ErrorCode, str | None]:
-    name = resource.resource_name
-    if resource.resource_type != TOPIC:
-        if resource.resource_type == BROKER:
-            return ErrorCode.INVALID_REQUEST, "broker configs cannot be changed dynamically"
-        return ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}"
+Outcome = tuple[ErrorCode, str | None]
+
+
+def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> Outcome:
     topic = ctx.broker.topics.get(name)
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
@@ -153,6 +207,13 @@ def _apply_op(configs: dict[str, str], name: str, op: int, value: str | None) ->
         return f"Unknown config operation {op}"
     if definition.type != "list":
         return f"Config {name} is not a list; APPEND/SUBTRACT do not apply"
+    _edit_list(configs, definition, op, value)
+    return None
+
+
+def _edit_list(configs: dict[str, str], definition: TopicConfigDef, op: int, value: str) -> None:
+    """APPEND / SUBTRACT the comma-separated ``value`` to a list config (from its default)."""
+    name = definition.name
     current = configs.get(name, format_config_value(parse_config_value(definition, definition.default)))
     items = [v for v in current.split(",") if v]
     for item in value.split(","):
@@ -161,15 +222,71 @@ def _apply_op(configs: dict[str, str], name: str, op: int, value: str | None) ->
         elif op == SUBTRACT and item in items:
             items.remove(item)
     configs[name] = ",".join(items)
+
+
+# -- BROKER resources: dynamic broker configs, validated as Kafka's ConfigAdminManager does ------
+
+
+def _alter_broker(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> Outcome:
+    scope, problem = _broker_scope(ctx, resource.resource_name, describing=False)
+    if scope is None:
+        return ErrorCode.INVALID_REQUEST, problem
+    names = [c.name for c in resource.configs]
+    if len(set(names)) != len(names):
+        return ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
+    deleting = {c.name for c in resource.configs if incremental and c.config_operation == DELETE}
+    nulls = [c.name for c in resource.configs if c.value is None and c.name not in deleting]
+    if nulls:
+        return ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
+    dynamic = ctx.broker.dynamic_configs
+    configs = dynamic.current(scope) if incremental else {}
+    for c in resource.configs:
+        outcome = _broker_op(configs, c.name, c.config_operation if incremental else SET, c.value)
+        if outcome is not None:
+            return outcome
+    problem = dynamic.check(scope, configs)
+    if problem is not None:
+        return ErrorCode.INVALID_REQUEST, problem
+    if not validate_only:
+        dynamic.replace(scope, configs)
+        apply_to_logs(ctx.broker)
+    return ErrorCode.NONE, None
+
+
+def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -> Outcome | None:
+    if op == DELETE:
+        configs.pop(name, None)
+        return None
+    assert value is not None
+    if op == SET:
+        configs[name] = value
+        return None
+    if op not in (APPEND, SUBTRACT):
+        return ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}"
+    definition = DYNAMIC_BROKER_CONFIGS.get(name)
+    if definition is None:
+        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({name})"
+    if definition.type != "list":
+        verb = "append" if op == APPEND else "subtract"
+        return ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"
+    _edit_list(configs, definition, op, value)
     return None
 
 
-def _alter_all(
-    ctx: RequestContext, request: Any, response: Any, edit_for: Callable[[Any], Edit]
-) -> Any:
+def _alter_one(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> Outcome:
+    kind = resource.resource_type
+    if kind == TOPIC:
+        edit = _incremental(resource) if incremental else _replace_all(resource)
+        return _alter_topic(ctx, resource.resource_name, edit, validate_only)
+    if kind == BROKER:
+        return _alter_broker(ctx, resource, incremental, validate_only)
+    return ErrorCode.INVALID_REQUEST, f"Unsupported resource type {kind}"
+
+
+def _alter_all(ctx: RequestContext, request: Any, response: Any, incremental: bool) -> Any:
     out = []
     for resource in request.resources:
-        error, message = _alter_topic(ctx, resource, edit_for(resource), request.validate_only)
+        error, message = _alter_one(ctx, resource, incremental, request.validate_only)
         out.append(response.AlterConfigsResourceResponse(
             error_code=error, error_message=message, resource_type=resource.resource_type,
             resource_name=resource.resource_name))
@@ -177,11 +294,11 @@ def _alter_all(
 
 
 async def handle_alter(ctx: RequestContext, request: Any) -> Any:
-    return _alter_all(ctx, request, AlterConfigsResponse, _replace_all)
+    return _alter_all(ctx, request, AlterConfigsResponse, incremental=False)
 
 
 async def handle_incremental_alter(ctx: RequestContext, request: Any) -> Any:
-    return _alter_all(ctx, request, IncrementalAlterConfigsResponse, _incremental)
+    return _alter_all(ctx, request, IncrementalAlterConfigsResponse, incremental=True)
 
 
 VERSIONS = {DESCRIBE: (0, 4), ALTER: (0, 2), INCREMENTAL_ALTER: (0, 1)}

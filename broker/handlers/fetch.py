@@ -58,14 +58,39 @@ def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
     )
 
 
-def _read(w: Wanted, budget: int, isolation: int, first: bool) -> tuple[Any, int]:
-    """One partition's data: below the high watermark, or below the LSO for read_committed."""
+def replica_id(request: Any) -> int:
+    """The fetching follower's broker id (v15+: in ReplicaState), -1 for a consumer."""
+    state = getattr(request, "replica_state", None)
+    if state is not None and state.replica_id >= 0:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1) or -1)
+
+
+def _diverging(w: Wanted) -> Any:
+    """Fetch v12+: where a follower's last fetched epoch ends on this leader, if before its fetch offset."""
+    last_epoch = getattr(w.fetch, "last_fetched_epoch", -1)
+    if w.part is None or last_epoch < 0:
+        return None
+    epoch, end = w.part.log.end_offset_for_epoch(last_epoch)
+    if end < w.fetch.fetch_offset or epoch < last_epoch:
+        return PartitionData.EpochEndOffset(epoch=epoch, end_offset=end)
+    return None
+
+
+def _read(w: Wanted, budget: int, isolation: int, first: bool, follower: bool) -> tuple[Any, int]:
+    """One partition's data: below the high watermark, or below the LSO for read_committed;
+    a follower reads to the log end, or learns where its log diverged."""
     index = w.fetch.partition
     if w.part is None or w.error != ErrorCode.NONE:
         return _empty(index, w.error, w.part), 0
     log = w.part.log
     stable = log.last_stable_offset
-    upper = stable if isolation == READ_COMMITTED else log.high_watermark
+    diverging = _diverging(w) if follower else None
+    if diverging is not None:
+        data = _empty(index, ErrorCode.NONE, w.part)
+        data.diverging_epoch = diverging
+        return data, 0
+    upper = log.log_end_offset if follower else stable if isolation == READ_COMMITTED else log.high_watermark
     max_bytes = min(w.fetch.partition_max_bytes, budget)
     committed = isolation == READ_COMMITTED
     info = log.read(w.fetch.fetch_offset, max_bytes, upper, first, collect_aborted=committed)
@@ -85,13 +110,13 @@ def _read(w: Wanted, budget: int, isolation: int, first: bool) -> tuple[Any, int
     return data, len(info.records)
 
 
-def _read_all(wanted: list[Wanted], request: Any) -> tuple[list[Any], int, bool]:
+def _read_all(wanted: list[Wanted], request: Any, follower: bool) -> tuple[list[Any], int, bool]:
     budget = request.max_bytes
     total = 0
     errors = False
     out = []
     for w in wanted:
-        data, size = _read(w, max(budget - total, 0), request.isolation_level, total == 0)
+        data, size = _read(w, max(budget - total, 0), request.isolation_level, total == 0, follower)
         total += size
         errors = errors or data.error_code != ErrorCode.NONE
         out.append(data)
@@ -115,11 +140,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         error = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
         return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
     wanted = _wanted(ctx, request)
+    follower = replica_id(request)
+    if follower >= 0:
+        _record_follower(ctx, wanted, follower)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
     live = [w.part for w in wanted if w.part is not None]
     while True:
-        parts, total, errors = _read_all(wanted, request)
+        parts, total, errors = _read_all(wanted, request, follower >= 0)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not live:
             return _response(request, wanted, parts)
@@ -130,6 +158,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             pass
         finally:
             ctx.broker.replicas.forget(waiter, live)
+
+
+def _record_follower(ctx: RequestContext, wanted: list[Wanted], node: int) -> None:
+    """The fetch offset is the follower's log end: the leader's HW and ISR may move."""
+    for w in wanted:
+        if w.part is not None and w.error == ErrorCode.NONE:
+            ctx.broker.replicas.record_follower_fetch(w.part, node, w.fetch.fetch_offset, ctx.now_ms())
 
 
 VERSIONS = {API_KEY: (4, 18)}

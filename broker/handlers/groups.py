@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.authorizer import NOT_PROVIDED, ResourceType, authorized_operations
 from coordinator.group import JoinRequest, LeaveMember, SyncRequest
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES
@@ -141,6 +142,7 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
                 for g in request.groups
             ],
         )
+    asks = ctx.version >= 3 and request.include_authorized_operations
     groups = [
         G(
             error_code=g.error,
@@ -159,10 +161,16 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
                 )
                 for m in g.members
             ],
+            authorized_operations=_group_operations(ctx, g.group_id, asks and g.error == ErrorCode.NONE),
         )
         for g in ctx.broker.groups.machine.describe_groups(request.groups)
     ]
     return R(throttle_time_ms=0, groups=groups)
+
+
+def _group_operations(ctx: RequestContext, group_id: str, asked: bool) -> frozenset[int] | None:
+    """Kafka answers them only when asked (v3+), and only for a group described without error."""
+    return authorized_operations(ctx, ResourceType.GROUP, group_id) if asked else NOT_PROVIDED
 
 
 async def handle_list(ctx: RequestContext, request: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Metadata (all versions, v0/v1 kept for aiokafka) and DescribeCluster."""
+"""Metadata (all versions, v0/v1 kept for aiokafka) and DescribeCluster; both answer the
+authorized operations (KIP-430) when asked, through broker.authorizer."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
+from broker.authorizer import NOT_PROVIDED, ResourceType, authorized_operations, cluster_operations
 from broker.metadata import TopicMetadata, topic_name_error
 from protocol.errors import ErrorCode
 
@@ -82,17 +84,31 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     else:
         auto = ctx.version < 4 or bool(request.allow_auto_topic_creation)
         topics = [_lookup(ctx, wanted, auto) for wanted in request.topics]
+    if ctx.version >= 8 and request.include_topic_authorized_operations:
+        _add_topic_operations(ctx, topics)
+    asks_cluster = 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations
     return M(
         throttle_time_ms=0, brokers=_brokers(broker), cluster_id=broker.cluster_id,
         controller_id=broker.node_id, topics=topics, error_code=ErrorCode.NONE,
+        authorized_operations=cluster_operations(ctx) if asks_cluster else NOT_PROVIDED,
     )
+
+
+def _add_topic_operations(ctx: RequestContext, topics: list[Any]) -> None:
+    """As Kafka: every topic looked up by name gets them, found or not (an unknown topic id
+    does not)."""
+    for topic in topics:
+        if topic.name is not None:
+            topic.authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, topic.name)
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     ad = broker.config.advertised
+    asks = request.include_cluster_authorized_operations
     return D(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
+        authorized_operations=cluster_operations(ctx) if asks else NOT_PROVIDED,
         cluster_id=broker.cluster_id, controller_id=broker.node_id,
         brokers=[D.DescribeClusterBroker(broker_id=broker.node_id, host=ad.host, port=ad.port,
                                          rack=None, is_fenced=False)],

@@ -3,6 +3,7 @@ TxnOffsetCommit."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker.handlers.resolve import topic_name
@@ -41,9 +42,31 @@ def _by_topic(errors: dict[TopicPartition, ErrorCode], topic_cls: Any, part_cls:
     return [topic_cls(name=t, partitions=p) for t, p in topics.items()]
 
 
+def _unknown_partitions(ctx: RequestContext, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+    """The partitions of topics that do not exist (Kafka answers them UNKNOWN_TOPIC_OR_PARTITION
+    before asking the group coordinator)."""
+    unknown = []
+    for topic, index in partitions:
+        found = ctx.broker.topics.get(topic)
+        if found is None or not 0 <= index < found.partitions:
+            unknown.append((topic, index))
+    return unknown
+
+
 async def handle_commit(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[COMMIT]
-    offsets = _inputs(ctx, request.topics)
+    T = R.OffsetCommitResponseTopic
+    requested = _inputs(ctx, request.topics)
+    unknown = set(_unknown_partitions(ctx, requested))
+    known = {tp: commit for tp, commit in requested.items() if tp not in unknown}
+    answered = _commit_known(ctx, request, known) if known else {}
+    errors = {tp: answered.get(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for tp in requested}
+    return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetCommitResponsePartition))
+
+
+def _commit_known(
+    ctx: RequestContext, request: Any, offsets: dict[TopicPartition, OffsetCommitInput]
+) -> dict[TopicPartition, ErrorCode]:
     if (error := _unready(ctx)) is not None:
         errors = dict.fromkeys(offsets, error)
     else:
@@ -63,8 +86,7 @@ async def handle_commit(ctx: RequestContext, request: Any) -> Any:
         errors = {
             tp: e if append_error == ErrorCode.NONE else append_error for tp, e in result.response.items()
         }
-    T = R.OffsetCommitResponseTopic
-    return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetCommitResponsePartition))
+    return errors
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> Any:

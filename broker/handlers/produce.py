@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,8 @@ def _verify_transaction(
 
 
 def _append(
-    ctx: RequestContext, transactional_id: str | None, topic_data: Any, part_data: Any, acks: int
+    ctx: RequestContext, transactional_id: str | None, topic_data: Any, part_data: Any, acks: int,
+    pending: Pending,
 ) -> Any:
     index = part_data.index
     part, error = resolve_partition(ctx, topic_data, index)
@@ -60,28 +62,57 @@ def _append(
     error = _verify_transaction(ctx, transactional_id, part, part_data.records)
     if error != ErrorCode.NONE:
         return _error(index, error, "partition is not part of the ongoing transaction")
-    if acks == -1 and part.log.config.min_insync_replicas > 1:
+    if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
     result = ctx.broker.replicas.append(part, part_data.records, ctx.now_ms())
     if result.error != ErrorCode.NONE:
         log.info("rejected produce to %s-%d: %s %s", part.topic, index,
                  ErrorCode(result.error).name, result.error_message or "")
         return _error(index, ErrorCode(result.error), result.error_message)
-    return PartitionResponse(
+    response = PartitionResponse(
         index=index, error_code=ErrorCode.NONE, base_offset=result.base_offset,
         log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset,
     )
+    if acks == -1 and part.log.high_watermark <= result.last_offset:
+        pending.append((response, part, part.until_replicated(result.last_offset + 1)))
+    return response
+
+
+def _in_sync(part: Partition) -> int:
+    return len(part.leader.isr) if part.leader is not None else 0
+
+
+Pending = list[tuple[Any, Partition, "asyncio.Future[None]"]]
+
+
+async def _until_replicated(pending: Pending, timeout_ms: int) -> None:
+    """acks=all: each answer waits for the HW to pass its batch (the partition's
+    HW moves resolve the futures); what is not replicated in time, or whose
+    leadership was lost meanwhile, is answered with the protocol's error."""
+    futures = [future for _, _, future in pending]
+    await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
+    for response, part, future in pending:
+        if not future.done():
+            future.cancel()
+            response.error_code = ErrorCode.REQUEST_TIMED_OUT
+        elif future.exception() is not None:
+            response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif _in_sync(part) < part.log.config.min_insync_replicas:
+            response.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if response.error_code != ErrorCode.NONE:
+            response.base_offset = -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     responses = []
+    pending: Pending = []
     for topic_data in request.topic_data:
         if acks not in (-1, 0, 1):
             parts = [_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
         else:
             parts = [
-                _append(ctx, request.transactional_id, topic_data, p, acks)
+                _append(ctx, request.transactional_id, topic_data, p, acks, pending)
                 for p in topic_data.partition_data
             ]
         responses.append(
@@ -89,6 +120,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=parts
             )
         )
+    if pending:
+        await _until_replicated(pending, request.timeout_ms)
     return R(responses=responses, throttle_time_ms=0)
 
 

@@ -37,6 +37,8 @@ def resolve_partition(
     part = ctx.broker.replicas.partition(name, index)
     if part is None:
         return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not part.is_leader:
+        return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
     return part, ErrorCode.NONE
 
 

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar, cast
 
+from coordinator.group.index import GroupIndex, cached_partition
 from coordinator.group.offsets import OffsetStore, expiration_base, is_expired, validate_offset_commit
 from coordinator.group.rebalance import Effects, PendingWrite, Rebalancer, WriteKind
 from coordinator.group.state import ClassicGroup, GroupState
@@ -48,7 +49,6 @@ from coordinator.group.types import (
     SyncResponse,
     TopicPartition,
 )
-from coordinator.hashing import coordinator_partition
 from coordinator.transaction.machine import append_error_to_coordinator_error
 from protocol.errors import ErrorCode
 from protocol.group_log import (
@@ -84,7 +84,7 @@ class GroupCoordinatorMachine:
     ) -> None:
         self.config = config or GroupConfig()
         self.offsets = OffsetStore()
-        self._groups: dict[str, ClassicGroup] = {}
+        self._groups = GroupIndex()
         self._pending_writes: dict[str, list[PendingWrite]] = {}
         self._epochs: dict[int, int] = {}
         self._loading: set[int] = set()
@@ -93,7 +93,7 @@ class GroupCoordinatorMachine:
     # ------------------------------------------------------------ partitions
 
     def partition_for(self, group_id: str) -> int:
-        return coordinator_partition(group_id, self.config.num_partitions)
+        return cached_partition(group_id, self.config.num_partitions)
 
     def _in(self, partition: int) -> Callable[[str], bool]:
         return lambda group_id: self.partition_for(group_id) == partition
@@ -110,6 +110,7 @@ class GroupCoordinatorMachine:
         for group in self._groups_of(partition):
             for member in group.members.values():
                 self._rebalancer.heartbeat_after(member, now_ms)
+            self._groups.may_have_deadlines(group.group_id)
 
     def unload(self, partition: int) -> list[Completion]:
         """Stop leading ``partition``; parked requests are answered NOT_COORDINATOR."""
@@ -126,7 +127,7 @@ class GroupCoordinatorMachine:
     def _drop_partition(self, partition: int) -> None:
         owns = self._in(partition)
         for group_id in [g for g in self._groups if owns(g)]:
-            del self._groups[group_id]
+            self._groups.pop(group_id)
             self._pending_writes.pop(group_id, None)
         self.offsets.drop(owns)
 
@@ -180,7 +181,7 @@ class GroupCoordinatorMachine:
         except UnknownRecordVersion:
             return
         if decoded is not None and key.group not in self._groups:
-            self._groups[key.group] = ClassicGroup(key.group)  # a "simple" group
+            self._groups.add(ClassicGroup(key.group))  # a "simple" group
         self.offsets.replay(key.group, (key.topic, key.partition), decoded, offset, producer_id)
 
     def _replay_group(
@@ -192,9 +193,10 @@ class GroupCoordinatorMachine:
         group = self._groups.get(group_id)
         if match is not None and group is not None and self.partition_for(group_id) not in self._loading:
             writes.remove(match)
+            self._groups.may_have_deadlines(group_id)
             return self._write_durable(group, match, now_ms)
         if value is None:
-            self._groups.pop(group_id, None)
+            self._groups.pop(group_id)
             self._pending_writes.pop(group_id, None)
             return []
         try:
@@ -202,7 +204,7 @@ class GroupCoordinatorMachine:
         except UnknownRecordVersion:
             return []
         if group is None or self.partition_for(group_id) in self._loading:
-            self._groups[group_id] = ClassicGroup.from_record(group_id, decoded)
+            self._groups.add(ClassicGroup.from_record(group_id, decoded))
             self._pending_writes.pop(group_id, None)
         return []
 
@@ -238,6 +240,7 @@ class GroupCoordinatorMachine:
             group = self._groups.get(decoded.group)
             if isinstance(decoded, GroupMetadataKey) and match is not None and group is not None:
                 writes.remove(match)
+                self._groups.may_have_deadlines(decoded.group)
                 self._rebalancer.write_failed(group, match, mapped, now_ms, fx)
         return fx.completions
 
@@ -252,7 +255,8 @@ class GroupCoordinatorMachine:
         if group is None:
             if req.member_id != UNKNOWN_MEMBER_ID:
                 return Result(JoinResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=req.member_id))
-            group = self._groups[req.group_id] = ClassicGroup(req.group_id, state_timestamp_ms=now_ms)
+            group = self._groups.add(ClassicGroup(req.group_id, state_timestamp_ms=now_ms))
+        self._groups.may_have_deadlines(req.group_id)
         fx = Effects()
         response = self._rebalancer.join(group, req, now_ms, fx)
         if is_new and not fx.records:
@@ -281,6 +285,7 @@ class GroupCoordinatorMachine:
         group = self._groups.get(req.group_id)
         if group is None or group.is_in(_S.EMPTY):
             return Result(SyncResponse(ErrorCode.UNKNOWN_MEMBER_ID))
+        self._groups.may_have_deadlines(req.group_id)
         fx = Effects()
         response = self._rebalancer.sync(group, req, now_ms, fx)
         return self._result(req.group_id, response, fx, Kind.SYNC)
@@ -309,6 +314,7 @@ class GroupCoordinatorMachine:
         group = self._groups.get(group_id)
         if group is None:
             return Result(ErrorCode.UNKNOWN_MEMBER_ID)
+        self._groups.may_have_deadlines(group_id)
         return Result(self._rebalancer.heartbeat(group, member_id, instance_id, generation, now_ms))
 
     def leave_group(
@@ -320,6 +326,7 @@ class GroupCoordinatorMachine:
         group = self._groups.get(group_id)
         if group is None:
             return Result(LeaveResponse(ErrorCode.UNKNOWN_MEMBER_ID))
+        self._groups.may_have_deadlines(group_id)
         fx = Effects()
         response = self._rebalancer.leave(group, list(members), now_ms, fx)
         return Result(response, tuple(fx.records), tuple(fx.completions))
@@ -327,15 +334,26 @@ class GroupCoordinatorMachine:
     # ------------------------------------------------------------ timers
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = (self._rebalancer.next_deadline_ms(g) for g in self._live_groups())
-        return min((d for d in deadlines if d is not None), default=None)
+        """The earliest timer of any group; only groups that may hold one are looked at (a group
+        found without any leaves that set until an operation touches it again)."""
+        earliest = None
+        for group in self._timed_live_groups():
+            deadline = self._rebalancer.next_deadline_ms(group)
+            if deadline is None:
+                self._groups.no_deadlines(group.group_id)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        return earliest
 
     def on_timer(self, now_ms: int) -> Result[None]:
         """Session, join, initial-delay and sync timeouts due at ``now_ms``."""
         fx = Effects()
-        for group in self._live_groups():
+        for group in self._timed_live_groups():
             self._rebalancer.on_timer(group, now_ms, fx)
         return Result(None, tuple(fx.records), tuple(fx.completions))
+
+    def _timed_live_groups(self) -> list[ClassicGroup]:
+        return [g for g in self._groups.timed() if self._ownership_error(g.group_id) is None]
 
     def _live_groups(self) -> list[ClassicGroup]:
         return [g for g in self._groups.values() if self._ownership_error(g.group_id) is None]
@@ -370,12 +388,21 @@ class GroupCoordinatorMachine:
         )
 
     def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[ListedGroup]]:
+        """With a states filter, only the groups in those states are looked at."""
         wanted = {name.strip().lower() for name in states}
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
+        if wanted:
+            candidates: Iterable[ClassicGroup] = self._groups.in_states(
+                s for s in _S if s.value.lower() in wanted
+            )
+        else:
+            candidates = self._groups.values()
+        ready = self._epochs.keys() - self._loading
+        partition_for = self.partition_for
         listed = [
             ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._live_groups()
-            if not wanted or g.state.value.lower() in wanted
+            for g in candidates
+            if partition_for(g.group_id) in ready
         ]
         return error, listed
 
@@ -423,6 +450,7 @@ class GroupCoordinatorMachine:
         member = group.members.get(member_id)
         if member is not None and group.is_in(_S.STABLE, _S.PREPARING_REBALANCE):
             self._rebalancer.heartbeat_after(member, now_ms)
+            self._groups.may_have_deadlines(group_id)
         expire = -1 if retention_ms == -1 else now_ms + retention_ms
         return self._commit_records(group_id, offsets, now_ms, expire)
 
@@ -462,7 +490,7 @@ class GroupCoordinatorMachine:
                 if not txn and version >= OFFSET_COMMIT_GROUP_ID_NOT_FOUND_VERSION:
                     return ErrorCode.GROUP_ID_NOT_FOUND
                 return ErrorCode.ILLEGAL_GENERATION
-            group = self._groups[group_id] = ClassicGroup(group_id)
+            group = self._groups.add(ClassicGroup(group_id))
         return validate_offset_commit(group, member_id, instance_id, generation, txn)
 
     def _commit_records(

@@ -14,6 +14,7 @@ answer, heartbeat deadlines, pending member ids) is soft state that Kafka never 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -117,14 +118,20 @@ class ClassicGroup:
     join_deadline_ms: int | None = None
     initial_delay: InitialDelay | None = None
     sync_deadline_ms: int | None = None
+    # Told (group, previous state) after every transition: the coordinator's index by state.
+    on_transition: Callable[[ClassicGroup, GroupState], None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     # ------------------------------------------------------------ state
 
     def transition(self, target: GroupState, now_ms: int) -> None:
         check_transition(self.state, target)
-        self.previous_state = self.state
+        previous = self.previous_state = self.state
         self.state = target
         self.state_timestamp_ms = now_ms
+        if self.on_transition is not None:
+            self.on_transition(self, previous)
 
     def is_in(self, *states: GroupState) -> bool:
         return self.state in states

@@ -65,9 +65,9 @@ def test_bad_override_value_stops_start_up(tmp_path: Path) -> None:
         ("listeners: 127.0.0.1:9092", "listeners must be one listener of the form PLAINTEXT://host:port, "
          "got '127.0.0.1:9092' (no scheme: write PLAINTEXT://127.0.0.1:9092)"),
         ("metrics.listener: http://127.0.0.1:9100",
-         "metrics.listener must be left unset: it is not supported yet"),
-        ("replica.lag.time.max.ms: 10000",
-         "replica.lag.time.max.ms must be left unset: it is not supported yet"),
+         "metrics.listener is not supported yet (Gregor has no metrics endpoint yet)"),
+        ("metadata.store: zookeeper://127.0.0.1:2181",
+         "metadata.store must be local or etcd://host:port[,host:port...][/root], got 'zookeeper://"),
     ],
 )
 def test_bad_values_say_what_was_expected(tmp_path: Path, line: str, message: str) -> None:

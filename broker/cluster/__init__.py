@@ -1,0 +1,1 @@
+"""Cluster metadata: the image of brokers, topics and partition state, and the stores that keep it."""

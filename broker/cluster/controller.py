@@ -1,0 +1,121 @@
+"""The controller: one broker at a time, elected through etcd, keeps partitions led.
+
+Every broker runs a `ClusterController`; it acts only while its broker holds
+the controller key. It campaigns whenever the key is free, and while active it
+reconciles after every change of the live brokers: each partition whose leader
+died gets a new one from its ISR (placement.after_broker_change), a dead
+follower leaves the ISR, an offline partition comes back when its last ISR
+member returns. Every write is a compare-and-swap that also checks this
+controller still holds the key, so a deposed controller changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import aetcd.exceptions
+
+from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
+from broker.cluster.placement import after_broker_change, place_replicas, preferred_leader
+from coordinator.hashing import java_abs, java_string_hash
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.5
+
+
+class ClusterController:
+    def __init__(self, store: EtcdMetadataStore, node_id: NodeId) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.record: ControllerRecord | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> bool:
+        """True while this broker's record is the controller key's value."""
+        return self.record is not None and self.store.image.controller == self.record
+
+    def start(self) -> None:
+        self.store.subscribe(self._on_change)
+        self._task = asyncio.create_task(self._run(), name="controller")
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _on_change(self, key: str) -> None:
+        if key in ("", "controller") or key.startswith("brokers/") or key.startswith("partitions/"):
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._step()
+            except (aetcd.exceptions.ClientError, OSError) as e:
+                log.warning("controller step failed (%s); retrying", type(e).__name__)
+                await asyncio.sleep(RETRY_S)
+                self._wake.set()
+
+    async def _step(self) -> None:
+        if self.store.image.controller is None:
+            await self._campaign()
+        if self.active and not await self.reconcile():
+            await asyncio.sleep(RETRY_S)  # a state moved under us: look again
+            self._wake.set()
+
+    async def _campaign(self) -> None:
+        record = await self.store.campaign(self.node_id)
+        if record is None:
+            return
+        self.record = record
+        await self.store.wait_for(lambda image: image.controller == record, 5)
+        log.info("broker %d is now the controller (epoch %d)", self.node_id, record.epoch)
+
+    async def reconcile(self) -> bool:
+        """Bring every partition in line with the live brokers; False if a write lost a race."""
+        image = self.store.image
+        live = image.live_brokers()
+        done = True
+        for (topic, index), state in sorted(image.partitions.items()):
+            new = after_broker_change(state, live)
+            if new is not None:
+                done &= await self._write(topic, index, state, new)
+        return done
+
+    async def _write(self, topic: str, index: int, old: PartitionState, new: PartitionState) -> bool:
+        ok = await self.store.alter_partition(topic, index, old, new, controller=self.record)
+        if ok and old.leader != new.leader:
+            log.info("partition %s-%d: leader %d -> %d (leader epoch %d, ISR %s)",
+                     topic, index, old.leader, new.leader, new.leader_epoch, list(new.isr))
+        return ok
+
+    async def elect_preferred_leaders(self) -> int:
+        """ElectLeaders(PREFERRED) / auto.leader.rebalance: moves made."""
+        image = self.store.image
+        moved = 0
+        for (topic, index), state in sorted(image.partitions.items()):
+            new = preferred_leader(state, image.live_brokers())
+            if new is not None and await self._write(topic, index, state, new):
+                moved += 1
+        return moved
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> bool:
+        """Place replicas over the live brokers and write topic and states at once."""
+        image = self.store.image
+        racks = {node: reg.rack for node, reg in image.brokers.items()}
+        start = java_abs(java_string_hash(name))
+        assignment = place_replicas(partitions, replication_factor, racks, start=start)
+        topic = TopicRecord(name, uuid.uuid4(), tuple(assignment), configs)
+        states = [PartitionState.initial(replicas, image.live_brokers()) for replicas in assignment]
+        return await self.store.create_topic(topic, states, controller=self.record)

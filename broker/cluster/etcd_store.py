@@ -1,0 +1,318 @@
+"""The cluster metadata store on etcd (the only module that talks to etcd).
+
+It keeps a `ClusterImage` current from one prefix watch (re-created from the
+last seen revision after a disconnect, reloaded whole after a compaction),
+holds this broker's registration under a lease it keeps alive itself (aetcd
+has no keep-alive loop), and makes every change as an etcd transaction that
+compares before it writes: a topic is created only if absent, a partition
+state only replaces the state it was computed from (AlterPartition's
+partition-epoch check), a producer-id block only moves the pointer it read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aetcd
+import aetcd.exceptions
+
+from broker.cluster.address import EtcdAddress
+from broker.cluster.image import (
+    BrokerRegistration,
+    ClusterImage,
+    ControllerRecord,
+    NodeId,
+    PartitionState,
+    TopicRecord,
+    encode,
+)
+from coordinator.producer_ids import ProducerIdBlock
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[str], None]
+
+
+class StoreUnavailable(Exception):
+    """etcd could not be reached within the start-up bound."""
+
+
+class NodeIdInUse(Exception):
+    """Another live broker is registered with this node id."""
+
+
+class EtcdMetadataStore:
+    def __init__(self, address: EtcdAddress, lease_ttl_s: int = 10, request_timeout_s: int = 5) -> None:
+        self.address = address
+        self.image = ClusterImage()
+        self._ttl = lease_ttl_s
+        self._timeout = request_timeout_s
+        self._client: aetcd.Client | None = None
+        self._endpoint = 0
+        self._revision = 0
+        self._listeners: list[Listener] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._registration: BrokerRegistration | None = None
+        self._lease_id: int | None = None
+        self._lease_deadline = 0.0
+        self._closed = False
+
+    # -- connection ---------------------------------------------------------
+
+    def _key(self, relative: str) -> bytes:
+        return f"{self.address.root}/{relative}".encode()
+
+    @property
+    def client(self) -> aetcd.Client:
+        assert self._client is not None, "store not open"
+        return self._client
+
+    async def open(self, attempts: int = 10, interval_s: float = 1.0) -> None:
+        """Connect and load the image, retrying with a log line per failed attempt."""
+        for attempt in range(1, attempts + 1):
+            try:
+                await self._connect()
+                await self._load()
+                break
+            except aetcd.exceptions.ClientError as e:
+                host, port = self.address.endpoints[self._endpoint]
+                log.warning("etcd %s:%d unreachable (attempt %d of %d): %s",
+                            host, port, attempt, attempts, type(e).__name__)
+                await self._rotate_endpoint()
+                if attempt == attempts:
+                    raise StoreUnavailable(self._unreachable_message(attempts)) from None
+                await asyncio.sleep(interval_s)
+        self._tasks.append(asyncio.create_task(self._watch_forever()))
+
+    def _unreachable_message(self, attempts: int) -> str:
+        where = ",".join(f"{h}:{p}" for h, p in self.address.endpoints)
+        return f"metadata store etcd://{where} unreachable after {attempts} attempts"
+
+    async def _connect(self) -> None:
+        if self._client is not None:
+            return
+        host, port = self.address.endpoints[self._endpoint]
+        client = aetcd.Client(host, port, timeout=self._timeout)
+        try:
+            await client.connect()
+            await client.status()  # connect() is lazy in grpc: make one call
+        except BaseException:
+            await client.close()
+            raise
+        self._client = client
+
+    async def _rotate_endpoint(self) -> None:
+        """Move to the next endpoint; with one, gRPC reconnects the channel by itself.
+
+        The old client is closed only after the request timeout, so calls still
+        in flight on it end by themselves rather than being cancelled.
+        """
+        if len(self.address.endpoints) == 1 or self._client is None:
+            return
+        old, self._client = self._client, None
+        self._endpoint = (self._endpoint + 1) % len(self.address.endpoints)
+        asyncio.get_running_loop().call_later(self._timeout, self._close_later, old)
+
+    def _close_later(self, client: aetcd.Client) -> None:
+        task = asyncio.ensure_future(client.close())
+        task.add_done_callback(lambda t: t.exception())
+
+    async def close(self, stop_lease: bool = True) -> None:
+        """Stop; `stop_lease=False` leaves the lease to expire, as a dead broker's does."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if stop_lease and self._client is not None and self._lease_id is not None:
+            with contextlib.suppress(Exception):
+                await self._client.revoke_lease(self._lease_id)
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+        self._client = None
+
+    # -- the image and its watch --------------------------------------------
+
+    def subscribe(self, listener: Listener) -> None:
+        """`listener(key)` runs after each change is applied to the image."""
+        self._listeners.append(listener)
+
+    async def _load(self) -> None:
+        prefix = self._key("")
+        found = await self.client.get_prefix(prefix)
+        image = ClusterImage()
+        for kv in found:
+            image.apply(kv.key[len(prefix):].decode(), kv.value)
+        self.image = image
+        self._revision = found.header.revision
+        for listener in self._listeners:
+            listener("")
+
+    async def _watch_forever(self) -> None:
+        while not self._closed:
+            try:
+                await self._connect()
+                await self._watch_once()
+            except aetcd.exceptions.RevisionCompactedError:
+                log.info("etcd history compacted past revision %d: reloading metadata", self._revision)
+                await self._reload_quietly()
+            except (aetcd.exceptions.ClientError, OSError) as e:
+                log.warning("etcd watch lost (%s); re-creating it from revision %d",
+                            type(e).__name__, self._revision + 1)
+                await self._rotate_endpoint()
+                await asyncio.sleep(0.5)
+
+    async def _reload_quietly(self) -> None:
+        with contextlib.suppress(aetcd.exceptions.ClientError):
+            await self._load()
+
+    async def _watch_once(self) -> None:
+        prefix = self._key("")
+        watch = await self.client.watch_prefix(prefix, start_revision=self._revision + 1)
+        async for event in watch:
+            value = event.kv.value if event.kind == "PUT" else None
+            self._apply(event.kv.key[len(prefix):].decode(), value, event.kv.mod_revision)
+        if not self._closed:
+            raise aetcd.exceptions.ConnectionFailedError("watch stream ended")
+
+    def _apply(self, key: str, value: bytes | None, revision: int) -> None:
+        self.image.apply(key, value)
+        self._revision = max(self._revision, revision)
+        for listener in self._listeners:
+            listener(key)
+
+    async def wait_for(self, predicate: Callable[[ClusterImage], bool], timeout_s: float) -> bool:
+        """Until the image satisfies `predicate` (for start-up and tests)."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self.image):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    # -- writes: every one compares before it writes --------------------------
+
+    async def _txn(self, compare: list[Any], success: list[Any]) -> bool:
+        succeeded, _ = await self.client.transaction(compare=compare, success=success, failure=[])
+        return bool(succeeded)
+
+    async def ensure_cluster_id(self, candidate: str) -> str:
+        """The cluster id in etcd, created from `candidate` by the first broker."""
+        key = self._key("cluster_id")
+        tx = self.client.transactions
+        await self._txn([tx.version(key) == 0], [tx.put(key, candidate.encode())])
+        found = await self.client.get(key)
+        assert found is not None
+        return bytes(found.value).decode()
+
+    async def create_topic(
+        self, topic: TopicRecord, states: list[PartitionState], controller: ControllerRecord | None = None
+    ) -> bool:
+        """Topic and all its partition states in one transaction; False if it exists."""
+        tx = self.client.transactions
+        key = self._key(f"topics/{topic.name}")
+        puts = [tx.put(key, encode(topic))] + [
+            tx.put(self._key(f"partitions/{topic.name}/{i}"), encode(s)) for i, s in enumerate(states)
+        ]
+        return await self._txn([tx.version(key) == 0, *self._controller_guard(controller)], puts)
+
+    async def delete_topic(self, name: str) -> None:
+        await self.client.delete(self._key(f"topics/{name}"))
+        await self.client.delete_prefix(self._key(f"partitions/{name}/"))
+
+    async def alter_partition(
+        self, topic: str, index: int, expected: PartitionState, new: PartitionState,
+        controller: ControllerRecord | None = None,
+    ) -> bool:
+        """Replace `expected` with `new`; False when the stored state is another one.
+
+        With `controller`, also only while that record still holds the controller
+        key, so a deposed controller's decisions are never written.
+        """
+        tx = self.client.transactions
+        key = self._key(f"partitions/{topic}/{index}")
+        guards = [tx.value(key) == encode(expected)] + self._controller_guard(controller)
+        return await self._txn(guards, [tx.put(key, encode(new))])
+
+    def _controller_guard(self, controller: ControllerRecord | None) -> list[Any]:
+        if controller is None:
+            return []
+        return [self.client.transactions.value(self._key("controller")) == encode(controller)]
+
+    async def reserve_producer_ids(self, size: int) -> ProducerIdBlock:
+        """Move the shared next-block pointer past a new block (retried on a race)."""
+        key = self._key("producer_ids")
+        tx = self.client.transactions
+        while True:
+            found = await self.client.get(key)
+            first = int(found.value) if found is not None else 0
+            guard = tx.value(key) == str(first).encode() if found is not None else tx.version(key) == 0
+            block = ProducerIdBlock(first, size)
+            if await self._txn([guard], [tx.put(key, str(block.last + 1).encode())]):
+                return block
+
+    # -- membership -----------------------------------------------------------
+
+    async def register(self, registration: BrokerRegistration) -> None:
+        """Register under a fresh lease; NodeIdInUse if a live broker holds the id."""
+        lease = await self.client.lease(self._ttl)
+        tx = self.client.transactions
+        key = self._key(f"brokers/{registration.node_id}")
+        if not await self._txn([tx.version(key) == 0], [tx.put(key, encode(registration), lease=lease.id)]):
+            await self.client.revoke_lease(lease.id)
+            raise NodeIdInUse(f"node id {registration.node_id} is registered by a live broker")
+        self._registration = registration
+        self._lease_id = lease.id
+        self._lease_deadline = time.monotonic() + self._ttl
+        if not any(t.get_name() == "etcd-keepalive" for t in self._tasks):
+            self._tasks.append(asyncio.create_task(self._keep_alive(), name="etcd-keepalive"))
+
+    @property
+    def registration_alive(self) -> bool:
+        """False once the lease may have expired: such a broker must not act as leader."""
+        return self._lease_id is not None and time.monotonic() < self._lease_deadline
+
+    async def _keep_alive(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                await self._refresh_or_reregister()
+            except (aetcd.exceptions.ClientError, OSError) as e:
+                log.warning("etcd lease keep-alive failed (%s); %.1f s of registration left",
+                            type(e).__name__, max(0.0, self._lease_deadline - time.monotonic()))
+                await self._rotate_endpoint()
+                with contextlib.suppress(aetcd.exceptions.ClientError, OSError):
+                    await self._connect()
+
+    async def _refresh_or_reregister(self) -> None:
+        assert self._lease_id is not None and self._registration is not None
+        sent = time.monotonic()
+        reply = await self.client.refresh_lease(self._lease_id)
+        if reply is not None and reply.TTL > 0:
+            self._lease_deadline = sent + reply.TTL
+            return
+        log.warning("broker %d: registration lease expired; registering again",
+                    self._registration.node_id)
+        self._lease_id = None
+        await self.register(self._registration)
+
+    async def campaign(self, node_id: NodeId) -> ControllerRecord | None:
+        """Become controller if there is none; the new record, or None if another holds it."""
+        if self._lease_id is None:
+            return None
+        tx = self.client.transactions
+        key, epoch_key = self._key("controller"), self._key("controller_epoch")
+        found = await self.client.get(epoch_key)
+        epoch = int(found.value) + 1 if found is not None else 1
+        epoch_guard = (tx.value(epoch_key) == str(epoch - 1).encode() if found is not None
+                       else tx.version(epoch_key) == 0)
+        record = ControllerRecord(node_id, epoch)
+        puts = [tx.put(key, encode(record), lease=self._lease_id), tx.put(epoch_key, str(epoch).encode())]
+        if await self._txn([tx.version(key) == 0, epoch_guard], puts):
+            return record
+        return None

@@ -1,0 +1,144 @@
+"""Applying the cluster image to this broker: which partitions it leads and follows.
+
+After every change of the image, each partition this broker is a replica of
+becomes leader (its leader epoch in the image names this broker) or follower
+(of the named leader, fetched by one `ReplicaFetcher` per leader broker). The
+leader's ISR proposals go to the store as compare-and-swap writes on the
+partition state (AlterPartition); the image's next state is the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import aetcd.exceptions
+
+from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.cluster.image import NO_LEADER, NodeId, PartitionState, TopicRecord
+from broker.net.client import BrokerClient
+from broker.replica_manager import Partition, ReplicaManager
+from broker.replication.fetcher import FollowedPartition, ReplicaFetcher
+from storage.log_config import LogConfig
+
+log = logging.getLogger(__name__)
+
+
+class ClusterRoles:
+    def __init__(
+        self, store: EtcdMetadataStore, replicas: ReplicaManager,
+        log_config: Callable[[TopicRecord], LogConfig], now_ms: Callable[[], int],
+        replica_lag_ms: int, fetch_max_wait_ms: int = 500,
+    ) -> None:
+        self.store = store
+        self.replicas = replicas
+        self.me = NodeId(replicas.node_id)
+        self._log_config = log_config
+        self._now_ms = now_ms
+        self._lag_ms = replica_lag_ms
+        self._fetch_wait_ms = fetch_max_wait_ms
+        self.fetchers: dict[NodeId, ReplicaFetcher] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._checker: asyncio.Task[None] | None = None
+        replicas.isr_changes = self._propose
+        replicas.replica_lag_ms = replica_lag_ms
+
+    def start(self) -> None:
+        self.store.subscribe(self._on_change)
+        self._checker = asyncio.create_task(self._check_isr_forever(), name="isr-check")
+        self.apply()
+
+    async def stop(self) -> None:
+        if self._checker is not None:
+            self._checker.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *filter(None, [self._checker]), return_exceptions=True)
+        await asyncio.gather(*(f.close() for f in self.fetchers.values()))
+
+    def _on_change(self, key: str) -> None:
+        if key == "" or key.startswith(("partitions/", "topics/", "brokers/")):
+            self.apply()
+
+    def apply(self) -> None:
+        """Make every hosted partition's role match the image."""
+        image = self.store.image
+        for (topic, index), state in image.partitions.items():
+            record = image.topics.get(topic)
+            if record is None or self.me not in state.replicas:
+                continue
+            if state.leader == self.me:
+                self._lead(topic, index, record, state)
+            else:
+                self._follow(topic, index, record, state)
+
+    def _lead(self, topic: str, index: int, record: TopicRecord, state: PartitionState) -> None:
+        self._unfollow(topic, index)
+        self.replicas.become_leader(topic, index, self._log_config(record), state, self._now_ms())
+
+    def _follow(self, topic: str, index: int, record: TopicRecord, state: PartitionState) -> None:
+        part = self.replicas.become_follower(topic, index, self._log_config(record), state)
+        self._unfollow(topic, index)
+        if state.leader == NO_LEADER or state.leader not in self.store.image.brokers:
+            return
+        followed = FollowedPartition(topic, index, part.log, state.leader_epoch)
+        self._fetcher_for(state.leader).follow(followed)
+
+    def _unfollow(self, topic: str, index: int) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.unfollow(topic, index)
+
+    def _fetcher_for(self, leader: NodeId) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader)
+        registration = self.store.image.brokers[leader]
+        if fetcher is not None and (fetcher.client.host, fetcher.client.port) == (
+            registration.host, registration.port
+        ):
+            return fetcher
+        if fetcher is not None:
+            self._spawn(fetcher.close())
+        client = BrokerClient(registration.host, registration.port, f"replica-{self.me}")
+        fetcher = ReplicaFetcher(self.me, client, self._now_ms, self._fetch_wait_ms,
+                                 on_progress=self._on_follower_progress)
+        self.fetchers[leader] = fetcher
+        return fetcher
+
+    def _on_follower_progress(self, followed: FollowedPartition) -> None:
+        part = self.replicas.partition(followed.topic, followed.index)
+        if part is not None:
+            part.wake()
+
+    # -- ISR changes (AlterPartition) -------------------------------------------
+
+    def _propose(self, part: Partition, isr: tuple[NodeId, ...]) -> None:
+        self._spawn(self._alter_isr(part, isr))
+
+    async def _alter_isr(self, part: Partition, isr: tuple[NodeId, ...]) -> None:
+        assert part.leader is not None
+        leader = part.leader
+        current = leader.state
+        new = current.with_isr(isr)
+        try:
+            accepted = await self.store.alter_partition(part.topic, part.index, current, new)
+        except (aetcd.exceptions.ClientError, OSError) as exc:
+            log.warning("partition %s-%d: ISR change to %s failed: %s", part.topic, part.index,
+                        list(isr), type(exc).__name__)
+            accepted = False
+        if accepted:
+            log.info("partition %s-%d: ISR %s -> %s", part.topic, part.index, list(current.isr), list(isr))
+            leader.committed(new)
+            part.advance_high_watermark()
+        else:
+            leader.rejected()
+
+    async def _check_isr_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._lag_ms / 2000)
+            self.replicas.check_isr(self._now_ms())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

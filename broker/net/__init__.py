@@ -1,0 +1,1 @@
+"""Networking between brokers: the inter-broker client."""

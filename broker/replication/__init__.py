@@ -1,0 +1,1 @@
+"""Replication: what a leader tracks of its followers, and the fetchers followers run."""

@@ -1,0 +1,156 @@
+"""Replica fetchers: a follower pulls its partitions from their leader over Kafka's Fetch.
+
+One `ReplicaFetcher` per leader broker carries every partition this broker
+follows there, in one Fetch request at a time (v12: replica id, current
+leader epoch, last fetched epoch). Per partition, the answer is one of:
+
+- data: appended as the leader wrote it (Log.append_as_follower); the
+  follower's HW becomes min(leader's HW, own log end);
+- a diverging epoch (the follower has data the leader does not): truncate to
+  where the two logs agree, rebuilding producer state, then fetch again;
+- an epoch or leadership error: the partition waits for the metadata image to
+  move it (the fetcher never guesses a leader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker.net.client import BrokerClient, BrokerUnreachable
+from protocol.errors import ErrorCode
+from protocol.messages import REQUESTS
+from storage.log import Log, ReplicaDataError
+
+log = logging.getLogger(__name__)
+
+FETCH = 1
+FETCH_VERSION = 12
+BACKOFF_S = 0.2
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class FollowedPartition:
+    topic: str
+    index: int
+    log: Log
+    leader_epoch: int
+    stalled: bool = False  # waiting for the image after an epoch or leadership error
+
+
+def truncation_offset(log_: Log, diverging_epoch: int, diverging_end: int) -> int:
+    """Where a follower's log stops agreeing with the leader's (Kafka's rule)."""
+    if diverging_end < 0:
+        return log_.high_watermark
+    epoch, end = log_.end_offset_for_epoch(diverging_epoch)
+    if epoch == diverging_epoch:
+        return min(end, diverging_end)
+    return min(end if end >= 0 else log_.high_watermark, diverging_end, log_.log_end_offset)
+
+
+class ReplicaFetcher:
+    def __init__(
+        self, node_id: int, client: BrokerClient, now_ms: Callable[[], int],
+        max_wait_ms: int = 500, max_bytes: int = 10 * 1024 * 1024,
+        on_progress: Callable[[FollowedPartition], None] = lambda p: None,
+    ) -> None:
+        self.node_id = node_id
+        self.client = client
+        self._now_ms = now_ms
+        self._max_wait_ms = max_wait_ms
+        self._max_bytes = max_bytes
+        self._on_progress = on_progress
+        self.partitions: dict[TopicPartition, FollowedPartition] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    def follow(self, part: FollowedPartition) -> None:
+        self.partitions[(part.topic, part.index)] = part
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.client.port}")
+
+    def unfollow(self, topic: str, index: int) -> None:
+        self.partitions.pop((topic, index), None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await self.client.close()
+
+    async def _run(self) -> None:
+        while True:
+            active = [p for p in self.partitions.values() if not p.stalled]
+            if not active:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                response = await self.client.call(self._request(active), FETCH_VERSION,
+                                                  timeout_s=self._max_wait_ms / 1000 + 10)
+            except (BrokerUnreachable, TimeoutError) as exc:
+                log.info("fetch from broker at %s:%d failed: %s", self.client.host, self.client.port, exc)
+                await asyncio.sleep(BACKOFF_S)
+                continue
+            self._apply(response)
+
+    def _request(self, parts: list[FollowedPartition]) -> Any:
+        cls = REQUESTS[FETCH]
+        by_topic: dict[str, list[Any]] = {}
+        for p in parts:
+            by_topic.setdefault(p.topic, []).append(cls.FetchTopic.FetchPartition(
+                partition=p.index, current_leader_epoch=p.leader_epoch,
+                fetch_offset=p.log.log_end_offset, last_fetched_epoch=p.log.latest_epoch,
+                log_start_offset=p.log.log_start_offset, partition_max_bytes=self._max_bytes,
+            ))
+        topics = [cls.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()]
+        return cls(
+            replica_id=self.node_id, max_wait_ms=self._max_wait_ms, min_bytes=1,
+            max_bytes=self._max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=topics, forgotten_topics_data=[], rack_id="",
+        )
+
+    def _apply(self, response: Any) -> None:
+        for topic in response.responses:
+            for data in topic.partitions:
+                part = self.partitions.get((topic.topic, data.partition_index))
+                if part is not None:
+                    self._apply_partition(part, data)
+
+    def _apply_partition(self, part: FollowedPartition, data: Any) -> None:
+        error = ErrorCode(data.error_code)
+        if error != ErrorCode.NONE:
+            self._on_error(part, error)
+            return
+        diverging = data.diverging_epoch
+        if diverging is not None and diverging.epoch >= 0:
+            self._truncate(part, truncation_offset(part.log, diverging.epoch, diverging.end_offset))
+            return
+        try:
+            if data.records:
+                part.log.append_as_follower(data.records, self._now_ms())
+        except ReplicaDataError as exc:
+            log.warning("%s", exc)
+            return
+        part.log.update_high_watermark(min(data.high_watermark, part.log.log_end_offset))
+        self._on_progress(part)
+
+    def _truncate(self, part: FollowedPartition, offset: int) -> None:
+        dropped = part.log.log_end_offset - offset
+        log.info("partition %s-%d: truncating to %d (%d offsets the leader does not have)",
+                 part.topic, part.index, offset, max(0, dropped))
+        part.log.truncate_to(offset, self._now_ms())
+
+    def _on_error(self, part: FollowedPartition, error: ErrorCode) -> None:
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            self._truncate(part, part.log.high_watermark)
+            return
+        log.info("partition %s-%d: leader answered %s; waiting for new metadata",
+                 part.topic, part.index, error.name)
+        part.stalled = True

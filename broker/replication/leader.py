@@ -1,0 +1,116 @@
+"""What a partition's leader knows of its followers, and the high watermark it owns.
+
+Pure: no I/O, time injected. The leader records every follower fetch (the
+fetch offset is the follower's log end offset); from those it computes
+
+- the high watermark: the lowest log end offset over the ISR, moving only
+  forward and only while the ISR has at least `min.insync.replicas` members
+  (KIP-966); while an ISR change is in flight the larger of the two sets
+  counts (Kafka's "maximal ISR"), so the HW never passes a replica that may
+  still be in the ISR;
+- ISR changes to propose: a follower joins once its log end offset reaches
+  the HW and the start of the leader's epoch; it leaves once it has not been
+  caught up for `replica.lag.time.max.ms`.
+
+A proposal becomes the ISR only when the metadata store accepted it
+(`committed`), as Kafka's AlterPartition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.cluster.image import NodeId, PartitionState
+
+NOT_FETCHED = -1
+
+
+@dataclass(slots=True)
+class FollowerState:
+    log_end_offset: int = NOT_FETCHED
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_leo: int = NOT_FETCHED
+
+
+class LeaderState:
+    def __init__(
+        self, me: NodeId, state: PartitionState, epoch_start_offset: int, min_isr: int, now_ms: int
+    ) -> None:
+        self.me = me
+        self.state = state
+        self.epoch_start_offset = epoch_start_offset
+        self.min_isr = min_isr
+        self.pending: tuple[NodeId, ...] | None = None
+        # A new leader gives every follower a full lag period to catch up, as Kafka does.
+        self.followers = {
+            n: FollowerState(last_caught_up_ms=now_ms) for n in state.replicas if n != me
+        }
+
+    @property
+    def isr(self) -> tuple[NodeId, ...]:
+        return self.state.isr
+
+    @property
+    def maximal_isr(self) -> set[NodeId]:
+        return set(self.state.isr) | set(self.pending or ())
+
+    def record_fetch(self, node: NodeId, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
+        """A follower fetched from `fetch_offset` while the leader's log ended at `leader_leo`."""
+        follower = self.followers.get(node)
+        if follower is None:
+            return
+        if fetch_offset >= leader_leo:
+            follower.last_caught_up_ms = now_ms
+        elif fetch_offset >= follower.last_fetch_leader_leo >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.log_end_offset = fetch_offset
+        follower.last_fetch_ms = now_ms
+        follower.last_fetch_leader_leo = leader_leo
+
+    def high_watermark(self, leader_leo: int, current_hw: int) -> int:
+        """The HW the leader may expose now (never below `current_hw`)."""
+        members = self.maximal_isr
+        if len(self.state.isr) < self.min_isr:
+            return current_hw
+        ends = [leader_leo] + [self._leo(n) for n in members if n != self.me]
+        return max(current_hw, min(ends))
+
+    def _leo(self, node: NodeId) -> int:
+        follower = self.followers.get(node)
+        return follower.log_end_offset if follower is not None else NOT_FETCHED
+
+    def proposal(self, hw: int, now_ms: int, lag_max_ms: int) -> tuple[NodeId, ...] | None:
+        """The ISR to propose to the store, or None (also while a proposal is in flight)."""
+        if self.pending is not None:
+            return None
+        isr = [n for n in self.state.isr if not self._lagging(n, now_ms, lag_max_ms)]
+        isr += [n for n in self.state.replicas if n not in isr and self._may_join(n, hw)]
+        proposed = tuple(n for n in self.state.replicas if n in isr)
+        if set(proposed) == set(self.state.isr):
+            return None
+        self.pending = proposed
+        return proposed
+
+    def _lagging(self, node: NodeId, now_ms: int, lag_max_ms: int) -> bool:
+        follower = self.followers.get(node)
+        return follower is not None and now_ms - follower.last_caught_up_ms > lag_max_ms
+
+    def _may_join(self, node: NodeId, hw: int) -> bool:
+        follower = self.followers.get(node)
+        if follower is None:
+            return False
+        leo = follower.log_end_offset
+        return leo >= hw and leo >= self.epoch_start_offset
+
+    def committed(self, state: PartitionState) -> None:
+        """The store holds `state` now (our proposal or anybody's change)."""
+        self.state = state
+        self.pending = None
+
+    def rejected(self) -> None:
+        """Our proposal lost a compare-and-swap: wait for the store's state, then retry."""
+        self.pending = None
+
+    def below_min_isr(self) -> bool:
+        return len(self.state.isr) < self.min_isr

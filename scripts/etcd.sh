@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install the etcd server (Debian's etcd-server package, 3.4) without installing
+# it system-wide: download the .deb and unpack only the binary into DEST.
+# Only Debian's package mirror needs to be reachable.
+#
+# usage: scripts/etcd.sh DEST_DIR
+set -euo pipefail
+
+DEST=$(realpath -m "${1:?usage: etcd.sh DEST_DIR}")
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+cd "$TMP"
+echo "etcd: downloading Debian's etcd-server package" >&2
+# A fresh machine has no package lists yet: refresh them once and retry.
+if ! apt-get download -q etcd-server >/dev/null 2>&1; then
+    apt-get update -q >/dev/null
+    apt-get download -q etcd-server >/dev/null
+fi
+dpkg -x etcd-server_*.deb unpacked
+mkdir -p "$DEST"
+cp unpacked/usr/bin/etcd "$DEST/etcd"
+"$DEST/etcd" --version | head -1 >&2
+touch "$DEST/.installed"

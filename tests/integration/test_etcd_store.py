@@ -1,0 +1,165 @@
+"""The etcd metadata store against a real etcd: membership, controller election,
+compare-and-swap partition state, producer-id blocks, and a watch that survives
+an etcd restart. Each test uses its own root, so one etcd serves the module."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from aetcd.exceptions import ConnectionFailedError
+
+from broker.cluster.address import EtcdAddress
+from broker.cluster.etcd_store import EtcdMetadataStore, NodeIdInUse, StoreUnavailable
+from broker.cluster.image import BrokerRegistration, NodeId, PartitionState, TopicRecord
+from tests.integration.etcd import EtcdProcess
+from tests.integration.harness import free_port
+
+LEASE_TTL_S = 2
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    server = EtcdProcess(tmp_path_factory.mktemp("etcd") / "data").start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def root() -> str:
+    return f"/test-{uuid.uuid4().hex[:8]}"
+
+
+StoreFactory = Callable[..., Awaitable[EtcdMetadataStore]]
+
+
+@pytest.fixture
+async def new_store(etcd: EtcdProcess, root: str) -> AsyncIterator[StoreFactory]:
+    """Opens a store on the module's etcd under this test's root (or on `server`, `at`)."""
+    opened: list[EtcdMetadataStore] = []
+
+    async def open_store(server: EtcdProcess = etcd, at: str = root) -> EtcdMetadataStore:
+        store = EtcdMetadataStore(EtcdAddress.parse(server.url + at), lease_ttl_s=LEASE_TTL_S)
+        await store.open(attempts=3, interval_s=0.2)
+        opened.append(store)
+        return store
+
+    yield open_store
+    for store in opened:
+        await store.close()
+
+
+async def retry_while_unavailable(call: Callable[[], Awaitable[object]], timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await call()
+            return
+        except ConnectionFailedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+def registration(node_id: int) -> BrokerRegistration:
+    return BrokerRegistration(NodeId(node_id), "127.0.0.1", 9000 + node_id, None, uuid.uuid4().hex)
+
+
+async def test_address_parsing() -> None:
+    address = EtcdAddress.parse("etcd://a:1,b:2/prod")
+    assert address.endpoints == (("a", 1), ("b", 2)) and address.root == "/prod"
+    assert EtcdAddress.parse("etcd://a:1").root == "/gregor"
+    with pytest.raises(ValueError, match="host:port"):
+        EtcdAddress.parse("etcd://a")
+
+
+async def test_unreachable_etcd_fails_after_the_bound() -> None:
+    store = EtcdMetadataStore(EtcdAddress.parse(f"etcd://127.0.0.1:{free_port()}"), request_timeout_s=1)
+    with pytest.raises(StoreUnavailable, match="unreachable after 2 attempts"):
+        await store.open(attempts=2, interval_s=0.1)
+    await store.close()
+
+
+async def test_cluster_id_is_created_once(new_store: StoreFactory) -> None:
+    a, b = await new_store(), await new_store()
+    assert await a.ensure_cluster_id("first") == "first"
+    assert await b.ensure_cluster_id("second") == "first"
+    assert await b.wait_for(lambda image: image.cluster_id == "first", 5)
+
+
+async def test_a_live_node_id_cannot_register_twice(new_store: StoreFactory) -> None:
+    a, b = await new_store(), await new_store()
+    await a.register(registration(1))
+    with pytest.raises(NodeIdInUse, match="node id 1"):
+        await b.register(registration(1))
+    await b.register(registration(2))
+    assert await a.wait_for(lambda image: set(image.brokers) == {1, 2}, 5)
+    assert a.registration_alive and b.registration_alive
+
+
+async def test_a_dead_brokers_lease_expires_and_frees_its_id(new_store: StoreFactory) -> None:
+    a, b = await new_store(), await new_store()
+    await a.register(registration(1))
+    await b.register(registration(2))
+    await a.close(stop_lease=False)  # dies: no keep-alive, no revoke
+    assert await b.wait_for(lambda image: set(image.brokers) == {2}, LEASE_TTL_S * 3)
+    c = await new_store()
+    await c.register(registration(1))
+
+
+async def test_controller_is_elected_once_and_again_after_its_death(new_store: StoreFactory) -> None:
+    a, b = await new_store(), await new_store()
+    await a.register(registration(1))
+    await b.register(registration(2))
+    first = await a.campaign(NodeId(1))
+    assert first is not None and first.epoch == 1
+    assert await b.campaign(NodeId(2)) is None
+    await a.close(stop_lease=False)
+    assert await b.wait_for(lambda image: image.controller is None, LEASE_TTL_S * 3)
+    second = await b.campaign(NodeId(2))
+    assert second is not None and second.node_id == 2 and second.epoch == 2
+
+
+async def test_partition_state_is_compare_and_swap(new_store: StoreFactory) -> None:
+    a = await new_store()
+    replicas = (NodeId(1), NodeId(2), NodeId(3))
+    topic = TopicRecord("t", uuid.uuid4(), (replicas,))
+    state = PartitionState.initial(replicas, {NodeId(1), NodeId(2), NodeId(3)})
+    assert await a.create_topic(topic, [state])
+    assert not await a.create_topic(topic, [state]), "a topic is created once"
+    shrunk = state.with_isr((NodeId(1), NodeId(2)))
+    assert await a.alter_partition("t", 0, state, shrunk)
+    assert not await a.alter_partition("t", 0, state, state.with_isr((NodeId(1),))), "stale epoch"
+    assert await a.wait_for(lambda image: image.partitions.get(("t", 0)) == shrunk, 5)
+    assert shrunk.partition_epoch == 1 and shrunk.leader_epoch == 0
+
+
+async def test_producer_id_blocks_never_overlap(new_store: StoreFactory) -> None:
+    a, b = await new_store(), await new_store()
+    blocks = await asyncio.gather(*(s.reserve_producer_ids(10) for s in [a, b] * 5))
+    firsts = sorted(block.first for block in blocks)
+    assert firsts == list(range(0, 100, 10))
+
+
+async def test_the_watch_survives_an_etcd_restart(
+    tmp_path: Path, new_store: StoreFactory
+) -> None:
+    server = EtcdProcess(tmp_path / "data").start()
+    try:
+        a = await new_store(server, "/r")
+        writer = await new_store(server, "/r")
+        await writer.create_topic(TopicRecord("before", uuid.uuid4(), ((NodeId(1),),)), [])
+        assert await a.wait_for(lambda image: "before" in image.topics, 5)
+        server.restart()
+        await retry_while_unavailable(
+            lambda: writer.create_topic(TopicRecord("after", uuid.uuid4(), ((NodeId(1),),)), [])
+        )
+        assert await a.wait_for(lambda image: "after" in image.topics, 15)
+    finally:
+        server.close()

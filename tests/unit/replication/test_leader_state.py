@@ -1,0 +1,74 @@
+"""The leader's view of its followers: high watermark and ISR proposals, on a fake clock."""
+
+from __future__ import annotations
+
+from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.replication.leader import LeaderState
+
+N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
+LAG_MS = 1000
+
+
+def leader(isr: tuple[NodeId, ...] = (N1, N2, N3), min_isr: int = 2, epoch_start: int = 0) -> LeaderState:
+    state = PartitionState((N1, N2, N3), isr, N1, LeaderEpoch(1), PartitionEpoch(1))
+    return LeaderState(N1, state, epoch_start, min_isr, now_ms=0)
+
+
+def test_hw_is_the_lowest_log_end_over_the_isr() -> None:
+    lead = leader()
+    lead.record_fetch(N2, 10, leader_leo=10, now_ms=1)
+    lead.record_fetch(N3, 7, leader_leo=10, now_ms=1)
+    assert lead.high_watermark(leader_leo=10, current_hw=0) == 7
+
+
+def test_hw_never_moves_back() -> None:
+    lead = leader()
+    lead.record_fetch(N2, 3, leader_leo=10, now_ms=1)
+    lead.record_fetch(N3, 3, leader_leo=10, now_ms=1)
+    assert lead.high_watermark(leader_leo=10, current_hw=5) == 5
+
+
+def test_hw_stands_still_below_min_isr() -> None:
+    lead = leader(isr=(N1,), min_isr=2)
+    assert lead.high_watermark(leader_leo=10, current_hw=4) == 4
+
+
+def test_a_follower_out_of_the_isr_does_not_hold_the_hw_back() -> None:
+    lead = leader(isr=(N1, N2))
+    lead.record_fetch(N2, 10, leader_leo=10, now_ms=1)
+    assert lead.high_watermark(leader_leo=10, current_hw=0) == 10
+
+
+def test_a_lagging_follower_is_proposed_out_and_counts_until_the_store_agrees() -> None:
+    lead = leader()
+    lead.record_fetch(N2, 10, leader_leo=10, now_ms=LAG_MS + 1)
+    assert lead.proposal(hw=0, now_ms=LAG_MS + 1, lag_max_ms=LAG_MS) == (N1, N2)
+    assert lead.high_watermark(leader_leo=10, current_hw=0) == 0, "N3 still counts while pending"
+    assert lead.proposal(hw=0, now_ms=LAG_MS + 2, lag_max_ms=LAG_MS) is None, "one at a time"
+    lead.committed(PartitionState((N1, N2, N3), (N1, N2), N1, LeaderEpoch(1), PartitionEpoch(2)))
+    assert lead.high_watermark(leader_leo=10, current_hw=0) == 10
+
+
+def test_a_fetch_behind_the_leader_counts_as_caught_up_if_it_reached_the_previous_end() -> None:
+    lead = leader()
+    lead.record_fetch(N2, 10, leader_leo=10, now_ms=500)  # caught up at 500
+    lead.record_fetch(N2, 10, leader_leo=20, now_ms=900)  # behind, but reached the end seen at 500
+    lead.record_fetch(N2, 20, leader_leo=30, now_ms=1400)  # reached the end seen at 900
+    lead.record_fetch(N3, 30, leader_leo=30, now_ms=1400)
+    assert lead.proposal(hw=10, now_ms=1800, lag_max_ms=LAG_MS) is None
+
+
+def test_a_follower_rejoins_once_it_reaches_the_hw_and_the_epoch_start() -> None:
+    lead = leader(isr=(N1, N2), epoch_start=8)
+    lead.record_fetch(N3, 5, leader_leo=10, now_ms=1)
+    assert lead.proposal(hw=5, now_ms=1, lag_max_ms=LAG_MS) is None, "below the leader epoch start"
+    lead.record_fetch(N3, 9, leader_leo=10, now_ms=2)
+    assert lead.proposal(hw=9, now_ms=2, lag_max_ms=LAG_MS) == (N1, N2, N3)
+
+
+def test_a_rejected_proposal_can_be_made_again() -> None:
+    lead = leader(isr=(N1, N2))
+    lead.record_fetch(N3, 9, leader_leo=9, now_ms=1)
+    assert lead.proposal(hw=9, now_ms=1, lag_max_ms=LAG_MS) == (N1, N2, N3)
+    lead.rejected()
+    assert lead.proposal(hw=9, now_ms=1, lag_max_ms=LAG_MS) == (N1, N2, N3)
