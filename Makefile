@@ -6,8 +6,9 @@ STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed
 ETCD := .deps/etcd/.installed
 CONFIG ?= config/broker.yaml
+DATA ?= data
 
-.PHONY: run test unit integration lint bench venv java-deps etcd clean
+.PHONY: run test unit integration lint bench venv java-deps etcd clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,5 +47,14 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.produce_fetch
 
+# The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:
-	rm -rf $(VENV) .deps data
+	rm -rf $(VENV) .deps
+
+# The broker's data (config/broker.yaml's log.dirs): every topic, committed offset and
+# transaction. Refused while a broker holds the dir's lock.
+clean-data:
+	@if [ -e $(DATA)/.lock ] && command -v flock >/dev/null && ! flock -n $(DATA)/.lock true; then \
+		echo "a broker is using $(DATA)/ ($$(cat $(DATA)/.lock)); stop it first"; exit 1; fi
+	@echo "deleting the broker's data in $(DATA)/: all topics, records, consumer offsets and transactions"
+	rm -rf $(DATA)

@@ -1,24 +1,52 @@
-"""`gregor` command line: `gregor broker --config FILE [--override key=value ...]` and
-`gregor transactions --bootstrap-server HOST:PORT list|describe|describe-producers|find-hanging|abort`."""
+"""`gregor` command line:
+
+    gregor broker --config FILE [--override key=value ...] [--log-level LEVEL]
+    gregor transactions --bootstrap-server HOST:PORT list|describe|describe-producers|find-hanging|abort
+    gregor config-docs [--readme README.md]
+    gregor --version
+
+A mistake of the user (configuration, busy port, a data dir in use) ends start-up
+with one line on stderr and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import uvloop
 
 from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
 from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
-from broker.config import BrokerConfig, ConfigError, load_config
+from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
 from broker.tools import transactions as transactions_tool
+from storage.dir_lock import LogDirLockedError, LogDirUnusableError
 from storage.log_manager import InconsistentMetaPropertiesError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+START_UP_FAILED = 2
+
+
+def gregor_version() -> str:
+    try:
+        return version("gregor")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _log_level(text: str) -> str:
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"unknown log level {text!r} (choose from {', '.join(LOG_LEVELS)})")
+    return level
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gregor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gregor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gregor {gregor_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     broker = sub.add_parser("broker", help="run a broker")
     broker.add_argument("--config", required=True, type=Path, help="YAML config file")
@@ -26,7 +54,10 @@ def _parser() -> argparse.ArgumentParser:
         "--override", action="append", default=[], metavar="KEY=VALUE",
         help="set a config key, overriding the file (repeatable)",
     )
-    broker.add_argument("--log-level", default="INFO")
+    broker.add_argument("--log-level", default="INFO", type=_log_level, metavar="LEVEL",
+                        help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
+    docs = sub.add_parser("config-docs", help="print the table of configuration keys (Markdown)")
+    docs.add_argument("--readme", type=Path, help="rewrite the key table inside this README instead")
     transactions_tool.add_parser(sub)
     return parser
 
@@ -51,26 +82,51 @@ async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     )
 
 
+def _config_docs(readme: Path | None) -> int:
+    if readme is None:
+        sys.stdout.write(config_docs())
+        return 0
+    readme.write_text(with_config_docs(readme.read_text()))
+    return 0
+
+
+def _start_up_error(exc: Exception) -> str | None:
+    """The one line to print for an expected start-up failure; None for a bug."""
+    from broker.server import ListenerError
+
+    if isinstance(exc, ConfigError):
+        return f"configuration error: {exc}"
+    if isinstance(exc, InconsistentMetaPropertiesError):
+        return f"the data directory belongs to another broker: {exc}"
+    if isinstance(exc, (LogDirLockedError, LogDirUnusableError, ListenerError)):
+        return f"cannot start: {exc}"
+    if isinstance(exc, (StoreUnavailable, NodeIdInUse, ClusterIdMismatch)):
+        return f"cannot join the cluster: {exc}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "transactions":
         return transactions_tool.run(args)
+    if args.command == "config-docs":
+        return _config_docs(args.readme)
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
         uvloop.run(_run_broker(args.config, args.override))
-    except ConfigError as exc:
-        print(f"gregor: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except InconsistentMetaPropertiesError as exc:
-        print(f"gregor: the data directory belongs to another broker: {exc}", file=sys.stderr)
-        return 2
-    except (StoreUnavailable, NodeIdInUse, ClusterIdMismatch) as exc:
-        print(f"gregor: cannot join the cluster: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("gregor: interrupted during start-up", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        message = _start_up_error(exc)
+        if message is None:
+            raise
+        print(f"gregor: {message}", file=sys.stderr)
+        return START_UP_FAILED
     return 0
 
 

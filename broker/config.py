@@ -13,36 +13,151 @@ import yaml
 from broker.cluster.address import EtcdAddress
 
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
+LONG_MIN = -(2**63)
 
 
 class ConfigError(ValueError):
     """A configuration key or value that stops start-up."""
 
 
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise ValueError(f"expected true or false, got {value!r}")
+# -- value types: each parses a YAML or --override value and says what it expects ----
 
 
-def _int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
-    return int(str(value).strip())
+@dataclass(frozen=True)
+class Integer:
+    minimum: int
+    maximum: int = INT_MAX
+
+    @property
+    def expected(self) -> str:
+        if self.maximum in (INT_MAX, LONG_MAX):
+            return f"an integer \u2265 {self.minimum}"
+        return f"an integer from {self.minimum} to {self.maximum}"
+
+    def __call__(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(self.expected)
+        try:
+            number = int(str(value).strip().replace("_", ""))
+        except ValueError:
+            raise ValueError(self.expected) from None
+        if not self.minimum <= number <= self.maximum:
+            raise ValueError(self.expected + ("" if number < self.minimum else f" and \u2264 {self.maximum}"))
+        return number
 
 
-def _str(value: Any) -> str:
-    return str(value)
+def _long(minimum: int) -> Integer:
+    return Integer(minimum, LONG_MAX)
 
 
-def _dirs(value: Any) -> str:
-    text = ",".join(value) if isinstance(value, list) else str(value)
-    if not text.strip():
-        raise ValueError("expected one or more directories")
-    return text
+@dataclass(frozen=True)
+class Boolean:
+    expected: str = "true or false"
+
+    def __call__(self, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if isinstance(value, str) and text in ("true", "false"):
+            return text == "true"
+        raise ValueError(self.expected)
+
+
+@dataclass(frozen=True)
+class Text:
+    expected: str = "a string"
+
+    def __call__(self, value: Any) -> str:
+        if isinstance(value, (list, dict)) or value is None:
+            raise ValueError(self.expected)
+        return str(value)
+
+
+@dataclass(frozen=True)
+class Choice:
+    choices: tuple[str, ...]
+
+    @property
+    def expected(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+    def __call__(self, value: Any) -> str:
+        if str(value) not in self.choices or isinstance(value, bool):
+            raise ValueError(self.expected)
+        return str(value)
+
+
+def _items(value: Any) -> list[str] | None:
+    """The items of a Kafka LIST value: a comma-separated string or a YAML list of
+    strings; None when it is neither."""
+    if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+        return [str(v).strip() for v in value if str(v).strip()]
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return None
+
+
+@dataclass(frozen=True)
+class ChoiceList:
+    choices: tuple[str, ...]
+
+    @property
+    def expected(self) -> str:
+        return "a comma-separated list of " + ", ".join(self.choices)
+
+    def __call__(self, value: Any) -> str:
+        items = _items(value)
+        if not items or any(v not in self.choices for v in items):
+            raise ValueError(self.expected)
+        return ",".join(items)
+
+
+@dataclass(frozen=True)
+class Dirs:
+    expected: str = "one or more directories (comma-separated, or a YAML list)"
+
+    def __call__(self, value: Any) -> str:
+        items = _items(value)
+        if not items:
+            raise ValueError(self.expected)
+        return ",".join(items)
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """One PLAINTEXT listener, `PLAINTEXT://host:port` (a one-item YAML list is fine)."""
+
+    optional: bool = False
+    expected: str = "one listener of the form PLAINTEXT://host:port"
+
+    def __call__(self, value: Any) -> str:
+        items = _items(value)
+        if items is None or (not items and not self.optional):
+            raise ValueError(self.expected)
+        if len(items) > 1:
+            raise ValueError(self.expected, "several listeners are not supported yet")
+        for item in items:
+            problem = listener_problem(item)
+            if problem:
+                raise ValueError(self.expected, problem)
+        return ",".join(items)
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    expected: str = "local or etcd://host:port[,host:port...][/root]"
+
+    def __call__(self, value: Any) -> str:
+        text = Text()(value)
+        if text == "local":
+            return text
+        try:
+            EtcdAddress.parse(text)
+        except ValueError as exc:
+            raise ValueError(self.expected, str(exc)) from None
+        return text
 
 
 @dataclass(frozen=True)
@@ -52,59 +167,116 @@ class Key:
     doc: str = ""
 
 
+# Older names kept for tables elsewhere that still use them.
+_int = Integer(INT_MIN, LONG_MAX)
+_bool = Boolean()
+_str = Text()
+_dirs = Dirs()
+
+_POSITIVE = Integer(1)
+_POSITIVE_LONG = _long(1)
+_NON_NEGATIVE = Integer(0)
+_NON_NEGATIVE_LONG = _long(0)
+
+# The one table of broker keys: type and valid range (Kafka's), default, meaning.
+# README's configuration section is generated from it (`gregor config-docs`).
 KEYS: dict[str, Key] = {
-    "node.id": Key(_int, 1, "this broker's id"),
-    "listeners": Key(_str, "PLAINTEXT://127.0.0.1:9092"),
-    "advertised.listeners": Key(_str, ""),
-    "log.dirs": Key(_dirs, "./data"),
-    "log.dir": Key(_dirs, ""),
-    "cluster.id": Key(_str, ""),
-    "num.partitions": Key(_int, 1),
-    "default.replication.factor": Key(_int, 1),
-    "min.insync.replicas": Key(_int, 1),
-    "auto.create.topics.enable": Key(_bool, True),
-    "delete.topic.enable": Key(_bool, True),
-    "message.max.bytes": Key(_int, 1048588),
-    "socket.request.max.bytes": Key(_int, 104857600),
-    "log.segment.bytes": Key(_int, 1073741824),
-    "log.roll.ms": Key(_int, 604800000),
-    "log.roll.hours": Key(_int, 168),
-    "log.retention.ms": Key(_int, 604800000),
-    "log.retention.minutes": Key(_int, 10080),
-    "log.retention.hours": Key(_int, 168),
-    "log.retention.bytes": Key(_int, -1),
-    "log.retention.check.interval.ms": Key(_int, 300000),
-    "log.index.interval.bytes": Key(_int, 4096),
-    "log.segment.delete.delay.ms": Key(_int, 60000),
-    "log.flush.interval.messages": Key(_int, LONG_MAX),
-    "log.flush.interval.ms": Key(_int, LONG_MAX),
-    "log.flush.scheduler.interval.ms": Key(_int, 1000),
-    "log.flush.offset.checkpoint.interval.ms": Key(_int, 60000),
-    "log.message.timestamp.type": Key(_str, "CreateTime"),
-    "log.cleanup.policy": Key(_str, "delete"),
-    "compression.type": Key(_str, "producer"),
-    "offsets.topic.num.partitions": Key(_int, 50),
-    "offsets.topic.replication.factor": Key(_int, 1),
-    "offsets.retention.minutes": Key(_int, 10080),
-    "offsets.retention.check.interval.ms": Key(_int, 600000),
-    "offset.metadata.max.bytes": Key(_int, 4096),
-    "group.min.session.timeout.ms": Key(_int, 6000),
-    "group.max.session.timeout.ms": Key(_int, 1800000),
-    "group.initial.rebalance.delay.ms": Key(_int, 3000),
-    "group.max.size": Key(_int, 2147483647),
-    "transaction.state.log.num.partitions": Key(_int, 50),
-    "transaction.state.log.replication.factor": Key(_int, 1),
-    "transaction.state.log.min.isr": Key(_int, 1),
-    "transaction.max.timeout.ms": Key(_int, 900000),
-    "transactional.id.expiration.ms": Key(_int, 604800000),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(_int, 10000),
-    "producer.id.expiration.ms": Key(_int, 86400000),
-    "replica.lag.time.max.ms": Key(_int, 30000),
-    "metadata.store": Key(_str, "local", "local, or etcd://host:port[,host:port...][/root]"),
-    "broker.rack": Key(_str, "", "this broker's rack, for rack-aware replica placement"),
-    "broker.session.timeout.ms": Key(_int, 9000, "lease of a broker's registration in etcd"),
-    "metadata.store.connect.attempts": Key(_int, 30, "etcd connection attempts at start-up, 1 s apart"),
-    "metrics.listener": Key(_str, ""),
+    "node.id": Key(_NON_NEGATIVE, 1, "This broker's id; must match `meta.properties` in the log dirs."),
+    "listeners": Key(Listeners(), "PLAINTEXT://127.0.0.1:9092",
+                     "Where the broker listens: one `PLAINTEXT://host:port`."),
+    "advertised.listeners": Key(Listeners(optional=True), "",
+                                "The address clients are told to connect to; empty: `listeners`."),
+    "log.dirs": Key(Dirs(), "./data", "Data directories (comma-separated or a YAML list); each is locked "
+                    "by one broker at a time (`.lock`)."),
+    "log.dir": Key(Dirs(), "", "Used when `log.dirs` is not set (Kafka's precedence)."),
+    "cluster.id": Key(Text(), "", "Cluster id written to `meta.properties`; empty: the one found there, "
+                      "or a new random one."),
+    "num.partitions": Key(_POSITIVE, 1, "Partitions of an auto-created topic."),
+    "default.replication.factor": Key(_POSITIVE, 1, "Replication factor of an auto-created topic."),
+    "min.insync.replicas": Key(_POSITIVE, 1, "Replicas that must have a record before `acks=all` is "
+                               "answered."),
+    "auto.create.topics.enable": Key(Boolean(), True, "Create a topic when a client asks for metadata "
+                                     "of (or produces to) one that does not exist."),
+    "delete.topic.enable": Key(Boolean(), True, "Allow DeleteTopics."),
+    "message.max.bytes": Key(_NON_NEGATIVE, 1048588, "Largest record batch accepted (topic: "
+                             "`max.message.bytes`)."),
+    "socket.request.max.bytes": Key(_POSITIVE, 104857600, "Largest request frame; a larger one closes "
+                                    "the connection."),
+    "log.segment.bytes": Key(Integer(14), 1073741824, "Size at which a segment is rolled (topic: "
+                             "`segment.bytes`)."),
+    "log.roll.ms": Key(_POSITIVE_LONG, 604800000, "Age at which a segment is rolled (topic: "
+                       "`segment.ms`)."),
+    "log.roll.hours": Key(_POSITIVE, 168, "Same in hours, used when `log.roll.ms` is not set."),
+    "log.retention.ms": Key(_long(-1), 604800000, "How long records are kept; -1: forever (topic: "
+                            "`retention.ms`)."),
+    "log.retention.minutes": Key(Integer(-1), 10080, "Same in minutes, used when `log.retention.ms` is "
+                                 "not set."),
+    "log.retention.hours": Key(Integer(-1), 168, "Same in hours, used when neither of the above is set."),
+    "log.retention.bytes": Key(_long(-1), -1, "Largest size of a partition before old segments are "
+                               "deleted; -1: no limit (topic: `retention.bytes`)."),
+    "log.retention.check.interval.ms": Key(_POSITIVE_LONG, 300000, "How often retention is applied."),
+    "log.index.interval.bytes": Key(_NON_NEGATIVE, 4096, "Bytes of log between two offset-index entries."),
+    "log.segment.delete.delay.ms": Key(_NON_NEGATIVE_LONG, 60000, "Delay before a deleted segment's "
+                                       "files are removed (topic: `file.delete.delay.ms`)."),
+    "log.flush.interval.messages": Key(_POSITIVE_LONG, LONG_MAX, "fsync after this many messages; the "
+                                       "default leaves flushing to the OS (topic: `flush.messages`)."),
+    "log.flush.interval.ms": Key(_NON_NEGATIVE_LONG, LONG_MAX, "fsync at most this long after an append "
+                                 "(topic: `flush.ms`)."),
+    "log.flush.scheduler.interval.ms": Key(_POSITIVE_LONG, 1000, "How often time-based flushes are "
+                                           "checked."),
+    "log.flush.offset.checkpoint.interval.ms": Key(Integer(0), 60000, "How often the recovery-point, "
+                                                   "log-start and high-watermark checkpoints are written."),
+    "log.message.timestamp.type": Key(Choice(("CreateTime", "LogAppendTime")), "CreateTime",
+                                      "Timestamp kept in stored batches (topic: "
+                                      "`message.timestamp.type`)."),
+    "log.cleanup.policy": Key(ChoiceList(("delete", "compact")), "delete",
+                              "Default `cleanup.policy` of topics."),
+    "compression.type": Key(Choice(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+                            "producer", "Default `compression.type` of topics."),
+    "offsets.topic.num.partitions": Key(_POSITIVE, 50, "Partitions of `__consumer_offsets` (fixed once "
+                                        "it exists)."),
+    "offsets.topic.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
+                                            "`__consumer_offsets`."),
+    "offsets.retention.minutes": Key(_POSITIVE, 10080, "How long the committed offsets of an empty "
+                                     "group are kept."),
+    "offsets.retention.check.interval.ms": Key(_POSITIVE_LONG, 600000, "How often expired offsets are "
+                                               "removed."),
+    "offset.metadata.max.bytes": Key(_NON_NEGATIVE, 4096, "Largest metadata string of a committed offset."),
+    "group.min.session.timeout.ms": Key(_NON_NEGATIVE, 6000, "Smallest session timeout a consumer may "
+                                        "ask for."),
+    "group.max.session.timeout.ms": Key(_NON_NEGATIVE, 1800000, "Largest session timeout a consumer may "
+                                        "ask for."),
+    "group.initial.rebalance.delay.ms": Key(_NON_NEGATIVE, 3000, "How long the first rebalance of an "
+                                            "empty group waits for more members."),
+    "group.max.size": Key(_POSITIVE, 2147483647, "Most members of one consumer group."),
+    "transaction.state.log.num.partitions": Key(_POSITIVE, 50, "Partitions of `__transaction_state` "
+                                                "(fixed once it exists)."),
+    "transaction.state.log.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
+                                                    "`__transaction_state`."),
+    "transaction.state.log.min.isr": Key(_POSITIVE, 1, "`min.insync.replicas` of `__transaction_state`."),
+    "transaction.max.timeout.ms": Key(_POSITIVE, 900000, "Largest transaction timeout a producer may "
+                                      "ask for."),
+    "transactional.id.expiration.ms": Key(_POSITIVE, 604800000, "How long an idle transactional id is "
+                                          "kept."),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(
+        _POSITIVE, 10000, "How often transactions older than their timeout are aborted."),
+    "producer.id.expiration.ms": Key(_POSITIVE, 86400000, "How long the state of an idle producer id "
+                                     "is kept in each partition."),
+    "replica.lag.time.max.ms": Key(_POSITIVE_LONG, 30000, "How long a follower may fail to catch up "
+                                   "before it leaves the ISR (cluster mode)."),
+    "metadata.store": Key(StoreAddress(), "local", "Where cluster metadata lives: `local` (a file in the "
+                          "first log dir) or etcd (cluster mode)."),
+    "broker.rack": Key(Text(), "", "This broker's rack, for rack-aware replica placement."),
+    "broker.session.timeout.ms": Key(_POSITIVE, 9000, "Lease of this broker's registration in etcd: "
+                                     "after it, the broker counts as gone."),
+    "metadata.store.connect.attempts": Key(_POSITIVE, 30, "etcd connection attempts at start-up, 1 s "
+                                           "apart."),
+}
+
+# Kafka keys Gregor does not implement yet: refused with the reason rather than accepted and
+# ignored (README lists them next to the table).
+RESERVED: dict[str, str] = {
+    "metrics.listener": "Gregor has no metrics endpoint yet",
 }
 
 
@@ -128,7 +300,9 @@ class BrokerConfig:
 
     @property
     def log_dirs(self) -> list[Path]:
-        raw = self.values["log.dir"] or self.values["log.dirs"]
+        """`log.dirs`, or `log.dir` when only that is set (Kafka's precedence)."""
+        use_dir = "log.dirs" not in self.explicit and self.values["log.dir"]
+        raw = self.values["log.dir"] if use_dir else self.values["log.dirs"]
         return [Path(p.strip()) for p in str(raw).split(",") if p.strip()]
 
     @property
@@ -141,33 +315,60 @@ class BrokerConfig:
         return parse_listener("advertised.listeners", raw) if raw else self.listener
 
 
+def listener_problem(text: str) -> str | None:
+    """What is wrong with one listener string, or None."""
+    if "://" not in text:
+        return f"no scheme: write PLAINTEXT://{text}"
+    url = urlparse(text)
+    if url.scheme.upper() != "PLAINTEXT":
+        return f"{url.scheme.upper()}: only PLAINTEXT listeners are supported"
+    try:
+        port = url.port
+    except ValueError:
+        return "invalid port"
+    if port is None:
+        return "no port"
+    return None
+
+
 def parse_listener(key: str, text: str) -> Listener:
     first = text.split(",")[0].strip()
-    url = urlparse(first if "://" in first else "PLAINTEXT://" + first)
-    if url.scheme.upper() != "PLAINTEXT":
-        raise ConfigError(f"{key}: only PLAINTEXT listeners are supported, got {first!r}")
-    if url.port is None:
-        raise ConfigError(f"{key}: listener {first!r} has no port")
+    problem = listener_problem(first)
+    if problem:
+        raise ConfigError(f"{key}: {first!r}: {problem}")
+    url = urlparse(first)
+    assert url.port is not None
     return Listener(url.hostname or "0.0.0.0", url.port)
 
 
 def _coerce(key: str, value: Any) -> Any:
     spec = KEYS.get(key)
+    if key in RESERVED:
+        raise ConfigError(f"{key} is not supported yet ({RESERVED[key]}); remove it from the config")
     if spec is None:
         raise ConfigError(f"unknown configuration key {key!r}")
     try:
         return spec.parse(value)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid value for {key!r}: {exc}") from None
+        detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
+        raise ConfigError(f"{key} must be {exc.args[0]}, got {_shown(value)}{detail}") from None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return f"a YAML list {value!r}"
+    if isinstance(value, dict):
+        return f"a YAML mapping {value!r}"
+    return repr(value)
 
 
 def _derive(values: dict[str, Any], given: set[str]) -> None:
-    """Kafka's precedence: *.ms over *.minutes over *.hours."""
+    """Kafka's precedence: *.ms over *.minutes over *.hours (a negative one: no limit)."""
     if "log.retention.ms" not in given:
         if "log.retention.minutes" in given:
-            values["log.retention.ms"] = values["log.retention.minutes"] * 60_000
+            values["log.retention.ms"] = max(values["log.retention.minutes"] * 60_000, -1)
         elif "log.retention.hours" in given:
-            values["log.retention.ms"] = values["log.retention.hours"] * 3_600_000
+            values["log.retention.ms"] = max(values["log.retention.hours"] * 3_600_000, -1)
     if "log.roll.ms" not in given and "log.roll.hours" in given:
         values["log.roll.ms"] = values["log.roll.hours"] * 3_600_000
 
@@ -184,23 +385,21 @@ def build_config(raw: Mapping[str, Any], overrides: Mapping[str, str] = {}) -> B
 
 
 def _check(config: BrokerConfig) -> None:
+    """Rules that involve more than one key."""
     config.listener  # noqa: B018 - parse errors surface here
-    if config["message.max.bytes"] <= 0:
-        raise ConfigError("invalid value for 'message.max.bytes': must be positive")
-    if config["log.segment.bytes"] < 14:
-        raise ConfigError("invalid value for 'log.segment.bytes': must be at least 14")
-    if config["log.message.timestamp.type"] not in ("CreateTime", "LogAppendTime"):
-        raise ConfigError("invalid value for 'log.message.timestamp.type'")
-    _check_metadata_store(config["metadata.store"])
-
-
-def _check_metadata_store(value: str) -> None:
-    if value == "local":
-        return
-    try:
-        EtcdAddress.parse(value)
-    except ValueError as exc:
-        raise ConfigError(f"invalid value for 'metadata.store': 'local', or {exc}") from None
+    dirs = [d.resolve() for d in config.log_dirs]
+    if len(set(dirs)) < len(dirs):
+        raise ConfigError(f"log.dirs names the same directory twice: {', '.join(map(str, config.log_dirs))}")
+    low, high = config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"]
+    if high < low:
+        raise ConfigError(
+            f"group.max.session.timeout.ms ({high}) must be \u2265 group.min.session.timeout.ms ({low})"
+        )
+    if config.advertised.host in ("0.0.0.0", "::"):
+        raise ConfigError(
+            f"advertised.listeners: clients cannot connect to {config.advertised.host}; "
+            "set advertised.listeners to an address they can reach"
+        )
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -214,12 +413,67 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def load_config(path: Path, overrides: list[str]) -> BrokerConfig:
+    if path.suffix == ".properties":
+        raise ConfigError(_properties_hint(path))
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not text (expected YAML)") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {_one_line(exc)}") from None
+    if isinstance(raw, str) and "=" in raw:
+        raise ConfigError(_properties_hint(path))
     if not isinstance(raw, dict):
-        raise ConfigError(f"config file {path} must be a mapping of key: value")
+        raise ConfigError(f"config file {path} must be a YAML mapping of key: value")
     return build_config(raw, parse_overrides(overrides))
+
+
+def _properties_hint(path: Path) -> str:
+    return (
+        f"config file {path} looks like a Java .properties file; Gregor reads YAML with the "
+        "same key names: write `key: value` lines (e.g. `node.id: 1`), as in config/broker.yaml"
+    )
+
+
+def _one_line(exc: yaml.YAMLError) -> str:
+    return " ".join(str(exc).split())
+
+
+# -- documentation: README's key table is generated from KEYS ---------------------
+
+DOCS_BEGIN = "<!-- config-keys: generated by `gregor config-docs --readme README.md`; do not edit -->"
+DOCS_END = "<!-- end of config-keys -->"
+
+
+def _expected(parse: Callable[[Any], Any]) -> str:
+    return str(getattr(parse, "expected", ""))
+
+
+def _default_text(spec: Key) -> str:
+    if spec.default in ("", None):
+        return "(none)"
+    if spec.default is True or spec.default is False:
+        return str(spec.default).lower()
+    return f"`{spec.default}`"
+
+
+def config_docs() -> str:
+    """A Markdown table of every key: name, default, accepted values, meaning."""
+    lines = ["| key | default | accepted values | meaning |", "| --- | --- | --- | --- |"]
+    for key, spec in KEYS.items():
+        accepted = _expected(spec.parse).replace("|", "\\|")
+        lines.append(f"| `{key}` | {_default_text(spec)} | {accepted} | {spec.doc} |")
+    reserved = ", ".join(f"`{key}` ({reason})" for key, reason in RESERVED.items())
+    lines += ["", f"Refused as not supported yet: {reserved}."]
+    return "\n".join(lines) + "\n"
+
+
+def with_config_docs(readme: str) -> str:
+    """`readme` with the text between the config-keys markers replaced by config_docs()."""
+    head, sep, rest = readme.partition(DOCS_BEGIN)
+    _old, sep2, tail = rest.partition(DOCS_END)
+    if not sep or not sep2:
+        raise ValueError("README has no config-keys markers")
+    return f"{head}{DOCS_BEGIN}\n{config_docs()}{DOCS_END}{tail}"

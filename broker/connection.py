@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
+from broker import request_log
 from broker.context import RequestContext
 from broker.handlers import api_versions
 from broker.handlers.registry import ApiHandler
@@ -50,6 +52,8 @@ class Connection:
         self.responses: asyncio.Queue[asyncio.Task[list[Any]] | None] = asyncio.Queue(
             MAX_IN_FLIGHT
         )
+        self.debug = request_log.enabled()  # once: nothing per request when DEBUG is off
+        self.requests = 0
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_loop())
@@ -101,6 +105,8 @@ class Connection:
             ) from None
         ctx = RequestContext(self.broker, header, self.host)
         if handler.api_key == 0 and request.acks == 0:
+            if self.debug:
+                self._log_request(header, handler, time.monotonic(), None)
             fire: asyncio.Task[Any] = asyncio.create_task(handler.handle(ctx, request))
             fire.add_done_callback(_log_failure)
             return None
@@ -124,10 +130,17 @@ class Connection:
 
     async def _respond(self, ctx: RequestContext, handler: ApiHandler, request: Any) -> list[Any]:
         header = ctx.header
+        started = time.monotonic() if self.debug else 0.0
         response = await handler.handle(ctx, request)
+        if self.debug:
+            self._log_request(header, handler, started, response)
         body = response.encode(version=header.api_version)
         head = encode_response_header(header.api_key, header.api_version, header.correlation_id)
         return frame_parts(head, body)
+
+    def _log_request(self, header: RequestHeader, handler: ApiHandler, started: float, response: Any) -> None:
+        self.requests += 1
+        request_log.answered(self.peer, header, request_log.api_name(handler.request), started, response)
 
     async def _unsupported_api_versions(self, header: RequestHeader) -> list[Any]:
         body = api_versions.unsupported_version_response(self.broker)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 
+from broker import request_log
 from broker.authorizer import AllowAllAuthorizer, Authorizer
 from broker.cluster.membership import ClusterMembership
 from broker.cluster.view import BrokerInfo, ClusterView, MetadataView, SingleNodeView
@@ -22,9 +25,24 @@ from broker.topics import TopicManager
 from broker.transaction_coordinator import TransactionCoordinator
 from coordinator.producer_ids import ProducerIdManager
 from storage.log_config import LogConfig
-from storage.log_manager import LogManager
+from storage.log_manager import LogManager, lock_log_dirs
 
 log = logging.getLogger(__name__)
+
+
+class ListenerError(Exception):
+    """The listener's address cannot be bound (in use, not local, unresolvable)."""
+
+
+def bind_listener(name: str, host: str, port: int) -> socket.socket:
+    """Bind and listen now (connections wait in the backlog until serving starts), so
+    that a busy port stops start-up before any log recovery."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family, backlog=1024)
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).split(" (while attempting")[0].lower()
+        raise ListenerError(f"cannot listen on {name} (listeners): {reason}") from None
 
 
 class Broker:
@@ -33,8 +51,10 @@ class Broker:
         self.cluster = cluster
         self.node_id = config.node_id
         dirs = config.log_dirs
-        for d in dirs:
-            d.mkdir(parents=True, exist_ok=True)
+        holder = f"pid={os.getpid()} node.id={config.node_id} listener={config['listeners']}"
+        locks = lock_log_dirs(dirs, holder)  # before anything reads or writes the dirs
+        listener = config.listener
+        self._socket = bind_listener(config["listeners"], listener.host, listener.port)
         self.store = LocalMetadataStore(dirs[0])
         self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
         config = self.config = self.dynamic_configs.config  # explicit: a live view with dynamic keys
@@ -46,6 +66,7 @@ class Broker:
                 for name, topic in self.store.topics().items()
             },
             now_ms=now_ms(),
+            dir_locks=locks,
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
         self.view: MetadataView = self._metadata_view()
@@ -84,9 +105,7 @@ class Broker:
             advertised = self.config.advertised
             await self.cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None)
         listener = self.config.listener
-        self._server = await asyncio.start_server(
-            self._on_connect, listener.host, listener.port, limit=2**16, reuse_address=True
-        )
+        self._server = await asyncio.start_server(self._on_connect, sock=self._socket, limit=2**16)
         advertised = self.config.advertised
         log.info(
             "broker %d serving on %s:%d (advertised %s:%d), cluster %s, data in %s",
@@ -98,10 +117,17 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        connection = Connection(self, reader, writer)
+        if connection.debug:
+            request_log.opened(connection.peer)
         try:
-            await Connection(self, reader, writer).run()
+            await connection.run()
+        except asyncio.CancelledError:
+            pass  # shutdown closes open connections; nothing to report
         finally:
             self._connections.discard(task)
+            if connection.debug:
+                request_log.closed(connection.peer, connection.requests)
 
     async def run_until_stopped(self) -> None:
         loop = asyncio.get_running_loop()

@@ -213,7 +213,7 @@ class Log:
                 scratch.update(entry, completed)
             if rebuild:
                 seg.txn_index.flush()
-                log.info(
+                log.debug(
                     "%s: rebuilt transaction index of segment %d (%d aborted)",
                     self.directory.name,
                     seg.base_offset,
@@ -235,8 +235,7 @@ class Log:
         ps.on_high_watermark_updated(self._high_watermark)
         ps.take_snapshot()
         self.producer_state_load = ProducerStateLoad(snap, start, end)
-        log.log(
-            logging.INFO if end > 0 else logging.DEBUG,
+        log.debug(
             "%s: producer state of %d producers from snapshot %s and offsets [%d, %d)",
             self.directory.name,
             ps.producer_count,

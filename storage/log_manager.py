@@ -4,6 +4,7 @@ per-dir offset checkpoints and the clean-shutdown marker (Kafka's LogManager).""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from storage.checkpoints import (
     fsync_dir,
     random_kafka_uuid,
 )
+from storage.dir_lock import DirLock, LogDirUnusableError, lock_dirs, release_all
 from storage.log import Log, parse_partition_dir
 from storage.log_config import LogConfig
 
@@ -28,6 +30,18 @@ log = logging.getLogger(__name__)
 
 class InconsistentMetaPropertiesError(Exception):
     """meta.properties belongs to another node or cluster."""
+
+
+def lock_log_dirs(log_dirs: list[Path], holder: str) -> list[DirLock]:
+    """Create the log dirs if needed and lock each one (Kafka's `.lock`): the first
+    thing a broker does, before it reads or writes anything in them. Raises
+    LogDirLockedError naming the holder when another process uses one of them."""
+    for d in log_dirs:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LogDirUnusableError(f"cannot create log dir {d}: {exc.strerror}") from None
+    return lock_dirs(log_dirs, holder)
 
 
 class LogManager:
@@ -40,9 +54,13 @@ class LogManager:
         default_config: LogConfig | None = None,
         topic_configs: Mapping[str, LogConfig] | None = None,
         now_ms: int = 0,
+        dir_locks: list[DirLock] | None = None,
     ) -> None:
+        """`dir_locks`: the locks of `log_dirs` (storage.dir_lock), taken by the caller
+        before anything else reads or writes the dirs; released by shutdown()."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
+        self._dir_locks = list(dir_locks or [])
         self.log_dirs = [Path(d) for d in log_dirs]
         self.node_id = node_id
         self.default_config = default_config or LogConfig()
@@ -90,7 +108,9 @@ class LogManager:
             if child.is_dir() and (tp := parse_partition_dir(child.name)) is not None
         ]
         if found and not clean:
-            log.warning("%s: no clean-shutdown marker; recovering logs", directory)
+            log.warning("%s: no clean-shutdown marker; recovering %d partitions", directory, len(found))
+        started = time.monotonic()
+        size_before = 0 if clean else sum(_log_bytes(child) for child, _tp in found)
         for child, tp in found:
             if tp in self._logs:
                 raise InconsistentMetaPropertiesError(f"{tp} found in two log dirs")
@@ -104,6 +124,12 @@ class LogManager:
             )
             self._logs[tp] = opened
             self._dir_of[tp] = directory
+        if found and not clean:
+            truncated = size_before - sum(_log_bytes(child) for child, _tp in found)
+            log.info(
+                "%s: recovered %d partitions after an unclean shutdown: %d bytes truncated, %.2f s",
+                directory, len(found), truncated, time.monotonic() - started,
+            )
         # Kafka deletes the marker once the logs are loaded: a crash from now on is unclean.
         marker.unlink(missing_ok=True)
         if clean:
@@ -208,6 +234,12 @@ class LogManager:
         for d in self.log_dirs:
             atomic_write(d / CLEAN_SHUTDOWN_MARKER, "")
         self._logs.clear()
+        release_all(self._dir_locks)
+
+
+def _log_bytes(partition_dir: Path) -> int:
+    """Total size of the partition's `.log` segment files."""
+    return sum(p.stat().st_size for p in partition_dir.glob("*.log"))
 
 
 def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:

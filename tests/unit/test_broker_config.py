@@ -1,4 +1,5 @@
-"""Broker configuration: Kafka key names, defaults, and clear errors at start-up."""
+"""Broker configuration: Kafka key names, defaults, valid ranges, and clear errors at
+start-up; README's key table is generated from the same table."""
 
 from __future__ import annotations
 
@@ -6,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import ConfigError, build_config, load_config
+from broker.config import (
+    KEYS,
+    RESERVED,
+    ConfigError,
+    Integer,
+    build_config,
+    config_docs,
+    load_config,
+    with_config_docs,
+)
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_defaults_and_kafka_precedence() -> None:
@@ -15,6 +27,13 @@ def test_defaults_and_kafka_precedence() -> None:
     assert config["log.retention.ms"] == 7_200_000
     assert config.explicit == {"log.retention.hours": 2, "node.id": 3}
     assert build_config({"log.retention.ms": 5, "log.retention.hours": 2})["log.retention.ms"] == 5
+    assert build_config({"log.retention.hours": -1})["log.retention.ms"] == -1
+
+
+def test_log_dirs_wins_over_log_dir() -> None:
+    assert build_config({"log.dir": "/a"}).log_dirs == [Path("/a")]
+    assert build_config({"log.dir": "/a", "log.dirs": "/b,/c"}).log_dirs == [Path("/b"), Path("/c")]
+    assert build_config({"log.dirs": ["/b", "/c"]}).log_dirs == [Path("/b"), Path("/c")]
 
 
 def test_listener_and_advertised_listener() -> None:
@@ -22,25 +41,94 @@ def test_listener_and_advertised_listener() -> None:
                            "advertised.listeners": "PLAINTEXT://broker1:19999"})
     assert (config.listener.host, config.listener.port) == ("0.0.0.0", 9999)
     assert (config.advertised.host, config.advertised.port) == ("broker1", 19999)
+    one_item_list = build_config({"listeners": ["PLAINTEXT://127.0.0.1:9095"]})
+    assert one_item_list.listener.port == 9095
 
 
 @pytest.mark.parametrize(
-    ("raw", "names"),
+    ("raw", "message"),
     [
-        ({"log.segmnet.bytes": 1}, "'log.segmnet.bytes'"),
-        ({"num.partitions": "many"}, "'num.partitions'"),
-        ({"auto.create.topics.enable": "perhaps"}, "'auto.create.topics.enable'"),
-        ({"listeners": "SSL://127.0.0.1:9093"}, "listeners"),
-        ({"listeners": "PLAINTEXT://127.0.0.1"}, "listeners"),
-        ({"log.message.timestamp.type": "Tomorrow"}, "'log.message.timestamp.type'"),
+        ({"log.segmnet.bytes": 1}, "unknown configuration key 'log.segmnet.bytes'"),
+        ({"num.partitions": "abc"}, "num.partitions must be an integer \u2265 1, got 'abc'"),
+        ({"num.partitions": -1}, "num.partitions must be an integer \u2265 1, got -1"),
+        ({"num.partitions": 1.5}, "num.partitions must be an integer \u2265 1, got 1.5"),
+        ({"num.partitions": True}, "num.partitions must be an integer \u2265 1, got True"),
+        ({"num.partitions": 2**31}, "num.partitions must be an integer \u2265 1 and \u2264 2147483647"),
+        ({"auto.create.topics.enable": "perhaps"}, "auto.create.topics.enable must be true or false"),
+        ({"listeners": "SSL://127.0.0.1:9093"},
+         "listeners must be one listener of the form PLAINTEXT://host:port, got 'SSL://127.0.0.1:9093' "
+         "(SSL: only PLAINTEXT listeners are supported)"),
+        ({"listeners": "PLAINTEXT://127.0.0.1"}, "got 'PLAINTEXT://127.0.0.1' (no port)"),
+        ({"listeners": "127.0.0.1:9092"}, "got '127.0.0.1:9092' (no scheme: write PLAINTEXT://127.0.0.1:9092)"),
+        ({"listeners": ["PLAINTEXT://a:1", "PLAINTEXT://b:2"]}, "(several listeners are not supported yet)"),
+        ({"listeners": {"PLAINTEXT": 1}}, "listeners must be one listener of the form PLAINTEXT://host:port, "
+                                          "got a YAML mapping"),
+        ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "clients cannot connect to 0.0.0.0"),
+        ({"log.message.timestamp.type": "Tomorrow"},
+         "log.message.timestamp.type must be one of CreateTime, LogAppendTime, got 'Tomorrow'"),
+        ({"log.cleanup.policy": "delete,shred"}, "log.cleanup.policy must be a comma-separated list of"),
+        ({"compression.type": "brotli"}, "compression.type must be one of"),
+        ({"metadata.store": "etcd"},
+         "metadata.store must be local or etcd://host:port[,host:port...][/root], got 'etcd' (expected etcd://"),
+        ({"log.dirs": ""}, "log.dirs must be one or more directories"),
+        ({"cluster.id": ["a"]}, "cluster.id must be a string"),
+        ({"log.dirs": "/tmp/a,/tmp/b/../a"}, "log.dirs names the same directory twice"),
+        ({"group.min.session.timeout.ms": 10, "group.max.session.timeout.ms": 5},
+         "group.max.session.timeout.ms (5) must be \u2265 group.min.session.timeout.ms (10)"),
+        ({"metrics.listener": "http://0.0.0.0:9100"},
+         "metrics.listener is not supported yet (Gregor has no metrics endpoint yet); remove it"),
+        ({"replica.lag.time.max.ms": 0}, "replica.lag.time.max.ms must be an integer \u2265 1, got 0"),
     ],
 )
-def test_bad_keys_and_values_name_the_key(raw: dict[str, object], names: str) -> None:
-    with pytest.raises(ConfigError, match=names):
+def test_bad_keys_and_values_say_what_was_expected(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
         build_config(raw)
+    assert message in str(info.value)
 
 
-def test_overrides_win_and_must_be_key_value(tmp_path: Path) -> None:
+INTEGER_KEYS = [key for key, spec in KEYS.items() if isinstance(spec.parse, Integer)]
+
+
+@pytest.mark.parametrize("key", INTEGER_KEYS)
+def test_every_integer_key_has_kafkas_range(key: str) -> None:
+    kind = KEYS[key].parse
+    assert isinstance(kind, Integer)
+    assert kind.minimum >= -1, f"{key} accepts any integer"
+    lowest = {"group.min.session.timeout.ms": 0, key: str(kind.minimum)}  # max >= min holds
+    assert build_config(lowest)[key] == kind.minimum
+    with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
+        build_config({key: kind.minimum - 1})
+    with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
+        build_config({key: kind.maximum + 1})
+
+
+@pytest.mark.parametrize("key", list(KEYS))
+def test_every_key_is_documented_and_its_default_is_valid(key: str) -> None:
+    spec = KEYS[key]
+    assert spec.doc, f"{key} has no meaning in the table"
+    assert getattr(spec.parse, "expected", ""), f"{key}'s type does not say what it accepts"
+    if spec.default != "":
+        assert spec.parse(spec.default) == spec.default
+    assert key not in RESERVED
+
+
+def test_etcd_metadata_store_is_accepted() -> None:
+    assert build_config({"metadata.store": "etcd://127.0.0.1:2379/g"})["metadata.store"] == "etcd://127.0.0.1:2379/g"
+
+
+def test_readme_key_table_is_generated_from_keys() -> None:
+    readme = README.read_text()
+    assert with_config_docs(readme) == readme, (
+        "README's configuration table differs from broker/config.py KEYS: "
+        "run `.venv/bin/gregor config-docs --readme README.md`"
+    )
+    for key in KEYS:
+        assert f"| `{key}` |" in config_docs()
+    for key in RESERVED:
+        assert f"`{key}` (" in config_docs()
+
+
+def test_config_file_errors(tmp_path: Path) -> None:
     path = tmp_path / "broker.yaml"
     path.write_text("node.id: 1\nnum.partitions: 2\n")
     assert load_config(path, ["num.partitions=5"])["num.partitions"] == 5
@@ -51,3 +139,13 @@ def test_overrides_win_and_must_be_key_value(tmp_path: Path) -> None:
         load_config(path, [])
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml", [])
+    path.write_text("node.id=1\nlog.dirs=/tmp/x\n")
+    with pytest.raises(ConfigError, match=r"looks like a Java \.properties file; Gregor reads YAML"):
+        load_config(path, [])
+    props = tmp_path / "server.properties"
+    props.write_text("node.id: 1\n")
+    with pytest.raises(ConfigError, match="Gregor reads YAML"):
+        load_config(props, [])
+    path.write_bytes(b"node.id: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="not text"):
+        load_config(path, [])

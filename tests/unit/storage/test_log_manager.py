@@ -101,3 +101,18 @@ def test_update_config_cleanup_and_flush(tmp_path: Path) -> None:
     assert log.log_start_offset == 4
     log.append_as_leader(make_batch([b"z"]), 0, NOW)
     assert mgr.flush_due(NOW + 100) == 1 and log.recovery_point == 5
+
+
+def test_unclean_restart_logs_one_summary_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mgr = LogManager([tmp_path], node_id=1, cluster_id="c1")
+    for partition in range(4):
+        log = mgr.create_log("__consumer_offsets", partition, LogConfig())
+        batch = make_batch([b"z" * 30], producer_id=7, producer_epoch=0, base_sequence=0)
+        log.append_as_leader(batch, 0, NOW)
+    with open(sorted((tmp_path / "__consumer_offsets-2").glob("*.log"))[0], "ab") as f:
+        f.write(b"\x00" * 11)  # a torn write; no shutdown(): the process "died"
+    caplog.set_level("INFO")
+    LogManager([tmp_path], node_id=1, cluster_id="c1")
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert len(infos) == 1, infos
+    assert f"{tmp_path}: recovered 4 partitions after an unclean shutdown: 11 bytes truncated, " in infos[0]

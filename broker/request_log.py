@@ -1,0 +1,78 @@
+"""DEBUG lines for connections and requests: one when a connection opens or closes, one
+per request (client id, API, version, latency, error codes).
+
+The produce and fetch paths must not pay for this when DEBUG is off: a Connection asks
+`enabled()` once when it is created and calls the functions below only if it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from kafka.protocol.data_container import DataContainer
+
+from protocol.errors import ErrorCode
+from protocol.headers import RequestHeader
+
+log = logging.getLogger("broker.requests")
+
+
+def enabled() -> bool:
+    return log.isEnabledFor(logging.DEBUG)
+
+
+def opened(peer: str) -> None:
+    log.debug("connection from %s opened", peer)
+
+
+def closed(peer: str, requests: int) -> None:
+    log.debug("connection from %s closed after %d requests", peer, requests)
+
+
+def answered(peer: str, header: RequestHeader, api: str, started: float, response: Any) -> None:
+    """One line for a request; `started` is its time.monotonic() at dispatch, `response`
+    None when none is sent (acks=0 produce)."""
+    errors = "no response" if response is None else error_summary(response)
+    log.debug(
+        "request from %s client %r: %s v%d correlation %d, %.2f ms, %s",
+        peer, header.client_id, api, header.api_version, header.correlation_id,
+        (time.monotonic() - started) * 1000, errors,
+    )
+
+
+def api_name(request_class: Any) -> str:
+    name = str(getattr(request_class, "__name__", request_class))
+    return name.removesuffix("Request")
+
+
+def error_summary(response: Any) -> str:
+    """The error codes anywhere in a response: `NONE`, or e.g. `UNKNOWN_TOPIC_OR_PARTITION x2`."""
+    counts: Counter[int] = Counter()
+    if isinstance(response, DataContainer):
+        _collect(response, counts)
+    if not counts:
+        return "NONE"
+    return ", ".join(f"{_code_name(code)} x{n}" if n > 1 else _code_name(code) for code, n in counts.items())
+
+
+def _collect(message: DataContainer, counts: Counter[int]) -> None:
+    for name in message.fields:
+        value = getattr(message, name, None)
+        if name == "error_code" and isinstance(value, int) and value != 0:
+            counts[value] += 1
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, DataContainer):
+                    _collect(item, counts)
+        elif isinstance(value, DataContainer):
+            _collect(value, counts)
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
