@@ -67,8 +67,13 @@ async def _run_broker(config_path: Path, overrides: list[str]) -> None:
 
     config = load_config(config_path, overrides)
     cluster = await _join_cluster(config)
-    broker = Broker(config, cluster)
-    await broker.start()
+    try:
+        broker = Broker(config, cluster)
+        await broker.start()
+    except BaseException:
+        if cluster is not None:  # its etcd session and tasks must not outlive a failed start
+            await cluster.close()
+        raise
     await broker.run_until_stopped()
 
 
