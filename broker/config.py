@@ -58,6 +58,7 @@ KEYS: dict[str, Key] = {
     "log.dir": Key(_dirs, ""),
     "cluster.id": Key(_str, ""),
     "num.partitions": Key(_int, 1),
+    "max.partitions": Key(_int, 10000, "most partitions of all topics; more is POLICY_VIOLATION"),
     "default.replication.factor": Key(_int, 1),
     "min.insync.replicas": Key(_int, 1),
     "auto.create.topics.enable": Key(_bool, True),
