@@ -80,11 +80,13 @@ class HandleCache:
         self.opens += 1
         return fd
 
+    @property
+    def lru(self) -> OrderedDict[CachedFile, None]:
+        """The open files, least recently used first (CachedFile moves itself to the end)."""
+        return self._open
+
     def added(self, file: CachedFile) -> None:
         self._open[file] = None
-
-    def touch(self, file: CachedFile) -> None:
-        self._open.move_to_end(file)
 
     def removed(self, file: CachedFile) -> None:
         self._open.pop(file, None)
@@ -106,12 +108,13 @@ class CachedFile:
     until the first ``fsync``, and again after every write or truncation. A flush of
     a clean file costs nothing and does not reopen it."""
 
-    __slots__ = ("_cache", "_closed", "_fd", "dirty", "path")
+    __slots__ = ("_cache", "_closed", "_fd", "_lru", "dirty", "path")
 
     def __init__(self, path: Path, cache: HandleCache | None = None, create: bool = True) -> None:
         """Open ``path`` (creating it when ``create``; FileNotFoundError otherwise)."""
         self.path = path
         self._cache = cache or HANDLES
+        self._lru = self._cache.lru  # the hot path touches it directly
         self._closed = False
         self.dirty = True
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
@@ -121,8 +124,11 @@ class CachedFile:
     def fd(self) -> int:
         """The open descriptor, reopening the file when it was evicted."""
         if self._fd >= 0:
-            self._cache.touch(self)
+            self._lru.move_to_end(self)
             return self._fd
+        return self._reopen()
+
+    def _reopen(self) -> int:
         if self._closed:
             raise FileClosedError(self.path)
         self._fd = self._cache.open(self.path, os.O_RDWR)
@@ -139,7 +145,12 @@ class CachedFile:
         return self._closed
 
     def pread(self, length: int, position: int) -> bytes:
-        return os.pread(self.fd(), length, position)
+        fd = self._fd  # fd() inlined: this is the fetch path
+        if fd >= 0:
+            self._lru.move_to_end(self)
+        else:
+            fd = self._reopen()
+        return os.pread(fd, length, position)
 
     def pwrite_all(self, data: bytes | bytearray | memoryview, position: int) -> None:
         view = memoryview(data)

@@ -161,10 +161,12 @@ class LogManager:
     def _open_new(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Path:
         """Create one log in the least-loaded dir; returns that dir (not yet fsynced)."""
         tp = (topic, partition)
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        directory = min(self.log_dirs, key=lambda d: counts[d])
+        directory = self.log_dirs[0]
+        if len(self.log_dirs) > 1:
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._dir_of.values():
+                counts[d] += 1
+            directory = min(self.log_dirs, key=lambda d: counts[d])
         self._topic_configs[topic] = config
         path = directory / f"{topic}-{partition}"
         try:

@@ -155,3 +155,15 @@ def test_txnindex_file_is_created_by_the_first_abort_only(tmp_path: Path) -> Non
     assert lg.append_txn_marker(pid, epoch, False, 0, 0, NOW).error == 0
     assert seg.path_for(TXN_INDEX_SUFFIX).stat().st_size == 34
     mgr.shutdown()
+
+
+def test_create_logs_reports_each_log_made_before_a_failure(tmp_path: Path) -> None:
+    mgr = LogManager([tmp_path], node_id=1, cluster_id="c1")
+    (tmp_path / "t-2").write_text("not a directory")
+    created: list[int] = []
+    with pytest.raises(OSError):
+        mgr.create_logs("t", range(4), LogConfig(), created)
+    assert created == [0, 1] and mgr.topics() == {"t": [0, 1]}
+    assert mgr.delete_logs("t", [0, 1, 3]) == 2
+    assert mgr.topics() == {} and not (tmp_path / "t-0").exists() and not (tmp_path / "t-1").exists()
+    assert (tmp_path / "recovery-point-offset-checkpoint").read_text() == "0\n0\n"
