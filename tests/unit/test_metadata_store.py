@@ -17,7 +17,8 @@ def test_changes_survive_reopen(tmp_path: Path) -> None:
     store.set_partitions("orders", 5)
     block = store.reserve_producer_ids(1000)
     again = LocalMetadataStore(tmp_path)
-    assert again.topic("orders") == TopicMetadata("orders", topic.topic_id, 5, 1, {"cleanup.policy": "compact"})
+    expected = TopicMetadata("orders", topic.topic_id, 5, 1, {"cleanup.policy": "compact"})
+    assert again.topic("orders") == expected
     assert again.reserve_producer_ids(1000).first == block.last + 1
 
 
