@@ -193,6 +193,8 @@ KEYS: dict[str, Key] = {
                       "or a new random one."),
     "num.partitions": Key(_POSITIVE, 1, "Partitions of an auto-created topic."),
     "default.replication.factor": Key(_POSITIVE, 1, "Replication factor of an auto-created topic."),
+    "max.partitions": Key(_POSITIVE, 10000, "Most partitions of all topics together (internal topics "
+                           "exempt); a request for more gets POLICY_VIOLATION."),
     "min.insync.replicas": Key(_POSITIVE, 1, "Replicas that must have a record before `acks=all` is "
                                "answered."),
     "auto.create.topics.enable": Key(Boolean(), True, "Create a topic when a client asks for metadata "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.producer_ids import ProducerIdBlock
+from storage.checkpoints import fsync_dir
 
 STORE_FILE = "gregor-metadata.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -86,11 +87,23 @@ class LocalMetadataStore:
         self._next_producer_id = int(data.get("next_producer_id_block", 0))
         self._broker_configs = {k: dict(v) for k, v in data.get("broker_configs", {}).items()}
 
-    def _save(self) -> None:
+    def _commit(
+        self, topics: dict[str, TopicMetadata], next_producer_id: int,
+        broker_configs: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        """Write the new state durably, then adopt it: a failed write changes nothing."""
+        configs = self._broker_configs if broker_configs is None else broker_configs
+        self._save(topics, next_producer_id, configs)
+        self._topics, self._next_producer_id, self._broker_configs = topics, next_producer_id, configs
+
+    def _save(
+        self, topics: dict[str, TopicMetadata], next_producer_id: int,
+        broker_configs: dict[str, dict[str, str]],
+    ) -> None:
         data = {
-            "topics": {name: t.to_json() for name, t in sorted(self._topics.items())},
-            "next_producer_id_block": self._next_producer_id,
-            "broker_configs": self._broker_configs,
+            "topics": {name: t.to_json() for name, t in sorted(topics.items())},
+            "next_producer_id_block": next_producer_id,
+            "broker_configs": broker_configs,
         }
         tmp = self._path.with_suffix(".tmp")
         with open(tmp, "w") as out:
@@ -98,6 +111,7 @@ class LocalMetadataStore:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self._path)
+        fsync_dir(self._path.parent)  # the rename itself survives a power loss
 
     def topics(self) -> dict[str, TopicMetadata]:
         return dict(self._topics)
@@ -109,12 +123,12 @@ class LocalMetadataStore:
         return next((t for t in self._topics.values() if t.topic_id == topic_id), None)
 
     def put_topic(self, topic: TopicMetadata) -> None:
-        self._topics[topic.name] = topic
-        self._save()
+        self._commit({**self._topics, topic.name: topic}, self._next_producer_id)
 
     def delete_topic(self, name: str) -> None:
-        self._topics.pop(name, None)
-        self._save()
+        topics = dict(self._topics)
+        topics.pop(name, None)
+        self._commit(topics, self._next_producer_id)
 
     def set_partitions(self, name: str, count: int) -> TopicMetadata:
         topic = replace(self._topics[name], partitions=count)
@@ -124,8 +138,7 @@ class LocalMetadataStore:
     def reserve_producer_ids(self, size: int) -> ProducerIdBlock:
         """Durably move the next-block pointer past a new block, then hand it out."""
         block = ProducerIdBlock(self._next_producer_id, size)
-        self._next_producer_id = block.last + 1
-        self._save()
+        self._commit(self._topics, block.last + 1)
         return block
 
     def set_configs(self, name: str, configs: dict[str, str]) -> None:
@@ -137,8 +150,7 @@ class LocalMetadataStore:
         return dict(self._broker_configs.get(scope, {}))
 
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        updated = {k: v for k, v in self._broker_configs.items() if k != scope}
         if configs:
-            self._broker_configs[scope] = dict(configs)
-        else:
-            self._broker_configs.pop(scope, None)
-        self._save()
+            updated[scope] = dict(configs)
+        self._commit(self._topics, self._next_producer_id, updated)

@@ -175,11 +175,13 @@ class ReplicaManager:
         state = PartitionState((me,), (me,), me, LeaderEpoch(epoch), PartitionEpoch(0))
         return LeaderState(me, state, log_.log_end_offset, min_isr=1, now_ms=0)
 
-    def remove_topic(self, topic: str) -> None:
-        for key in [k for k in self._partitions if k[0] == topic]:
-            part = self._partitions.pop(key)
-            part.wake()
-            self.log_manager.delete_log(topic, key[1])
+    def remove_topic(self, topic: str) -> list[int]:
+        """Stop serving a deleted topic's partitions and wake their waiters (which then
+        find the partition gone); returns their indexes. The caller deletes the logs."""
+        removed = [k for k in self._partitions if k[0] == topic]
+        for key in removed:
+            self._partitions.pop(key).fail_waiters(NotLeader(f"{topic} was deleted"))
+        return sorted(index for _, index in removed)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)

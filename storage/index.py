@@ -2,18 +2,21 @@
 (max timestamp → offset) and ``.txnindex`` (aborted transactions).
 
 Each index keeps its entries in memory and appends them to a file holding
-exactly those entries (no preallocation). A failed sanity check raises
+exactly those entries (no preallocation); a ``.txnindex`` file is created by its
+first entry, as in Kafka. Files are opened through the bounded handle cache
+(storage/handles.py). A failed sanity check raises
 CorruptIndexError; the log then rebuilds the index from its segment.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from storage.handles import CachedFile, FileClosedError
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, file position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -26,32 +29,48 @@ class CorruptIndexError(Exception):
 
 
 class _IndexFile:
-    """An append-only file of fixed-size entries, written with pwrite."""
+    """An append-only file of fixed-size entries, written with pwrite through the
+    handle cache. A ``lazy`` file (Kafka's ``.txnindex``) is created by its first
+    write, so segments without aborted transactions have none."""
 
-    def __init__(self, path: Path, entry_size: int) -> None:
+    def __init__(self, path: Path, entry_size: int, lazy: bool = False) -> None:
         self.path = path
         self._entry_size = entry_size
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._closed = False
+        self._file: CachedFile | None = None
+        if not lazy or path.exists():
+            self._file = CachedFile(path)
+
+    def _opened(self) -> CachedFile:
+        if self._file is None:
+            if self._closed:
+                raise FileClosedError(self.path)
+            self._file = CachedFile(self.path)
+        return self._file
 
     def read_all(self) -> bytes:
-        size = os.fstat(self._fd).st_size
+        if self._file is None:
+            return b""
+        size = self._file.size()
         if size % self._entry_size:
             raise CorruptIndexError(f"{self.path}: size {size} is not a multiple of {self._entry_size}")
-        return os.pread(self._fd, size, 0)
+        return self._file.pread(size, 0)
 
     def write_at(self, entry_no: int, data: bytes) -> None:
-        os.pwrite(self._fd, data, entry_no * self._entry_size)
+        self._opened().pwrite_all(data, entry_no * self._entry_size)
 
     def truncate_entries(self, count: int) -> None:
-        os.ftruncate(self._fd, count * self._entry_size)
+        if self._file is not None:
+            self._file.truncate(count * self._entry_size)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        if self._file is not None:
+            self._file.fsync()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._closed = True
+        if self._file is not None:
+            self._file.close()
 
     def delete(self) -> None:
         self.close()
@@ -244,7 +263,7 @@ class TransactionIndex:
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.base_offset = base_offset
-        self._file = _IndexFile(path, TXN_ENTRY.size)
+        self._file = _IndexFile(path, TXN_ENTRY.size, lazy=True)
         data = self._file.read_all()
         self._entries = [
             AbortedTxn.unpack(data[i : i + TXN_ENTRY.size]) for i in range(0, len(data), TXN_ENTRY.size)

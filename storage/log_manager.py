@@ -4,8 +4,9 @@ per-dir offset checkpoints and the clean-shutdown marker (Kafka's LogManager).""
 from __future__ import annotations
 
 import logging
+import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from storage.checkpoints import (
@@ -164,27 +165,63 @@ class LogManager:
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        directory = min(self.log_dirs, key=lambda d: counts[d])
+        fsync_dir(self._open_new(topic, partition, config, now_ms))
+        return self._logs[tp]
+
+    def create_logs(
+        self, topic: str, partitions: Iterable[int], config: LogConfig, created: list[int], now_ms: int = 0
+    ) -> None:
+        """Create new logs of ``topic`` (many at once: one directory fsync per log dir),
+        appending each partition to ``created`` as soon as its log exists, so that a
+        caller can remove them after a failure half-way."""
+        touched: set[Path] = set()
+        try:
+            for partition in partitions:
+                if (topic, partition) not in self._logs:
+                    touched.add(self._open_new(topic, partition, config, now_ms))
+                created.append(partition)
+        finally:
+            for directory in touched:
+                fsync_dir(directory)
+
+    def _open_new(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Path:
+        """Create one log in the least-loaded dir; returns that dir (not yet fsynced)."""
+        tp = (topic, partition)
+        directory = self.log_dirs[0]
+        if len(self.log_dirs) > 1:
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._dir_of.values():
+                counts[d] += 1
+            directory = min(self.log_dirs, key=lambda d: counts[d])
         self._topic_configs[topic] = config
-        created = Log.open(directory / f"{topic}-{partition}", config, 0, None, True, now_ms)
-        fsync_dir(directory)
-        self._logs[tp] = created
+        path = directory / f"{topic}-{partition}"
+        try:
+            self._logs[tp] = Log.open(path, config, 0, None, True, now_ms)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         self._dir_of[tp] = directory
-        return created
+        return directory
 
     def delete_log(self, topic: str, partition: int) -> bool:
-        tp = (topic, partition)
-        removed = self._logs.pop(tp, None)
-        if removed is None:
-            return False
-        directory = self._dir_of.pop(tp)
-        removed.delete()
-        fsync_dir(directory)
-        self.checkpoint()
-        return True
+        return self.delete_logs(topic, [partition]) == 1
+
+    def delete_logs(self, topic: str, partitions: Iterable[int]) -> int:
+        """Delete logs of ``topic`` (one directory fsync per log dir and one checkpoint
+        for all of them); returns how many existed."""
+        touched: set[Path] = set()
+        deleted = 0
+        for partition in partitions:
+            removed = self._logs.pop((topic, partition), None)
+            if removed is not None:
+                touched.add(self._dir_of.pop((topic, partition)))
+                removed.delete()
+                deleted += 1
+        for directory in touched:
+            fsync_dir(directory)
+        if deleted:
+            self.checkpoint()
+        return deleted
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self._topic_configs[topic] = config

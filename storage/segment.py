@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from protocol.record_batch import HEADER_SIZE, BatchHeader, CorruptBatchError, compute_crc
+from storage.handles import CachedFile
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 
 LOG_SUFFIX = ".log"
@@ -33,8 +34,8 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = now_ms
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        self._file = CachedFile(self.log_path)
+        self.size = self._file.size()
         missing = not self.path_for(INDEX_SUFFIX).exists() or not self.path_for(TIME_INDEX_SUFFIX).exists()
         self.needs_recovery = missing and self.size > 0
         try:
@@ -100,7 +101,7 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         if self.size >= HEADER_SIZE:
-            self.first_batch_timestamp = BatchHeader.parse(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+            self.first_batch_timestamp = BatchHeader.parse(self._file.pread(HEADER_SIZE, 0)).max_timestamp
 
     def _note_timestamp(self, header: BatchHeader) -> None:
         if header.max_timestamp > self.max_timestamp:
@@ -119,9 +120,9 @@ class LogSegment:
             raise ValueError(f"offset {header.last_offset} overflows segment {self.base_offset}")
         position = self.size
         try:
-            self._write_all(batch, position)
+            self._file.pwrite_all(batch, position)
         except OSError:
-            os.ftruncate(self._fd, position)
+            self._file.truncate(position)
             raise
         self.size += len(batch)
         self.next_offset = header.next_offset
@@ -130,13 +131,6 @@ class LogSegment:
         self._note_timestamp(header)
         self._index_batch(header, position)
         return position
-
-    def _write_all(self, data: bytes | bytearray | memoryview, position: int) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(self._fd, view, position)
-            view = view[written:]
-            position += written
 
     def _index_batch(self, header: BatchHeader, position: int) -> None:
         if self._bytes_since_last_index > self.index_interval_bytes:
@@ -172,14 +166,14 @@ class LogSegment:
             position += header.size_in_bytes
         truncated = self.size - position
         if truncated:
-            os.ftruncate(self._fd, position)
+            self._file.truncate(position)
             self.size = position
         self.txn_index.truncate_to(self.next_offset)
         self.needs_recovery = False
         return truncated
 
     def _valid_batch_at(self, position: int) -> BatchHeader | None:
-        raw = os.pread(self._fd, HEADER_SIZE, position)
+        raw = self._file.pread(HEADER_SIZE, position)
         if len(raw) < HEADER_SIZE:
             return None
         header = BatchHeader.parse(raw)
@@ -193,7 +187,7 @@ class LogSegment:
             return None
         if header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
             return None
-        batch = os.pread(self._fd, header.size_in_bytes, position)
+        batch = self._file.pread(header.size_in_bytes, position)
         if compute_crc(batch, 0, header) != header.crc:
             return None
         return header
@@ -207,7 +201,7 @@ class LogSegment:
         if header.base_offset < offset:
             position += header.size_in_bytes
         removed = self.size - position
-        os.ftruncate(self._fd, position)
+        self._file.truncate(position)
         self.size = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(offset)
@@ -220,7 +214,7 @@ class LogSegment:
     # -- reads --------------------------------------------------------------
 
     def read_at(self, position: int, length: int) -> bytes:
-        return os.pread(self._fd, length, position)
+        return self._file.pread(length, position)
 
     def iter_headers(self, start: int = 0, checked: bool = False) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the batches from ``start`` (a batch boundary), reading in blocks."""
@@ -230,7 +224,7 @@ class LogSegment:
         while pos + HEADER_SIZE <= self.size:
             off = pos - buf_start
             if off < 0 or off + HEADER_SIZE > len(buf):
-                buf = os.pread(self._fd, min(_READ_BLOCK, self.size - pos), pos)
+                buf = self._file.pread(min(_READ_BLOCK, self.size - pos), pos)
                 buf_start, off = pos, 0
             header = BatchHeader.parse(buf, off)
             if checked:
@@ -263,27 +257,24 @@ class LogSegment:
         """Max record timestamp, or the file's mtime when there is none (Kafka's rule)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.fstat(self._fd).st_mtime * 1000)
+        return int(os.stat(self.log_path).st_mtime * 1000)
 
     # -- lifecycle ----------------------------------------------------------
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._file.fsync()
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
 
     def delete(self) -> None:
-        self.close()
-        self.log_path.unlink(missing_ok=True)
+        self._file.delete()
         self.offset_index.delete()
         self.time_index.delete()
         self.txn_index.delete()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import FetchResponse
 
-from broker.handlers.resolve import check_leader_epoch, resolve_partition
+from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
 
@@ -46,6 +46,25 @@ def _wanted(ctx: RequestContext, request: Any) -> list[Wanted]:
                 error = check_leader_epoch(part, fetch.current_leader_epoch)
             result.append(Wanted(topic, fetch, part, error))
     return result
+
+
+def _by_id(topic: Any) -> bool:
+    topic_id = getattr(topic, "topic_id", None)
+    return not getattr(topic, "topic", None) and topic_id is not None and topic_id != ZERO_UUID
+
+
+def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
+    """The partition as it is after a wait: its topic may have been deleted (Kafka
+    answers UNKNOWN_TOPIC_OR_PARTITION), or deleted and recreated under the same
+    name, which makes a topic id from before the wait unknown (UNKNOWN_TOPIC_ID)."""
+    if w.part is None:
+        return w
+    now = ctx.broker.replicas.partition(w.part.topic, w.part.index)
+    if now is w.part:
+        return w
+    if now is not None and _by_id(w.topic):
+        return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_ID)
+    return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
 def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
@@ -145,8 +164,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         _record_follower(ctx, wanted, follower)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
-    live = [w.part for w in wanted if w.part is not None]
     while True:
+        wanted = [_still_current(ctx, w) for w in wanted]
+        live = [w.part for w in wanted if w.part is not None]
         parts, total, errors = _read_all(wanted, request, follower >= 0)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not live:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import (
@@ -12,6 +13,7 @@ from kafka.protocol.admin import (
 
 from broker.handlers.configs import resolved_topic_configs
 from broker.handlers.resolve import ZERO_UUID
+from broker.topics import NewTopic, TopicResult
 from protocol.errors import ErrorCode
 from storage.log_config import format_config_value
 
@@ -24,26 +26,20 @@ D = DeleteTopicsResponse
 P = CreatePartitionsResponse
 
 
-def _create_one(ctx: RequestContext, topic: Any, validate_only: bool, seen: set[str]) -> Any:
-    if topic.name in seen:
-        return C.CreatableTopicResult(
-            name=topic.name, error_code=ErrorCode.INVALID_REQUEST,
-            error_message=f"Duplicate topic name {topic.name} in the request",
-        )
-    seen.add(topic.name)
+def _creatable(topic: Any) -> NewTopic | Any:
+    """The request entry as a NewTopic, or the error result Kafka gives it here."""
     if topic.assignments:
         return C.CreatableTopicResult(
             name=topic.name, error_code=ErrorCode.INVALID_REQUEST,
             error_message="manual replica assignment is not supported",
         )
     configs = {c.name: c.value for c in topic.configs}
-    result = ctx.broker.topics.create(
-        topic.name, topic.num_partitions, topic.replication_factor, configs, validate_only
-    )
+    return NewTopic(topic.name, topic.num_partitions, topic.replication_factor, configs)
+
+
+def _created(ctx: RequestContext, name: str, result: TopicResult) -> Any:
     if result.error != ErrorCode.NONE or result.topic is None:
-        return C.CreatableTopicResult(
-            name=topic.name, error_code=result.error, error_message=result.message
-        )
+        return C.CreatableTopicResult(name=name, error_code=result.error, error_message=result.message)
     created = result.topic
     entries = [
         C.CreatableTopicResult.CreatableTopicConfigs(
@@ -53,20 +49,35 @@ def _create_one(ctx: RequestContext, topic: Any, validate_only: bool, seen: set[
         for r in resolved_topic_configs(ctx, created)
     ]
     return C.CreatableTopicResult(
-        name=topic.name, topic_id=created.topic_id, error_code=ErrorCode.NONE,
+        name=name, topic_id=created.topic_id, error_code=ErrorCode.NONE, error_message=None,
         num_partitions=created.partitions, replication_factor=created.replication_factor,
         configs=entries,
     )
 
 
+def _duplicates(names: list[str]) -> set[str]:
+    return {name for name, times in Counter(names).items() if times > 1}
+
+
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
-    seen: set[str] = set()
+    """Kafka's answer: one result per distinct name; a name given twice is not
+    created (INVALID_REQUEST), every other topic succeeds or fails on its own."""
     validate_only = bool(getattr(request, "validate_only", False))
-    results = [_create_one(ctx, t, validate_only, seen) for t in request.topics]
+    duplicates = _duplicates([t.name for t in request.topics])
+    wanted = [_creatable(t) for t in request.topics if t.name not in duplicates]
+    specs = [w for w in wanted if isinstance(w, NewTopic)]
+    outcomes = iter(await ctx.broker.topics.create_topics(specs, validate_only))
+    results = [_created(ctx, w.name, next(outcomes)) if isinstance(w, NewTopic) else w for w in wanted]
+    results += [
+        C.CreatableTopicResult(
+            name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name."
+        )
+        for name in sorted(duplicates, key=str)
+    ]
     return C(throttle_time_ms=0, topics=results)
 
 
-def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
+async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
     if name is None:
         found = ctx.broker.topics.by_id(topic_id)
         if found is None:
@@ -74,7 +85,7 @@ def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
                 name=None, topic_id=topic_id, error_code=ErrorCode.UNKNOWN_TOPIC_ID
             )
         name = found.name
-    result = ctx.broker.topics.delete(name)
+    result = await ctx.broker.topics.delete(name)
     topic_id = result.topic.topic_id if result.topic else ZERO_UUID
     return D.DeletableTopicResult(
         name=name, topic_id=topic_id, error_code=result.error, error_message=result.message
@@ -86,23 +97,31 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
-    return D(throttle_time_ms=0, responses=[_delete_one(ctx, n, i) for n, i in wanted])
+    responses = [await _delete_one(ctx, n, i) for n, i in wanted]
+    return D(throttle_time_ms=0, responses=responses)
 
 
-def _partitions_one(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
-    if topic.assignments:
-        return P.CreatePartitionsTopicResult(
-            name=topic.name, error_code=ErrorCode.INVALID_REQUEST,
-            error_message="manual replica assignment is not supported",
-        )
-    result = ctx.broker.topics.add_partitions(topic.name, topic.count, validate_only)
-    return P.CreatePartitionsTopicResult(
-        name=topic.name, error_code=result.error, error_message=result.message
-    )
+def _partitions_result(name: str, error: ErrorCode, message: str | None) -> Any:
+    return P.CreatePartitionsTopicResult(name=name, error_code=error, error_message=message)
 
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
-    results = [_partitions_one(ctx, t, request.validate_only) for t in request.topics]
+    duplicates = _duplicates([t.name for t in request.topics])
+    unique = [t for t in request.topics if t.name not in duplicates]
+    manual = [t for t in unique if t.assignments]
+    wanted = [(t.name, t.count) for t in unique if not t.assignments]
+    outcomes = await ctx.broker.topics.add_partitions_many(wanted, request.validate_only)
+    results = [
+        _partitions_result(name, r.error, r.message) for (name, _), r in zip(wanted, outcomes, strict=True)
+    ]
+    results += [
+        _partitions_result(t.name, ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported")
+        for t in manual
+    ]
+    results += [
+        _partitions_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+        for name in sorted(duplicates, key=str)
+    ]
     return P(throttle_time_ms=0, results=results)
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,7 @@ class BrokerProcess:
         self.config.update(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.preexec_fn: Callable[[], None] | None = None  # runs in the child, e.g. setrlimit
 
     # -- addressing -------------------------------------------------------
 
@@ -137,6 +138,7 @@ class BrokerProcess:
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                preexec_fn=self.preexec_fn,
             )
         self._wait_ready(timeout)
         return self
