@@ -183,6 +183,11 @@ class ReplicaManager:
             self._partitions.pop(key).fail_waiters(NotLeader(f"{topic} was deleted"))
         return sorted(index for _, index in removed)
 
+    def remove_partition(self, topic: str, index: int) -> None:
+        part = self._partitions.pop((topic, index), None)
+        if part is not None:
+            part.fail_waiters(NotLeader(f"{topic}-{index} is no longer hosted here"))
+
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)
 

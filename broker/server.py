@@ -12,6 +12,9 @@ import socket
 from broker import request_log
 from broker.authorizer import AllowAllAuthorizer, Authorizer
 from broker.cluster.membership import ClusterMembership
+from broker.cluster.producer_ids import PrefetchedProducerIdBlocks
+from broker.cluster.roles import ClusterRoles
+from broker.cluster.topics import ClusterTopicManager
 from broker.cluster.view import BrokerInfo, ClusterView, MetadataView, SingleNodeView
 from broker.config import BrokerConfig
 from broker.connection import Connection
@@ -62,16 +65,19 @@ class Broker:
             dirs, config.node_id, cluster.cluster_id if cluster else config["cluster.id"] or None,
             default_config=LogConfig.from_properties(config.explicit, {}),
             topic_configs={
-                name: LogConfig.from_properties(config.explicit, topic.configs)
-                for name, topic in self.store.topics().items()
+                name: LogConfig.from_properties(config.explicit, configs)
+                for name, configs in self._topic_overrides().items()
             },
             now_ms=now_ms(),
             dir_locks=locks,
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
         self.view: MetadataView = self._metadata_view()
-        self.topics = TopicManager(config, self.store, self.replicas)
-        self.producer_ids = ProducerIdManager(self.store.reserve_producer_ids)
+        self.topics = self._topic_manager()
+        self._prefetched = PrefetchedProducerIdBlocks(cluster.store) if cluster else None
+        reserve = self._prefetched.reserve if self._prefetched else self.store.reserve_producer_ids
+        self.producer_ids = ProducerIdManager(reserve)
+        self.roles = self._cluster_roles()
         self.handlers = HANDLER_TABLE
         self.authorizer: Authorizer = AllowAllAuthorizer()
         self.transactions = TransactionCoordinator(self)
@@ -79,6 +85,27 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._stopping = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
+
+    def _topic_overrides(self) -> dict[str, dict[str, str]]:
+        if self.cluster is not None:
+            return {name: r.configs for name, r in self.cluster.store.image.topics.items()}
+        return {name: topic.configs for name, topic in self.store.topics().items()}
+
+    def _topic_manager(self) -> TopicManager:
+        if self.cluster is None:
+            return TopicManager(self.config, self.store, self.replicas)
+        c = self.cluster
+        return ClusterTopicManager(self.config, c.store, self.replicas, c.controller, c.channel)
+
+    def _cluster_roles(self) -> ClusterRoles | None:
+        if self.cluster is None:
+            return None
+        explicit = self.config.explicit
+        return ClusterRoles(
+            self.cluster.store, self.replicas,
+            log_config=lambda record: LogConfig.from_properties(explicit, record.configs),
+            now_ms=now_ms, replica_lag_ms=self.config["replica.lag.time.max.ms"],
+        )
 
     def _metadata_view(self) -> MetadataView:
         if self.cluster is not None:
@@ -99,11 +126,10 @@ class Broker:
 
     async def start(self) -> None:
         self.topics.open_all()
+        if self.cluster is not None:
+            await self._join_cluster(self.cluster)
         await self.transactions.start()
         await self.groups.start()
-        if self.cluster is not None:
-            advertised = self.config.advertised
-            await self.cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None)
         listener = self.config.listener
         self._server = await asyncio.start_server(self._on_connect, sock=self._socket, limit=2**16)
         advertised = self.config.advertised
@@ -112,6 +138,14 @@ class Broker:
             self.node_id, listener.host, listener.port, advertised.host, advertised.port,
             self.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
         )
+
+    async def _join_cluster(self, cluster: ClusterMembership) -> None:
+        """Register, reserve producer ids, then take the partitions the image gives this broker."""
+        advertised = self.config.advertised
+        await cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None)
+        assert self._prefetched is not None and self.roles is not None
+        await self._prefetched.start()
+        self.roles.start()
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -165,6 +199,10 @@ class Broker:
             await asyncio.gather(*self._connections, return_exceptions=True)
         await self.transactions.stop()
         await self.groups.stop()
+        if self.roles is not None:
+            await self.roles.stop()
+        if self._prefetched is not None:
+            await self._prefetched.stop()
         if self.cluster is not None:
             await self.cluster.close()
         self.log_manager.shutdown()

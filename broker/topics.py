@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 MAX_RECORDS_PER_REQUEST = 10_000
 TOO_LARGE_MESSAGE = "Unable to perform excessively large batch operation."
 CREATE_CHUNK = 16  # partition logs created between two yields to the event loop
-BROKER_COUNT = 1  # single node until the cluster lands
+BROKER_COUNT = 1  # single node (the cluster's ClusterTopicManager counts live brokers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +90,9 @@ class TopicManager:
         for index in range(first, topic.partitions):
             self.replicas.make_leader(topic.name, index, config)
 
+    def broker_count(self) -> int:
+        return BROKER_COUNT
+
     def get(self, name: str) -> TopicMetadata | None:
         return self.store.topic(name)
 
@@ -141,11 +144,12 @@ class TopicManager:
         rf = spec.replication_factor
         if rf == -1:
             rf = self.config["default.replication.factor"]
-        if rf > BROKER_COUNT:
+        brokers = self.broker_count()
+        if rf > brokers:
             return TopicResult(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
-                f"cannot be reached because only {BROKER_COUNT} broker(s) are registered.",
+                f"cannot be reached because only {brokers} broker(s) are registered.",
             )
         return TopicResult(ErrorCode.NONE, None, TopicMetadata(name, uuid.uuid4(), partitions, rf, overrides))
 

@@ -15,6 +15,7 @@ import uuid
 from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import ClusterController
 from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import BrokerRegistration, NodeId
 from storage.checkpoints import random_kafka_uuid
 
@@ -27,6 +28,7 @@ class ClusterMembership:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.controller = ClusterController(store, node_id)
+        self.channel = ControllerChannel(store, node_id)
 
     @classmethod
     async def join(
@@ -56,6 +58,7 @@ class ClusterMembership:
 
     async def close(self) -> None:
         await self.controller.stop()
+        await self.channel.close()
         await self.store.close()
 
 

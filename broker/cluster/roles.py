@@ -46,9 +46,26 @@ class ClusterRoles:
         replicas.replica_lag_ms = replica_lag_ms
 
     def start(self) -> None:
+        self._remove_stray_logs()
         self.store.subscribe(self._on_change)
         self._checker = asyncio.create_task(self._check_isr_forever(), name="isr-check")
         self.apply()
+
+    def _wanted(self) -> set[tuple[str, int]]:
+        image = self.store.image
+        return {
+            tp for tp, state in image.partitions.items()
+            if tp[0] in image.topics and self.me in state.replicas
+        }
+
+    def _remove_stray_logs(self) -> None:
+        """Logs on disk of partitions this broker no longer hosts (deleted or moved while down)."""
+        wanted = self._wanted()
+        for topic, indexes in self.replicas.log_manager.topics().items():
+            stray = [i for i in indexes if (topic, i) not in wanted]
+            if stray:
+                log.info("removing %d log(s) of topic %s that this broker no longer hosts", len(stray), topic)
+                self.replicas.log_manager.delete_logs(topic, stray)
 
     async def stop(self) -> None:
         if self._checker is not None:
@@ -63,16 +80,24 @@ class ClusterRoles:
             self.apply()
 
     def apply(self) -> None:
-        """Make every hosted partition's role match the image."""
+        """Make every hosted partition's role match the image; drop what it no longer lists."""
         image = self.store.image
-        for (topic, index), state in image.partitions.items():
-            record = image.topics.get(topic)
-            if record is None or self.me not in state.replicas:
-                continue
+        wanted = self._wanted()
+        for topic, index in wanted:
+            state, record = image.partitions[(topic, index)], image.topics[topic]
             if state.leader == self.me:
                 self._lead(topic, index, record, state)
             else:
                 self._follow(topic, index, record, state)
+        for part in self.replicas.all_partitions():
+            if (part.topic, part.index) not in wanted:
+                self._drop(part)
+
+    def _drop(self, part: Partition) -> None:
+        self._unfollow(part.topic, part.index)
+        self.replicas.remove_partition(part.topic, part.index)
+        self.replicas.log_manager.delete_logs(part.topic, [part.index])
+        log.info("partition %s-%d: no longer hosted here; log deleted", part.topic, part.index)
 
     def _lead(self, topic: str, index: int, record: TopicRecord, state: PartitionState) -> None:
         self._unfollow(topic, index)

@@ -1,0 +1,46 @@
+"""Requests that only the controller may carry out, sent on to it (Kafka's forwarding).
+
+A broker that is not the controller re-sends CreateTopics, DeleteTopics and
+CreatePartitions, as they came, to the controller named in the image, over the
+inter-broker client, and answers with the controller's response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.net.client import BrokerClient, BrokerUnreachable
+
+FORWARD_TIMEOUT_S = 30.0
+
+
+class NoController(BrokerUnreachable):
+    """No controller is elected, or it cannot be reached."""
+
+
+class ControllerChannel:
+    def __init__(self, store: EtcdMetadataStore, node_id: int) -> None:
+        self.store = store
+        self.node_id = node_id
+        self._client: BrokerClient | None = None
+
+    def _controller_client(self) -> BrokerClient:
+        image = self.store.image
+        controller = image.controller
+        registration = image.brokers.get(controller.node_id) if controller is not None else None
+        if registration is None:
+            raise NoController("no controller is elected")
+        client = self._client
+        if client is None or (client.host, client.port) != (registration.host, registration.port):
+            client = self._client = BrokerClient(
+                registration.host, registration.port, f"gregor-forward-{self.node_id}"
+            )
+        return client
+
+    async def call(self, request: Any, version: int) -> Any:
+        return await self._controller_client().call(request, version, timeout_s=FORWARD_TIMEOUT_S)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
