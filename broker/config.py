@@ -43,6 +43,13 @@ def _dirs(value: Any) -> str:
     return text
 
 
+def _transaction_version(value: Any) -> int:
+    level = _int(value)
+    if level not in (1, 2):
+        raise ValueError(f"expected 1 or 2, got {value!r}")
+    return level
+
+
 @dataclass(frozen=True)
 class Key:
     parse: Callable[[Any], Any]
@@ -96,6 +103,9 @@ KEYS: dict[str, Key] = {
     "transaction.max.timeout.ms": Key(_int, 900000),
     "transactional.id.expiration.ms": Key(_int, 604800000),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(_int, 10000),
+    "transaction.version": Key(
+        _transaction_version, 2, "finalized transaction.version: 2 (KIP-890 part 2) or 1 (the older protocol)"
+    ),
     "producer.id.expiration.ms": Key(_int, 86400000),
     "replica.lag.time.max.ms": Key(_int, 30000),
     "metadata.store": Key(_str, "local"),
