@@ -15,7 +15,9 @@ without AddOffsetsToTxn, EndTxn v5), and the older protocol next to it.
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -28,14 +30,18 @@ from coordinator.transaction import MAX_EPOCH, TxnMetadata, TxnState
 from protocol.messages import REQUESTS
 from protocol.transaction_log import decode_key, decode_value, encode_key, encode_value
 from tests.integration.harness import (
+    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     iter_batches,
+    java_command,
+    require_java,
     segment_files,
     started_broker,
     unique_topic,
     wait_until,
 )
+from tests.integration.tcp_proxy import KafkaProxy
 from tests.integration.wire import WireClient, build_batch, create_topic, produce_request
 
 FIND_COORDINATOR, LIST_OFFSETS, OFFSET_FETCH, ADD_OFFSETS, TXN_COMMIT, DESCRIBE_TXNS = 10, 2, 9, 25, 28, 65
@@ -196,6 +202,46 @@ def test_api_versions_match_kafka_4_3(client: WireClient) -> None:
     versions = {k.api_key: (k.min_version, k.max_version) for k in client.api_versions(4).api_keys}
     assert versions[0][1] == 13 and versions[26] == (0, 5) and versions[28] == (0, 5)
     assert versions[24] == (0, 5) and versions[25] == (0, 4) and versions[22] == (0, 5)
+
+
+# -- what the Java client sends ------------------------------------------------------------------
+
+PRODUCE, INIT_PID, ADD_PARTITIONS, END_TXN = 0, 22, 24, 26
+TV2_REQUESTS = {INIT_PID: {5}, TXN_COMMIT: {5}, END_TXN: {5}}
+TV1_REQUESTS = {INIT_PID: {5}, ADD_PARTITIONS: {3}, ADD_OFFSETS: {4}, TXN_COMMIT: {4}, END_TXN: {4}}
+
+
+@pytest.mark.java
+@pytest.mark.parametrize(("client", "level"), [("4.3", 2), ("4.3", 1), ("3.9", 2)])
+def test_java_client_protocol_follows_the_finalized_level(
+    broker_factory: BrokerFactory, client: str, level: int
+) -> None:
+    """Two transactions with output and group offsets (java/TxnCrash.java without a crash),
+    recorded by a proxy: the 4.3 client uses transaction version 2 (no AddPartitionsToTxn, no
+    AddOffsetsToTxn, Produce v12+, TxnOffsetCommit v5, EndTxn v5) exactly when the broker
+    finalizes level 2; at level 1, like the 3.9 client, the older protocol. The offsets commit."""
+    require_java(client)
+    with KafkaProxy() as proxy:
+        broker = broker_factory({**OVERRIDES, "transaction.version": level,
+                                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+        proxy.target_port = broker.port
+        topic, tid = unique_topic("tv-java"), unique_topic("tv-java-id")
+        with WireClient(broker.port) as c:
+            create_topic(c, topic, 2)  # TxnCrash.java writes partitions 0 and 1
+        proc = subprocess.run(
+            java_command("TxnCrash.java", proxy.address, tid, "10000", "commit", "3", topic, client=client),
+            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+            env={**os.environ, "TXN_CRASH_GROUP": tid},
+        )
+        assert proc.returncode == 0 and "END ok" in proc.stdout, f"{proc.stdout}\n{proc.stderr[-3000:]}"
+        seen = {k: v for k, v in proxy.stats.versions.items() if k in (*TV1_REQUESTS, *TV2_REQUESTS)}
+        produce = proxy.stats.versions[PRODUCE]
+    if client == "4.3" and level == 2:
+        assert seen == TV2_REQUESTS and min(produce) >= 12, (seen, produce)
+    else:
+        assert seen == TV1_REQUESTS and max(produce) <= 11, (seen, produce)
+    with WireClient(broker.port) as c:
+        assert stable_offset(c, tid, topic) == 2  # the second transaction's offset
 
 
 # -- Produce v12+ and EndTxn v5 ----------------------------------------------------------------
