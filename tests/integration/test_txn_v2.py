@@ -15,6 +15,7 @@ without AddOffsetsToTxn, EndTxn v5), and the older protocol next to it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import subprocess
@@ -253,7 +254,7 @@ def test_produce_adds_partition_and_end_txn_bumps_epoch(
 ) -> None:
     """At level 1 too: as in Kafka, the request version decides (a client that reads level 1
     never sends these versions, one that does gets them served, not a false success)."""
-    with WireClient(tv1_broker.port) if level == 1 else _borrowed(client) as c:
+    with WireClient(tv1_broker.port) if level == 1 else contextlib.nullcontext(client) as c:
         topic = new_topic(c, f"tv2-l{level}")
         txn = Txn(c)
         pid, epoch = txn.pid, txn.epoch
@@ -276,19 +277,6 @@ def test_produce_adds_partition_and_end_txn_bumps_epoch(
         aborted = txn.end(commit=False)
         assert aborted.error_code == NONE and aborted.producer_epoch == epoch + 2
         assert lso(c, topic) == 4
-
-
-class _borrowed:
-    """A context manager that hands out an open client without closing it."""
-
-    def __init__(self, c: WireClient) -> None:
-        self.c = c
-
-    def __enter__(self) -> WireClient:
-        return self.c
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
 
 def test_old_produce_version_still_needs_add_partitions(client: WireClient) -> None:
