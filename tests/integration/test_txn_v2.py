@@ -447,7 +447,7 @@ def _end(data: bytes, batches: list[tuple[int, int, int]]) -> int:
 def _records(partition_dir: Any) -> list[tuple[bytes | None, bytes | None]]:
     from kafka.record.default_records import DefaultRecordBatch
 
-    out = []
+    out: list[tuple[bytes | None, bytes | None]] = []
     for segment in segment_files(partition_dir):
         data = segment.read_bytes()
         for pos, _base, _delta in iter_batches(segment):
