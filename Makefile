@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-JAVA_DEPS := .deps/java/.installed
+JAVA_DEPS := .deps/java/.installed .deps/java4/.installed
 ETCD := .deps/etcd/.installed
 CONFIG ?= config/broker.yaml
 DATA ?= data
@@ -18,8 +18,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-$(JAVA_DEPS): scripts/java-deps.sh
-	bash scripts/java-deps.sh .deps/java $(PY)
+# The Java clients: 3.9 (transaction version 1) and 4.3 (transaction version 2), apart.
+.deps/java/.installed: scripts/java-deps.sh
+	bash scripts/java-deps.sh .deps/java $(PY) 3.9
+
+.deps/java4/.installed: scripts/java-deps.sh
+	bash scripts/java-deps.sh .deps/java4 $(PY) 4.3
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 

@@ -256,6 +256,8 @@ KEYS: dict[str, Key] = {
     "transaction.state.log.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
                                                     "`__transaction_state`."),
     "transaction.state.log.min.isr": Key(_POSITIVE, 1, "`min.insync.replicas` of `__transaction_state`."),
+    "transaction.version": Key(Integer(1, 2), 2, "Finalized `transaction.version` advertised in "
+                               "ApiVersions: 2 (KIP-890 part 2) or 1 (the older protocol)."),
     "transaction.max.timeout.ms": Key(_POSITIVE, 900000, "Largest transaction timeout a producer may "
                                       "ask for."),
     "transactional.id.expiration.ms": Key(_POSITIVE, 604800000, "How long an idle transactional id is "

@@ -24,7 +24,9 @@ from coordinator.transaction import (
     Outcome,
     TransactionStateMachine,
     TxnMetadata,
+    TxnOperation,
     append_error_to_coordinator_error,
+    write_check_error,
 )
 from protocol.errors import ErrorCode
 from storage.producer_state import AppendOrigin
@@ -35,9 +37,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
-VERIFY_ERRORS = {
-    ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
-    ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE,
+# Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
+# answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+PRODUCE_RETRIABLE = {
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
 }
 
 
@@ -50,6 +54,7 @@ class TransactionCoordinator:
             num_partitions=self.num_partitions,
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
             new_producer_id=broker.producer_ids.generate,
+            transaction_version_level=int(config["transaction.version"]),
         )
         self.markers = MarkerSender(broker, self._markers_written)
         self._loaded = False
@@ -169,19 +174,25 @@ class TransactionCoordinator:
         self, tid: str, producer_id: int, epoch: int, tp: TopicPartition
     ) -> ErrorCode:
         """Transaction version 2 (Produce v12+): the first write to a partition adds it."""
-        outcome = self.add_partitions(tid, producer_id, epoch, [tp], transaction_version=TV2)
-        error = outcome.partition_errors.get(tp, outcome.error)
-        return VERIFY_ERRORS.get(error, error)
+        return _produce_error(self.check_write(tid, producer_id, epoch, tp, TxnOperation.ADD_PARTITION))
 
     def verify(self, tid: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1: a transactional produce must target a partition of the ongoing txn."""
+        return _produce_error(self.check_write(tid, producer_id, epoch, tp, TxnOperation.DEFAULT_ERROR))
+
+    def check_write(
+        self, tid: str, producer_id: int, epoch: int, tp: TopicPartition, operation: TxnOperation
+    ) -> ErrorCode:
+        """Before a transactional write to `tp` is appended (Produce, TxnOffsetCommit): verify
+        that `tp` is in the ongoing transaction, or (transaction version 2) add it. NONE, or
+        the error for the writer's client as Kafka gives it."""
         if not self._loaded:
-            return ErrorCode.INVALID_TXN_STATE
-        outcome = self.machine.add_partitions(tid, producer_id, epoch, [tp], now_ms(), verify_only=True)
-        error = outcome.partition_errors.get(tp, outcome.error)
-        # Kafka's AddPartitionsToTxnManager: a fenced producer learns it is fenced; a
-        # partition outside the transaction makes the transaction abortable.
-        return VERIFY_ERRORS.get(error, error)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if operation.adds:
+            outcome = self.add_partitions(tid, producer_id, epoch, [tp], transaction_version=TV2)
+        else:
+            outcome = self.machine.add_partitions(tid, producer_id, epoch, [tp], now_ms(), verify_only=True)
+        return write_check_error(outcome.partition_errors.get(tp, outcome.error), operation)
 
     def describe(self, tid: str) -> tuple[ErrorCode, TxnMetadata | None]:
         if not self._loaded:
@@ -216,3 +227,7 @@ class TransactionCoordinator:
                 log.info("transactional id %s: expired after %d ms idle",
                          outcome.transactional_id, expiration)
                 self._persist(outcome)
+
+
+def _produce_error(error: ErrorCode) -> ErrorCode:
+    return ErrorCode.NOT_ENOUGH_REPLICAS if error in PRODUCE_RETRIABLE else error

@@ -1,7 +1,9 @@
-"""ApiVersions: the versions of every API in the handler table (KIP-511 rules)."""
+"""ApiVersions: the versions of every API in the handler table (KIP-511 rules), and the
+supported and finalized features as Kafka 4.x reports them."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
@@ -15,6 +17,13 @@ if TYPE_CHECKING:
 
 API_KEY = 18
 R = ApiVersionsResponse
+TRANSACTION_VERSION = "transaction.version"
+# Kafka's epoch of the finalized features is the metadata offset that set them: it only grows.
+# A Gregor broker's levels are fixed for its run, so its start time serves: a client that
+# reconnects to a broker restarted with another transaction.version sees a newer epoch and
+# takes the new level (Kafka's clients ignore features with an epoch they have already seen).
+FEATURES_EPOCH = int(time.time() * 1000)
+FIRST_VERSION_WITH_LEVEL_0 = 4  # KAFKA-17492: older requests get no feature whose minimum is 0
 
 
 def _api_keys(broker: Broker) -> list[Any]:
@@ -24,20 +33,30 @@ def _api_keys(broker: Broker) -> list[Any]:
     ]
 
 
-# transaction.version 2 (KIP-890 part 2) is finalized: clients that read it may
-# use EndTxn v5 and Produce v12+; clients that do not keep the older protocol.
-FEATURES_EPOCH = 1
-TRANSACTION_VERSION = "transaction.version"
+def _supported_features(version: int) -> list[Any]:
+    """transaction.version 0-2 is supported; Kafka's ApiVersionsResponse omits a feature whose
+    minimum is 0 from answers below v4 (older clients fail to parse it)."""
+    supported = [(TRANSACTION_VERSION, 0, TV2)]
+    return [
+        R.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+        for name, low, high in supported
+        if low > 0 or version >= FIRST_VERSION_WITH_LEVEL_0
+    ]
+
+
+def _finalized_features(broker: Broker) -> list[Any]:
+    """Kafka lists a finalized feature with min and max both at its level, and none at level 0.
+    A 4.x client uses transaction version 2 only when this level is 2."""
+    level = int(broker.config["transaction.version"])
+    return [R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=level, min_version_level=level)]
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     return R(
         error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.broker), throttle_time_ms=0,
-        supported_features=[R.SupportedFeatureKey(name=TRANSACTION_VERSION, min_version=0, max_version=TV2)],
+        supported_features=_supported_features(ctx.version),
         finalized_features_epoch=FEATURES_EPOCH,
-        finalized_features=[
-            R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=TV2, min_version_level=TV2)
-        ],
+        finalized_features=_finalized_features(ctx.broker),
     )
 
 

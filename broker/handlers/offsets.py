@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.handlers.resolve import topic_name
 from coordinator.group import OffsetCommitInput
+from coordinator.transaction import txn_offset_commit_operation
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from broker.context import RequestContext
 
 COMMIT, FETCH, DELETE, TXN_COMMIT = 8, 9, 47, 28
+OFFSETS_TOPIC = "__consumer_offsets"
 TopicPartition = tuple[str, int]
 
 
@@ -153,10 +155,28 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """Before the offsets are written, the group's `__consumer_offsets` partition must be in the
+    transaction: v5+ (transaction version 2) adds it, as AddOffsetsToTxn did before; older
+    versions only verify that AddOffsetsToTxn added it (KIP-890), so that the COMMIT or ABORT
+    marker always reaches the offsets it completes."""
+    if (error := _unready(ctx)) is not None:
+        return error
+    if not request.group_id or not request.transactional_id:
+        return None  # the group machine answers INVALID_GROUP_ID / INVALID_REQUEST
+    groups = ctx.broker.groups
+    tp = (OFFSETS_TOPIC, groups.machine.partition_for(request.group_id))
+    error = ctx.broker.transactions.check_write(
+        request.transactional_id, request.producer_id, request.producer_epoch, tp,
+        txn_offset_commit_operation(ctx.version),
+    )
+    return None if error == ErrorCode.NONE else error
+
+
 async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[TXN_COMMIT]
     offsets = _inputs(ctx, request.topics)
-    if (error := _unready(ctx)) is not None:
+    if (error := _txn_commit_unready(ctx, request)) is not None:
         errors = dict.fromkeys(offsets, error)
     else:
         coordinator = ctx.broker.groups
@@ -180,5 +200,5 @@ async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.TxnOffsetCommitResponsePartition))
 
 
-VERSIONS = {COMMIT: (0, 9), FETCH: (0, 9), DELETE: (0, 0), TXN_COMMIT: (0, 4)}
+VERSIONS = {COMMIT: (0, 9), FETCH: (0, 9), DELETE: (0, 0), TXN_COMMIT: (0, 5)}
 HANDLERS = {COMMIT: handle_commit, FETCH: handle_fetch, DELETE: handle_delete, TXN_COMMIT: handle_txn_commit}

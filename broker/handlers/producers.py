@@ -66,5 +66,6 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     return D(throttle_time_ms=0, topics=topics)
 
 
-VERSIONS = {INIT_PRODUCER_ID: (0, 6), DESCRIBE_PRODUCERS: (0, 0)}
+# InitProducerId v6 (KIP-939 two-phase commit) is not served; Kafka 4.3 also advertises up to v5.
+VERSIONS = {INIT_PRODUCER_ID: (0, 5), DESCRIBE_PRODUCERS: (0, 0)}
 HANDLERS = {INIT_PRODUCER_ID: handle_init_producer_id, DESCRIBE_PRODUCERS: handle_describe_producers}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 FIND_COORDINATOR, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 24, 25, 26
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+FIRST_TV2_ADD_PARTITIONS, FIRST_TV2_END_TXN = 5, 5
 F = FindCoordinatorResponse
 A = AddPartitionsToTxnResponse
 TopicResult = A.AddPartitionsToTxnTopicResult
@@ -68,7 +69,11 @@ def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, v
     if unknown:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest
         return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
-    outcome = ctx.broker.transactions.add_partitions(tid, pid, epoch, wanted, verify_only=verify)
+    # v5 (a broker adding a partition for a transaction version 2 write) marks the transaction TV2
+    version = TV2 if ctx.version >= FIRST_TV2_ADD_PARTITIONS else 0
+    outcome = ctx.broker.transactions.add_partitions(
+        tid, pid, epoch, wanted, verify_only=verify, transaction_version=version
+    )
     error = fenced_error_for_version(outcome.error, ADD_PARTITIONS, ctx.version)
     return {tp: fenced_error_for_version(outcome.partition_errors.get(tp, error), ADD_PARTITIONS,
                                          ctx.version) for tp in wanted}
@@ -100,7 +105,9 @@ async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    version = TV2 if ctx.version >= 5 else 0  # EndTxn v5: the client speaks transaction version 2
+    # EndTxn v5: the client speaks transaction version 2. As in Kafka, the request version
+    # decides, whatever level the broker finalized (a client at level 1 never sends v5).
+    version = TV2 if ctx.version >= FIRST_TV2_END_TXN else 0
     error, pid, epoch = ctx.broker.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed, version
     )
@@ -146,8 +153,10 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     )
 
 
+# AddPartitionsToTxn v4+ (batched, verifyOnly) is meant for brokers; Kafka 4.x advertises it to
+# everyone (0-5) and guards it with the ClusterAction ACL only, which an unsecured cluster grants.
 VERSIONS = {
-    FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 3), ADD_OFFSETS: (0, 4), END_TXN: (0, 5),
+    FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 5), ADD_OFFSETS: (0, 4), END_TXN: (0, 5),
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
 HANDLERS = {

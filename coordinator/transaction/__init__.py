@@ -6,8 +6,12 @@ from coordinator.transaction.machine import (
     MarkerIntent,
     Outcome,
     TransactionStateMachine,
+    TxnOperation,
     append_error_to_coordinator_error,
     fenced_error_for_version,
+    produce_operation,
+    txn_offset_commit_operation,
+    write_check_error,
 )
 from coordinator.transaction.state import (
     MAX_EPOCH,
@@ -27,9 +31,13 @@ __all__ = [
     "MarkerIntent",
     "Outcome",
     "TransactionStateMachine",
+    "TxnOperation",
     "TxnMetadata",
     "TxnState",
     "append_error_to_coordinator_error",
     "check_transition",
     "fenced_error_for_version",
+    "produce_operation",
+    "txn_offset_commit_operation",
+    "write_check_error",
 ]

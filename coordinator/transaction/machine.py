@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from types import MappingProxyType
 
 from coordinator.hashing import coordinator_partition
@@ -84,6 +85,49 @@ class _Pending:
     value: bytes | None
     is_fence: bool = False
     fenced_epoch: int = NO_PRODUCER_EPOCH
+
+
+class TxnOperation(Enum):
+    """What a transactional write asks of the transaction coordinator before it is appended
+    (Kafka's TransactionSupportedOperation, chosen by the request version)."""
+
+    DEFAULT_ERROR = "verify"  # the partition must be in the transaction; old clients' error
+    GENERIC_ERROR_SUPPORTED = "verify, TRANSACTION_ABORTABLE"  # the client knows the newer error
+    ADD_PARTITION = "add"  # transaction version 2: the write itself adds the partition
+
+    @property
+    def adds(self) -> bool:
+        return self is TxnOperation.ADD_PARTITION
+
+
+def produce_operation(api_version: int) -> TxnOperation:
+    """Produce v12+ adds the partition, v11 knows TRANSACTION_ABORTABLE (KIP-890)."""
+    return _operation(api_version, first_generic=11, first_add=12)
+
+
+def txn_offset_commit_operation(api_version: int) -> TxnOperation:
+    """TxnOffsetCommit v5+ adds the group's ``__consumer_offsets`` partition to the transaction
+    (it does AddOffsetsToTxn's work), v4 knows TRANSACTION_ABORTABLE (KIP-890)."""
+    return _operation(api_version, first_generic=4, first_add=5)
+
+
+def _operation(api_version: int, *, first_generic: int, first_add: int) -> TxnOperation:
+    if api_version >= first_add:
+        return TxnOperation.ADD_PARTITION
+    if api_version >= first_generic:
+        return TxnOperation.GENERIC_ERROR_SUPPORTED
+    return TxnOperation.DEFAULT_ERROR
+
+
+def write_check_error(error: ErrorCode, operation: TxnOperation) -> ErrorCode:
+    """Kafka's AddPartitionsToTxnManager: what the writer's client is told when the coordinator
+    refuses its partition. A fenced producer learns INVALID_PRODUCER_EPOCH; a partition outside
+    the transaction is TRANSACTION_ABORTABLE, or INVALID_TXN_STATE for clients that predate it."""
+    if error is ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error is ErrorCode.TRANSACTION_ABORTABLE and operation is TxnOperation.DEFAULT_ERROR:
+        return ErrorCode.INVALID_TXN_STATE
+    return error
 
 
 def append_error_to_coordinator_error(error: ErrorCode) -> ErrorCode:

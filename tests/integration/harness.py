@@ -29,6 +29,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 JAVA_DEPS = REPO_ROOT / ".deps" / "java"
+# The Java client jar sets scripts/java-deps.sh installs: 3.9 speaks transaction version 1,
+# 4.3 transaction version 2 (KIP-890 part 2) when the broker finalizes it.
+JAVA_CLIENTS = {"3.9": JAVA_DEPS, "4.3": REPO_ROOT / ".deps" / "java4"}
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
@@ -366,23 +369,28 @@ def timer(label: str) -> Iterator[None]:
 # -- the Java client ------------------------------------------------------------
 
 
-def require_java() -> None:
+def require_java(client: str = "3.9") -> None:
     """Fail (never skip) when the Java client is missing: `make test` installs it."""
     if shutil.which("java") is None:
         pytest.fail("no `java` on PATH: the Java client tests need Java 17")
-    if not (JAVA_DEPS / ".installed").exists():
-        pytest.fail(f"Kafka Java client not installed in {JAVA_DEPS} (run `make java-deps`)")
+    deps = JAVA_CLIENTS[client]
+    if not (deps / ".installed").exists():
+        pytest.fail(f"Kafka Java client {client} not installed in {deps} (run `make java-deps`)")
 
 
-def java_command(program: str, *args: str) -> list[str]:
-    """`java` running the single-file program tests/integration/java/<program>."""
-    return ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / program), *args]
+def java_command(program: str, *args: str, client: str = "3.9") -> list[str]:
+    """`java` running the single-file program tests/integration/java/<program> with the
+    kafka-clients jar set `client` (a key of JAVA_CLIENTS) on the classpath."""
+    return ["java", "-cp", f"{JAVA_CLIENTS[client]}/*", str(JAVA_DIR / program), *args]
 
 
-def run_java(program: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_java(
+    program: str, *args: str, timeout: float = 300, client: str = "3.9"
+) -> subprocess.CompletedProcess[str]:
     """Run a Java program to its end (from the repo root); stdout and stderr captured as text."""
     return subprocess.run(
-        java_command(program, *args), capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+        java_command(program, *args, client=client), capture_output=True, text=True, timeout=timeout,
+        cwd=REPO_ROOT,
     )
 
 

@@ -36,6 +36,7 @@ PRODUCE = 0
 class ProxyStats:
     connections: int = 0
     requests: dict[int, int] = field(default_factory=dict)  # api key -> count forwarded
+    versions: dict[int, set[int]] = field(default_factory=dict)  # api key -> versions seen
     produce_requests: int = 0
     produce_responses_relayed: int = 0
     dropped_responses: int = 0
@@ -94,10 +95,10 @@ class _Pipe:
                 data = _recv_frame(self.client)
                 if data is None:
                     return
-                api_key, _version, corr = struct.unpack_from(">hhi", data, 4)
+                api_key, version, corr = struct.unpack_from(">hhi", data, 4)
                 with self.lock:
                     self.pending[corr] = api_key
-                self.proxy._count_request(api_key)
+                self.proxy._count_request(api_key, version)
                 self.upstream.sendall(data)
         except OSError:
             return
@@ -182,9 +183,10 @@ class KafkaProxy:
 
     # -- accounting -------------------------------------------------------------
 
-    def _count_request(self, api_key: int) -> None:
+    def _count_request(self, api_key: int, version: int) -> None:
         with self._lock:
             self.stats.requests[api_key] = self.stats.requests.get(api_key, 0) + 1
+            self.stats.versions.setdefault(api_key, set()).add(version)
             if api_key == PRODUCE:
                 self.stats.produce_requests += 1
 

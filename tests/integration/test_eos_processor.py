@@ -61,6 +61,8 @@ OVERRIDES = {
 }
 PURCHASE_PARTITIONS, OUTPUT_PARTITIONS = 3, 2
 # librdkafka's "member was kicked out / stale generation" family on a TxnOffsetCommit
+# (Java client, broker transaction.version): 3.9 always takes the TV1 path; 4.3 takes TV2 at level 2
+JAVA_LEVELS = [("3.9", 2), ("4.3", 2), ("4.3", 1)]
 ZOMBIE_ERRORS = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID"}
 
 
@@ -92,13 +94,13 @@ class Shop:
         assert p.flush(20) == 0
 
     def processor(
-        self, txn_id: str, env: dict[str, str] | None = None, java: bool = False, **opts: Any
+        self, txn_id: str, env: dict[str, str] | None = None, java: str | None = None, **opts: Any
     ) -> ProcessorRun:
-        """eos_processor.py (or, java=True, java/EosProcessor.java) with these options."""
+        """eos_processor.py (or, java="3.9"/"4.3", java/EosProcessor.java with that client)."""
         args = {"batch": 10, "idle-exit": 1.0, "max-seconds": 90}
         args.update({k.replace("_", "-"): v for k, v in opts.items()})
         if java:
-            command = java_command("EosProcessor.java")
+            command = java_command("EosProcessor.java", client=java)
         else:
             command = [sys.executable, str(PROCESSOR)]
         argv = [
@@ -397,18 +399,20 @@ def _stopped(pid: int) -> bool:
 
 
 @pytest.mark.java
-def test_java_processor_exactly_once(broker_factory: BrokerFactory) -> None:
-    """The same processor with the Java client: halted mid-transaction twice, then run to the end."""
-    require_java()
-    broker = broker_factory(OVERRIDES)
+@pytest.mark.parametrize(("client", "level"), JAVA_LEVELS)
+def test_java_processor_exactly_once(broker_factory: BrokerFactory, client: str, level: int) -> None:
+    """The same processor with the Java client: halted mid-transaction twice, then run to the end.
+    The 4.3 client takes the transaction version 2 path when the broker finalizes level 2."""
+    require_java(client)
+    broker = broker_factory({**OVERRIDES, "transaction.version": level})
     shop = Shop(broker, purchases=150)
     txn_id = unique_topic("shop-java")
     for point in ("after_sends:2", "after_send_offsets:2"):
-        run = shop.processor(txn_id, {"CRASH_AT": point}, java=True, batch=10)
+        run = shop.processor(txn_id, {"CRASH_AT": point}, java=client, batch=10)
         code = run.wait(90)
         assert code == 137 and run.of("crash"), f"exit {code}\n{run.transcript()}"
         assert len(run.of("committed")) == 1, run.transcript()
-    final = shop.processor(txn_id, java=True, batch=20)
+    final = shop.processor(txn_id, java=client, batch=20)
     assert final.wait(90) == 0 and final.of("done"), final.transcript()
     shop.assert_exactly_once()
     brokers_log_has_no_tracebacks(broker)

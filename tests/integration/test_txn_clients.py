@@ -1,7 +1,8 @@
 """Transactions through four real clients against a real broker process.
 
 confluent-kafka (librdkafka), kafka-python, aiokafka and the Apache Kafka Java
-client (3.9, driven line by line through tests/integration/java/TxnDriver.java)
+client (3.9, and 4.3 at transaction.version 2 and 1; driven line by line through
+tests/integration/java/TxnDriver.java)
 each run the same scenarios through one small adapter (`Kit`): a transactional
 producer (init / begin / send / flush / commit / abort) and a consumer that
 reads partitions from the beginning up to the end offset of its isolation level
@@ -50,7 +51,9 @@ from tests.integration.wire import WireClient, create_topic
 
 pytestmark = pytest.mark.integration
 
-CLIENTS = ["confluent", "kafka-python", "aiokafka", "java"]
+# The Java client 3.9 (transaction version 1) and 4.3 at a broker finalizing transaction.version
+# 2 (it then uses Produce v12+, TxnOffsetCommit v5, EndTxn v5) and 1 (it keeps the older protocol).
+CLIENTS = ["confluent", "kafka-python", "aiokafka", "java-3.9", "java-4.3", "java-4.3-tv1"]
 TXN_STATE_PARTITIONS = 3
 # Broker settings for every transaction test: few __transaction_state partitions
 # (fast creation) and a coordinator that looks for timed-out transactions often.
@@ -323,10 +326,10 @@ class JavaError(Exception):
 class JavaDriver:
     """One JVM running TxnDriver.java; `call` sends a command line and waits for its answer."""
 
-    def __init__(self, bootstrap: str) -> None:
-        require_java()
+    def __init__(self, bootstrap: str, client: str = "3.9") -> None:
+        require_java(client)
         self.proc = subprocess.Popen(
-            java_command("TxnDriver.java", bootstrap),
+            java_command("TxnDriver.java", bootstrap, client=client),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -619,17 +622,18 @@ class AiokafkaKit(Kit):
 
 class JavaKit(Kit):
     name = "java"
+    client = "3.9"
 
     def __init__(self, broker: BrokerProcess) -> None:
         super().__init__(broker)
-        self.driver = JavaDriver(self.bootstrap)
+        self.driver = JavaDriver(self.bootstrap, self.client)
         self.drivers = [self.driver]
         self.count = 0
 
     def _producer(self, transactional_id: str, timeout_ms: int, own_process: bool) -> TxnProducer:
         driver = self.driver
         if own_process:
-            driver = JavaDriver(self.bootstrap)
+            driver = JavaDriver(self.bootstrap, self.client)
             self.drivers.append(driver)
         self.count += 1
         return JavaTxn(driver, f"p{self.count}", transactional_id, timeout_ms)
@@ -657,19 +661,35 @@ class JavaKit(Kit):
             d.close()
 
 
+class Java43Kit(JavaKit):
+    name = "java-4.3"
+    client = "4.3"
+
+
 KITS: dict[str, type[Kit]] = {
     "confluent": ConfluentKit,
     "kafka-python": KafkaPythonKit,
     "aiokafka": AiokafkaKit,
-    "java": JavaKit,
+    "java-3.9": JavaKit,
+    "java-4.3": Java43Kit,
+    "java-4.3-tv1": Java43Kit,
 }
 
 
-@pytest.fixture(params=[pytest.param(c, marks=[pytest.mark.java] if c == "java" else []) for c in CLIENTS])
-def kit(request: pytest.FixtureRequest, txn_broker: BrokerProcess) -> Iterator[Kit]:
-    if request.param == "java":
-        require_java()
-    k = KITS[request.param](txn_broker)
+@pytest.fixture(scope="module")
+def txn_broker_tv1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker finalizing transaction.version 1, for the Java 4.3 client's older protocol."""
+    overrides = {**TXN_BROKER_OVERRIDES, "transaction.version": 1}
+    with started_broker(tmp_path_factory.mktemp("txn-broker-tv1"), overrides) as b:
+        yield b
+
+
+@pytest.fixture(
+    params=[pytest.param(c, marks=[pytest.mark.java] if c.startswith("java") else []) for c in CLIENTS]
+)
+def kit(request: pytest.FixtureRequest) -> Iterator[Kit]:
+    broker = request.getfixturevalue("txn_broker_tv1" if request.param.endswith("tv1") else "txn_broker")
+    k = KITS[request.param](broker)
     try:
         yield k
     finally:
@@ -721,7 +741,8 @@ def list_transactions(broker: BrokerProcess) -> dict[str, str]:
 # -- the tests ---------------------------------------------------------------------------------
 
 
-def test_commit_visible_abort_invisible(kit: Kit, txn_broker: BrokerProcess) -> None:
+def test_commit_visible_abort_invisible(kit: Kit) -> None:
+    txn_broker = kit.broker
     topic = unique_topic(f"txn-ca-{kit.name}")
     create_topics(txn_broker, {topic: 1})
     tps = [(topic, 0)]
@@ -758,7 +779,8 @@ def test_commit_visible_abort_invisible(kit: Kit, txn_broker: BrokerProcess) -> 
     assert list_offsets(txn_broker, topic, 0, 1) == list_offsets(txn_broker, topic, 0, 0) == 15
 
 
-def test_multi_topic_partition_all_or_nothing(kit: Kit, txn_broker: BrokerProcess) -> None:
+def test_multi_topic_partition_all_or_nothing(kit: Kit) -> None:
+    txn_broker = kit.broker
     a, b = unique_topic(f"txn-ma-{kit.name}"), unique_topic(f"txn-mb-{kit.name}")
     create_topics(txn_broker, {a: 3, b: 2})
     tps = [(a, 0), (a, 1), (a, 2), (b, 0), (b, 1)]
@@ -800,9 +822,10 @@ def test_multi_topic_partition_all_or_nothing(kit: Kit, txn_broker: BrokerProces
 
 
 @pytest.mark.parametrize("next_step", ["send", "commit"])
-def test_second_producer_fences_first(kit: Kit, txn_broker: BrokerProcess, next_step: str) -> None:
+def test_second_producer_fences_first(kit: Kit, next_step: str) -> None:
     """next_step "send": the fenced producer's next Produce (old epoch) must fail as fenced;
     "commit": its EndTxn must. Either way the open transaction was aborted by the second init."""
+    txn_broker = kit.broker
     topic = unique_topic(f"txn-fence-{kit.name}")
     create_topics(txn_broker, {topic: 1})
     tps = [(topic, 0)]
@@ -839,13 +862,17 @@ def test_second_producer_fences_first(kit: Kit, txn_broker: BrokerProcess, next_
     assert values(kit.consume(tps, UNCOMMITTED)) == ["zombie-0", "zombie-1", "zombie-2", "live-0", "live-1"]
 
 
-def test_abandoned_transaction_times_out(kit: Kit, txn_broker: BrokerProcess) -> None:
+def test_abandoned_transaction_times_out(kit: Kit) -> None:
+    txn_broker = kit.broker
     topic = unique_topic(f"txn-zombie-{kit.name}")
     create_topics(txn_broker, {topic: 1})
     tps = [(topic, 0)]
     transactional_id = tid(f"zombie-{kit.name}")
 
-    zombie = kit.producer(transactional_id, timeout_ms=ZOMBIE_TIMEOUT_MS, own_process=True)
+    # The Java checks below start consumers in a JVM: on a loaded machine they need longer than
+    # 2 s, and they must all happen before the coordinator aborts.
+    zombie_timeout_ms = ZOMBIE_TIMEOUT_MS * (3 if kit.name.startswith("java") else 1)
+    zombie = kit.producer(transactional_id, timeout_ms=zombie_timeout_ms, own_process=True)
     zombie.init()
     zombie.begin()
     assert zombie.send_all([(topic, 0, f"zombie-{i}") for i in range(3)]) == [0, 1, 2]
@@ -866,7 +893,7 @@ def test_abandoned_transaction_times_out(kit: Kit, txn_broker: BrokerProcess) ->
 
     # The coordinator aborts it once transaction.timeout.ms has passed.
     wait_until(lambda: list_offsets(txn_broker, topic, 0, 1) == 5, timeout=15, msg="LSO past the zombie")
-    assert time.monotonic() - started >= ZOMBIE_TIMEOUT_MS / 1000 - 0.5, "aborted before its timeout"
+    assert time.monotonic() - started >= zombie_timeout_ms / 1000 - 0.5, "aborted before its timeout"
     state = describe_transaction(txn_broker, transactional_id)
     assert state.transaction_state == "CompleteAbort", state
     assert list_transactions(txn_broker)[transactional_id] == "CompleteAbort"
@@ -882,7 +909,8 @@ def test_abandoned_transaction_times_out(kit: Kit, txn_broker: BrokerProcess) ->
     fresh.commit()
     assert values(kit.consume(tps, COMMITTED)) == ["after-zombie", "fresh-0"]
     assert describe_transaction(txn_broker, transactional_id).transaction_state == "CompleteCommit"
-    if kit.name != "java":  # the Java zombie died with its JVM; the others try again and are fenced
+    # the Java zombie died with its JVM; the others try again and are fenced
+    if not kit.name.startswith("java"):
         with pytest.raises(Exception) as info:  # noqa: B017 - each client has its own fenced error
             zombie.send(topic, 0, "zombie-late")
             zombie.flush()

@@ -19,6 +19,11 @@ aborted visible to read_committed, no duplicate, one marker per transaction per
 partition, the LSO past the transaction, the state log ends in Complete*, and a
 new producer with the same transactional.id commits afterwards.
 
+The Java runs (client 3.9, and 4.3 at transaction.version 2 and 1) also commit an offset
+of a group in each transaction (sendOffsetsToTransaction); after the restart the group's
+stable offset must be the crashed transaction's iff it committed, so the marker reached
+`__consumer_offsets` too (under transaction version 2 without any AddOffsetsToTxn).
+
 When the client saw an error for the commit/abort, the outcome is decided by
 what the coordinator persisted, which the test knows from the crash point; when
 the client saw success, its records must be committed.
@@ -27,11 +32,13 @@ the client saw success, its records must be committed.
 from __future__ import annotations
 
 import gc
+import os
 import struct
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -48,17 +55,17 @@ from kafka.record.default_records import DefaultRecordBatch
 from protocol.transaction_log import decode_key, decode_value
 from tests.integration.clients import read_to_eof
 from tests.integration.harness import (
+    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
     iter_batches,
+    java_command,
     require_java,
     segment_files,
     unique_topic,
     wait_until,
 )
-from tests.integration.harness import (
-    run_java as run_java_program,
-)
+from tests.integration.wire import WireClient
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +77,7 @@ STATUS_NAMES = {
     4: "CompleteCommit", 5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence",
 }
 COMMIT, ABORT = "COMMIT", "ABORT"
+UNSTABLE_OFFSET_COMMIT = 88
 
 
 @dataclass(frozen=True)
@@ -314,13 +322,25 @@ def run_confluent(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: 
     return ProducerRun(first, crashed, end_error)
 
 
-def run_java(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: Case) -> ProducerRun:
-    require_java()
+def java_driver(client: str) -> Driver:
+    """TxnCrash.java with the Java client `client`; each transaction also commits an offset of
+    the group named after the transactional id (sendOffsetsToTransaction)."""
+
+    def run(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: Case) -> ProducerRun:
+        return run_java(b, tid, tps, case, client)
+
+    return run
+
+
+def run_java(b: BrokerProcess, tid: str, tps: list[tuple[str, int]], case: Case, client: str) -> ProducerRun:
+    require_java(client)
     topics = sorted({t for t, _p in tps})
     outcome = "commit" if case.commit else "abort"
-    proc = run_java_program(
-        "TxnCrash.java", b.bootstrap, tid, str(case.timeout_ms), outcome, str(PER_PARTITION), *topics,
-        timeout=120,
+    proc = subprocess.run(
+        java_command("TxnCrash.java", b.bootstrap, tid, str(case.timeout_ms), outcome, str(PER_PARTITION),
+                     *topics, client=client),
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+        env={**os.environ, "TXN_CRASH_GROUP": tid},
     )
     out = proc.stdout
     assert proc.returncode == 0 and "FIRST committed" in out and "END " in out, (
@@ -342,26 +362,40 @@ def _wait_crashed(b: BrokerProcess, case: Case) -> None:
     assert f"crash point {point} reached" in b.log_text()
 
 
-DRIVERS = {"confluent": run_confluent, "java": run_java}
+Driver = Callable[[BrokerProcess, str, list[tuple[str, int]], Case], ProducerRun]
+DRIVERS: dict[str, Driver] = {
+    "confluent": run_confluent, "java-3.9": java_driver("3.9"), "java-4.3": java_driver("4.3"),
+}
 JAVA_CASES = ["b-after-PrepareCommit", "c-after-2-commit-markers",
               "d-after-PrepareAbort"]
-PARAMS = [pytest.param("confluent", name, id=name) for name in CASES] + [
-    pytest.param("java", name, id=f"java-{name}", marks=pytest.mark.java) for name in JAVA_CASES
+# (client, broker transaction.version): the Java 4.3 client takes the transaction version 2
+# path at level 2 and the older protocol at level 1, as the 3.9 client always does.
+JAVA_RUNS = [("java-3.9", 2), ("java-4.3", 2), ("java-4.3", 1)]
+PARAMS = [pytest.param("confluent", 2, name, id=name) for name in CASES] + [
+    pytest.param(client, level, name, id=f"{client}-tv{level}-{name}", marks=pytest.mark.java)
+    for client, level in JAVA_RUNS for name in JAVA_CASES
 ]
 
 
 # -- the test -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("client", "name"), PARAMS)
+@pytest.mark.parametrize(("client", "level", "name"), PARAMS)
 def test_kill9_during_end_txn(
-    client: str, name: str, broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+    client: str, level: int, name: str, broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     case = CASES[name]
+    with_offsets = client.startswith("java")
+    if with_offsets and case.crash_point.startswith("after-marker:"):
+        # each transaction also has a marker for its __consumer_offsets partition
+        count = int(case.crash_point.partition(":")[2])
+        case = replace(case, crash_point=f"after-marker:{count + 1}")
     monkeypatch.setenv("GREGOR_CRASH_POINTS", case.crash_point)
     b = broker_factory({
         "transaction.state.log.num.partitions": TXN_STATE_PARTITIONS,
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
+        "offsets.topic.num.partitions": 3,
+        "transaction.version": level,
     })
     # the broker copies os.environ at start(): later starts run without crash points
     monkeypatch.delenv("GREGOR_CRASH_POINTS")
@@ -421,6 +455,8 @@ def test_kill9_during_end_txn(
     expected = {tp: first[tp] + (crashed[tp] if case.committed else []) for tp in tps}
     assert consume(b.bootstrap, tps, "read_committed") == expected
     assert consume(b.bootstrap, tps, "read_uncommitted") == {tp: first[tp] + crashed[tp] for tp in tps}
+    if with_offsets:  # the group's offset followed the transaction: 2 if committed, else still 1
+        assert committed_offset(b, tid, tps[0]) == (2 if case.committed else 1)
 
     # 4. the broker keeps serving transactions: a new producer with the same id commits
     p2 = txn_producer(b.bootstrap, tid, 10000)
@@ -439,6 +475,8 @@ def test_kill9_during_end_txn(
     # 5. and after a clean restart everything is still as it was
     b.restart()
     assert consume(b.bootstrap, tps, "read_committed") == expected
+    if with_offsets:
+        assert committed_offset(b, tid, tps[0]) == (2 if case.committed else 1)
     b.stop()
     assert check_markers(b, tps, pid, [COMMIT], want_marker, case.markers_before_crash, [COMMIT]) \
         == marker_kinds
@@ -446,6 +484,22 @@ def test_kill9_during_end_txn(
         # no batch appended twice (a producer retry is deduplicated by sequence)
         ids = [(pid_, epoch, seq) for _base, pid_, epoch, seq in data_batches_on_disk(b, t, part)]
         assert len(ids) == len(set(ids)), f"{t}-{part}: duplicate data batches {ids}"
+
+
+def committed_offset(b: BrokerProcess, group: str, tp: tuple[str, int]) -> int:
+    """The group's stable committed offset of `tp` (OffsetFetch v7 require_stable, retried while
+    a transaction's offsets are still pending)."""
+    from protocol.messages import REQUESTS
+
+    req = REQUESTS[9](group_id=group, require_stable=True, topics=[
+        REQUESTS[9].OffsetFetchRequestTopic(name=tp[0], partition_indexes=[tp[1]])])
+
+    def fetch() -> int | None:
+        with WireClient(b.port) as c:
+            part = c.call(req, 7).topics[0].partitions[0]
+        return None if part.error_code == UNSTABLE_OFFSET_COMMIT else int(part.committed_offset)
+
+    return int(wait_until(lambda: (o := fetch()) is not None and o, 10, msg=f"stable offset of {group}"))
 
 
 def point_before_reply(crash_point: str) -> bool:

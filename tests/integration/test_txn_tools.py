@@ -303,8 +303,9 @@ def _state_of(broker: BrokerProcess, txn_id: str) -> str | None:
 
 
 @pytest.mark.java
-def test_java_admin_lists_and_aborts(broker: BrokerProcess) -> None:
-    require_java()
+@pytest.mark.parametrize("client", ["3.9", "4.3"])
+def test_java_admin_lists_and_aborts(broker: BrokerProcess, client: str) -> None:
+    require_java(client)
     topic = unique_topic("java-hanging")
     pid, epoch = craft_hanging(broker, topic)
     txn_id = unique_topic("tx-java")
@@ -313,7 +314,7 @@ def test_java_admin_lists_and_aborts(broker: BrokerProcess) -> None:
     p.produce(topic + "-other", value=b"open", partition=0)
     assert p.flush(20) == 0
 
-    result = run_java("TxnTools.java", broker.bootstrap, topic, "0", "1")
+    result = run_java("TxnTools.java", broker.bootstrap, topic, "0", "1", client=client)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     lines = result.stdout.splitlines()
     assert f"listing {txn_id} Ongoing" in lines, lines

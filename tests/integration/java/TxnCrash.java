@@ -8,6 +8,11 @@
 // a crash point. Record i of partition P of topic T has value "TAG:T:P:i" and
 // the value's last 8 bytes as key (as the Python side writes them).
 //
+// With TXN_CRASH_GROUP=G in the environment, each transaction also commits an offset of
+// group G for partition 0 of the first TOPIC with sendOffsetsToTransaction (1 for "first",
+// 2 for "crashed"), so the offsets must follow the transaction's outcome across the crash
+// (Java 4.x under transaction version 2: TxnOffsetCommit v5 without AddOffsetsToTxn).
+//
 // Prints "FIRST committed", then "END ok" or "END error <exception>" for the
 // crashed transaction's end, and exits without closing the producer gracefully,
 // so nothing is retried against the restarted broker.
@@ -15,7 +20,10 @@
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.*;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 public class TxnCrash {
@@ -33,6 +41,13 @@ public class TxnCrash {
         }
         p.flush();
         for (var f : futures) f.get();
+    }
+
+    static void sendOffsets(KafkaProducer<byte[], byte[]> p, String topic, long offset) {
+        String group = System.getenv("TXN_CRASH_GROUP");
+        if (group == null || group.isEmpty()) return;
+        p.sendOffsetsToTransaction(Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(offset)),
+                new ConsumerGroupMetadata(group));
     }
 
     public static void main(String[] args) throws Exception {
@@ -59,12 +74,14 @@ public class TxnCrash {
         p.initTransactions();
         p.beginTransaction();
         produceAll(p, topics, n, "first");
+        sendOffsets(p, topics.get(0), 1);
         p.commitTransaction();
         System.out.println("FIRST committed");
         System.out.flush();
 
         p.beginTransaction();
         produceAll(p, topics, n, "crashed");
+        sendOffsets(p, topics.get(0), 2);
         System.out.println("CRASHED produced");
         System.out.flush();
         try {
