@@ -39,6 +39,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.produce_fetch
+	$(PY) -m bench.produce_validation
 
 clean:
 	rm -rf $(VENV) .deps data
