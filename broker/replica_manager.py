@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from protocol.record_batch import BatchHeader
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -74,9 +75,10 @@ class ReplicaManager:
         self.log_manager.update_config(topic, config)
 
     def append(
-        self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+        self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT,
+        header: BatchHeader | None = None,
     ) -> AppendResult:
-        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin)
+        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin, header)
         if result.error == 0:
             part.log.update_high_watermark(part.log.log_end_offset)
             part.wake()
