@@ -275,17 +275,17 @@ class _Scratch:
 
     def decompress(self, records: bytes, codec: int) -> memoryview:
         data = memoryview(records)[HEADER_SIZE:]
-        size = max(len(self._buf), 4 * len(data) + HEADER_SIZE)
+        size = min(max(len(self._buf), 4 * len(data) + HEADER_SIZE), self.LIMIT + HEADER_SIZE)
         while True:
             if len(self._buf) < size:
                 self._buf = bytearray(size)
             try:
-                written = _decompress_into(data, codec, memoryview(self._buf)[HEADER_SIZE:])
+                written = _decompress_into(data, codec, memoryview(self._buf)[HEADER_SIZE:size])
                 break
             except cramjam.DecompressionError as exc:
-                if not _too_small(exc) or size >= self.LIMIT:
+                if not _too_small(exc) or size >= self.LIMIT + HEADER_SIZE:
                     raise
-                size = min(4 * size, self.LIMIT)
+                size = min(4 * size, self.LIMIT + HEADER_SIZE)
         self._buf[:HEADER_SIZE] = records[:HEADER_SIZE]
         self._buf[ATTRIBUTES_POS + 1] &= ~COMPRESSION_MASK & 0xFF
         return memoryview(self._buf)[: HEADER_SIZE + written]

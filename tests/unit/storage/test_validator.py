@@ -379,3 +379,15 @@ def test_recompressed_batch_over_max_message_bytes() -> None:
     data = batch(recs, codec=Compression.ZSTD)
     policy = ValidationPolicy(TP, compression="uncompressed", max_message_bytes=len(data) + 10)
     assert rejected(data, policy).error is ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_decompressed_size_beyond_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage import validator
+
+    recs = [record(i, value=b"\x00" * 1_000_000) for i in range(4)]  # 4 MB of zeros: a tiny zstd frame
+    data = batch(recs, codec=Compression.ZSTD)
+    monkeypatch.setattr(validator._Scratch, "LIMIT", 2 << 20)
+    r = rejected(data)
+    assert r.error is ErrorCode.CORRUPT_MESSAGE and "zstd" in r.message
+    monkeypatch.undo()
+    assert isinstance(validate(data), Validated)
