@@ -7,10 +7,11 @@ Two steps, both before the first byte is written:
    ``max.message.bytes``, CRC, base offset 0, offset range against the record
    count, no control batch from a client, a sequence for an idempotent batch.
 2. ``validate_records``: every record, read by aiokafka's C reader of v2 batches
-   (``aiokafka.record._crecords.DefaultRecordBatch``, which decompresses gzip,
-   snappy, lz4 and zstd): record lengths and varints that overrun the batch or
-   leave bytes over, negative header counts, as many records as the header
-   declares and nothing after them, offset deltas 0..n-1. Then the topic's rules,
+   (``aiokafka.record._crecords.DefaultRecordBatch``; gzip, snappy, lz4 and zstd
+   batches are first decompressed with cramjam into a reused buffer): record
+   lengths and varints that overrun the batch or leave bytes over, negative header
+   counts, as many records as the header declares and nothing after them, offset
+   deltas 0..n-1. Then the topic's rules,
    as Kafka: keys on compacted topics, timestamps against
    ``message.timestamp.before.max.ms`` / ``after.max.ms``, no producer-set
    LogAppendTime, and recompression when ``compression.type`` is a codec.
