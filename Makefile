@@ -40,6 +40,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.produce_fetch
 	$(PY) -m bench.produce_validation
+	$(PY) -m bench.append_micro
 
 clean:
 	rm -rf $(VENV) .deps data
