@@ -252,3 +252,22 @@ def test_topic_compression_recompresses(gregor: BrokerProcess, target: str, code
         got = read_to_eof(gregor.bootstrap, [(p.topic, 0)], "read_uncommitted", "validation", 20, p.topic)
         assert [m.value() for _tp, m in got] == [*p.values, *values]
         assert [m.offset() for _tp, m in got] == list(range(52))
+
+
+def test_librdkafka_keyless_produce_to_compacted_topic_fails(gregor: BrokerProcess) -> None:
+    """A real client sees INVALID_RECORD in its delivery report; keyed records still go in."""
+    from confluent_kafka import KafkaError, Producer
+
+    reports: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        reports.append(err)
+
+    for p in make_partition(gregor, {"cleanup.policy": "compact"}):
+        producer = Producer({"bootstrap.servers": gregor.bootstrap, "acks": "all", "linger.ms": 0})
+        producer.produce(p.topic, value=b"no key", partition=0, on_delivery=report)
+        assert producer.flush(20) == 0
+        assert [e.code() if e else None for e in reports] == [KafkaError.INVALID_RECORD]
+        p.assert_unharmed()
+        producer.produce(p.topic, key=b"k", value=b"keyed", partition=0, on_delivery=report)
+        assert producer.flush(20) == 0 and reports[-1] is None
