@@ -353,6 +353,8 @@ def _record_errors(
 
 
 def _may_fail(recs: list[DefaultRecord], header: BatchHeader, policy: ValidationPolicy, now_ms: int) -> bool:
+    if not recs:
+        return False
     if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
         return True
     if policy.compacted and None in map(KEY, recs):

@@ -8,6 +8,7 @@ and header counts can be wrong on purpose.
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import cramjam
 import pytest
@@ -18,8 +19,11 @@ from protocol.record_batch import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     Compression,
+    TimestampType,
     build_batch,
+    iter_batches,
 )
+from storage.log import Log
 from storage.log_config import LogConfig
 from storage.producer_state import AppendOrigin
 from storage.validator import (
@@ -391,3 +395,56 @@ def test_decompressed_size_beyond_the_limit_is_refused(monkeypatch: pytest.Monke
     assert r.error is ErrorCode.CORRUPT_MESSAGE and "zstd" in r.message
     monkeypatch.undo()
     assert isinstance(validate(data), Validated)
+
+
+# -- through the log's append path -----------------------------------------------------------
+
+
+def open_log(tmp_path: Path, **cfg: object) -> Log:
+    return Log.open(tmp_path / "t-0", LogConfig(**cfg), 0, None, True, NOW)  # type: ignore[arg-type]
+
+
+def stored(log: Log) -> list[tuple[BatchHeader, bytes]]:
+    info = log.read(0, 1 << 20, log.high_watermark, True)
+    return [(h, info.records[p : p + h.size_in_bytes]) for p, h in iter_batches(info.records, check_crc=True)]
+
+
+def test_log_writes_nothing_for_a_rejected_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path, cleanup_policy="compact")
+    result = log.append_as_leader(batch([record(0, key=None)]), 0, NOW)
+    assert result.error is ErrorCode.INVALID_RECORD and result.base_offset == -1
+    assert [e.batch_index for e in result.record_errors] == [0]
+    bad = log.append_as_leader(batch([record(0), record(0)]), 0, NOW)
+    assert bad.error is ErrorCode.INVALID_RECORD and not bad.record_errors
+    assert log.log_end_offset == 0 and log.active_segment.size == 0
+    assert log.append_as_leader(batch(three()), 0, NOW).base_offset == 0
+    log.close()
+
+
+def test_log_clears_a_producer_log_append_time_bit_on_a_create_time_topic(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    data = batch(three(), attributes=TIMESTAMP_TYPE_MASK, max_timestamp=NOW + 9)
+    result = log.append_as_leader(data, 0, NOW)
+    assert result.error is ErrorCode.NONE and result.log_append_time == -1
+    [(header, _data)] = stored(log)  # CRC checked
+    assert header.timestamp_type is TimestampType.CREATE_TIME and header.max_timestamp == NOW + 9
+    log.close()
+
+
+def test_log_append_time_topic_stamps_the_header_only(tmp_path: Path) -> None:
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    result = log.append_as_leader(batch(three(), base_timestamp=5, max_timestamp=5), 0, NOW + 1)
+    assert result.log_append_time == NOW + 1
+    [(header, data)] = stored(log)
+    assert header.timestamp_type is TimestampType.LOG_APPEND_TIME and header.max_timestamp == NOW + 1
+    assert header.base_timestamp == 5  # records keep their own timestamps
+    log.close()
+
+
+def test_log_recompresses_for_the_topic_codec(tmp_path: Path) -> None:
+    log = open_log(tmp_path, compression_type="gzip")
+    assert log.append_as_leader(batch(three(), codec=Compression.LZ4), 0, NOW).error is ErrorCode.NONE
+    [(header, data)] = stored(log)
+    assert header.compression == Compression.GZIP
+    assert [r.value for r in DefaultRecordBatch(bytes(data))] == [b"v"] * 3
+    log.close()
