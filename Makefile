@@ -50,6 +50,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.produce_fetch
+	$(PY) -m bench.produce_validation
+	$(PY) -m bench.append_micro
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:

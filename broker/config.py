@@ -228,6 +228,15 @@ KEYS: dict[str, Key] = {
                                            "checked."),
     "log.flush.offset.checkpoint.interval.ms": Key(Integer(0), 60000, "How often the recovery-point, "
                                                    "log-start and high-watermark checkpoints are written."),
+    "log.message.timestamp.before.max.ms": Key(_NON_NEGATIVE_LONG, LONG_MAX, "How far in the past a "
+                                               "record's CreateTime may be (topic: "
+                                               "`message.timestamp.before.max.ms`); older: "
+                                               "INVALID_TIMESTAMP."),
+    "log.message.timestamp.after.max.ms": Key(_NON_NEGATIVE_LONG, LONG_MAX, "How far in the future a "
+                                              "record's CreateTime may be (topic: "
+                                              "`message.timestamp.after.max.ms`)."),
+    "log.message.timestamp.difference.max.ms": Key(_NON_NEGATIVE_LONG, LONG_MAX, "Deprecated: stands in for "
+                                                   "either of the two above when they are not set."),
     "log.message.timestamp.type": Key(Choice(("CreateTime", "LogAppendTime")), "CreateTime",
                                       "Timestamp kept in stored batches (topic: "
                                       "`message.timestamp.type`)."),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
+from protocol.record_batch import BatchHeader
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -192,9 +193,10 @@ class ReplicaManager:
         self.log_manager.update_config(topic, config)
 
     def append(
-        self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+        self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT,
+        header: BatchHeader | None = None,
     ) -> AppendResult:
-        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin)
+        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin, header)
         if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result

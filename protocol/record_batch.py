@@ -219,15 +219,26 @@ def patch_offset_and_epoch(
     _I32.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
 
 
-def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> BatchHeader:
-    """Stamp LogAppendTime: maxTimestamp := timestamp, set the timestamp-type bit,
-    recompute the CRC. Returns the new header."""
+def set_max_timestamp(
+    buf: bytearray | memoryview, pos: int, timestamp_type: TimestampType, timestamp: int
+) -> BatchHeader:
+    """Kafka's DefaultRecordBatch.setMaxTimestamp: maxTimestamp := timestamp and the
+    timestamp-type bit, recomputing the CRC (both are covered by it). Returns the new header."""
     header = BatchHeader.parse(buf, pos)
-    _I16.pack_into(buf, pos + ATTRIBUTES_POS, header.attributes | TIMESTAMP_TYPE_MASK)
+    attributes = header.attributes & ~TIMESTAMP_TYPE_MASK
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    _I16.pack_into(buf, pos + ATTRIBUTES_POS, attributes)
     _I64.pack_into(buf, pos + MAX_TIMESTAMP_POS, timestamp)
     header = BatchHeader.parse(buf, pos)
     _U32.pack_into(buf, pos + CRC_POS, compute_crc(buf, pos, header))
     return BatchHeader.parse(buf, pos)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> BatchHeader:
+    """Stamp LogAppendTime: maxTimestamp := timestamp, set the timestamp-type bit,
+    recompute the CRC. Returns the new header."""
+    return set_max_timestamp(buf, pos, TimestampType.LOG_APPEND_TIME, timestamp)
 
 
 # ----------------------------------------------------------------------------

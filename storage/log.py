@@ -12,11 +12,7 @@ from pathlib import Path
 
 from protocol.errors import ErrorCode
 from protocol.record_batch import (
-    COMPRESSION_MASK,
-    HEADER_SIZE,
-    MIN_BATCH_LENGTH,
     BatchHeader,
-    Compression,
     ControlRecord,
     ControlType,
     CorruptBatchError,
@@ -27,6 +23,7 @@ from protocol.record_batch import (
     parse_control_batch,
     patch_offset_and_epoch,
     set_log_append_time,
+    set_max_timestamp,
 )
 from storage.checkpoints import fsync_dir
 from storage.index import AbortedTxn
@@ -45,6 +42,13 @@ from storage.producer_state import (
     validate_end_txn_marker,
 )
 from storage.segment import LOG_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment
+from storage.validator import (
+    RecordError,
+    Rejected,
+    ValidationPolicy,
+    check_header,
+    validate_records,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,7 @@ class AppendResult:
     log_append_time: int
     log_start_offset: int
     error_message: str | None = None
+    record_errors: tuple[RecordError, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,32 @@ class ReplicaDataError(ValueError):
     """Data fetched from a leader that a follower must not append."""
 
 
+class _WriteBuffer:
+    """The one buffer a produced batch is copied into to get its offsets assigned in
+    place. A fresh 1 MB bytearray per batch costs more in page faults than the copy
+    (measured: about 1.4 ms per MB on the loaded 2-core development machine); reused,
+    it costs the memcpy. Safe because appends run on the broker's single event-loop
+    thread, the segment write is synchronous and nothing keeps a view of the buffer;
+    it is replaced, never resized, so a stale view cannot block it."""
+
+    INITIAL = 1 << 20
+    KEEP = 8 << 20
+
+    def __init__(self) -> None:
+        self._buf = bytearray(self.INITIAL)
+
+    def copy_of(self, data: bytes) -> memoryview:
+        size = len(data)
+        if len(self._buf) < size or (len(self._buf) > self.KEEP >= size):
+            self._buf = bytearray(max(size, self.INITIAL))
+        view = memoryview(self._buf)[:size]
+        view[:] = data
+        return view
+
+
+_WRITE_BUFFER = _WriteBuffer()
+
+
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
     """``<topic>-<partition>`` → (topic, partition); None for anything else."""
     topic, sep, part = name.rpartition("-")
@@ -132,6 +163,8 @@ class Log:
         self.epoch_cache = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory)
         self.producer_state_load: ProducerStateLoad | None = None
+        self._policy: ValidationPolicy | None = None
+        self._policy_config: LogConfig | None = None
         # Single replica: the high watermark follows the log end offset.
         self.auto_advance_high_watermark = True
         self.update_high_watermark(self.log_end_offset)
@@ -327,16 +360,24 @@ class Log:
     # -- produce path -------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytes, leader_epoch: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+        self,
+        records: bytes,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        header: BatchHeader | None = None,
     ) -> AppendResult:
-        """Validate one batch by its header, assign offsets, append it. A coordinator's own
-        batch (origin COORDINATOR: transactional offset commits) carries no sequence numbers,
-        so only its producer epoch is checked, as in Kafka."""
-        problem = validate_client_batch(records, self.config.max_message_bytes, origin)
-        if problem is not None:
-            error, message = problem
-            return AppendResult(error, -1, -1, NO_TIMESTAMP, self._log_start_offset, message)
-        received = BatchHeader.parse(records)
+        """Validate one batch (storage.validator: header, then every record), assign
+        offsets, append it. ``header`` is the caller's parsed view of ``records``, if any.
+        A coordinator's own batch (origin COORDINATOR: transactional offset commits)
+        carries no sequence numbers, so only its producer epoch is checked, as in Kafka."""
+        checked = check_header(records, self.config.max_message_bytes, origin, header)
+        if isinstance(checked, Rejected):
+            return self._rejected(checked)
+        validated = validate_records(records, checked, self._validation_policy(), now_ms)
+        if isinstance(validated, Rejected):
+            return self._rejected(validated)
+        received = validated.header
         current = self._producer_entry(received)
         if current is not None and origin is AppendOrigin.CLIENT:
             duplicate = current.find_duplicate(received)
@@ -344,15 +385,19 @@ class Log:
                 append_time = duplicate.timestamp if self.config.log_append_time else NO_TIMESTAMP
                 first, last = duplicate.first_offset, duplicate.last_offset
                 return AppendResult(ErrorCode.NONE, first, last, append_time, self._log_start_offset)
-        buf = bytearray(records)
+        buf = _WRITE_BUFFER.copy_of(validated.records)
         base = self.log_end_offset
         patch_offset_and_epoch(buf, 0, base, leader_epoch)
         append_time = NO_TIMESTAMP
         if self.config.log_append_time:
             header = set_log_append_time(buf, 0, now_ms)
             append_time = now_ms
+        elif received.timestamp_type is not TimestampType.CREATE_TIME:
+            # Kafka's setMaxTimestamp(CREATE_TIME, ...): a producer's LogAppendTime bit is cleared
+            # (its records' timestamps are the batch's maxTimestamp, which therefore stays).
+            header = set_max_timestamp(buf, 0, TimestampType.CREATE_TIME, received.max_timestamp)
         else:
-            header = BatchHeader.parse(buf)
+            header = replace(received, base_offset=base, partition_leader_epoch=leader_epoch)
         entry = None
         if current is not None:
             outcome = validate_data_batch(current, header, origin)
@@ -367,6 +412,19 @@ class Log:
         if self.auto_advance_high_watermark:
             self.update_high_watermark(self.log_end_offset)
         return AppendResult(ErrorCode.NONE, base, header.last_offset, append_time, self._log_start_offset)
+
+    def _rejected(self, rejected: Rejected) -> AppendResult:
+        return AppendResult(
+            rejected.error, -1, -1, NO_TIMESTAMP, self._log_start_offset, rejected.message,
+            rejected.record_errors,
+        )
+
+    def _validation_policy(self) -> ValidationPolicy:
+        """The validator's view of the current config (recomputed when the config changes)."""
+        if self._policy is None or self._policy_config is not self.config:
+            self._policy = ValidationPolicy.of(self.config, self.directory.name)
+            self._policy_config = self.config
+        return self._policy
 
     def _producer_entry(self, header: BatchHeader) -> ProducerStateEntry | None:
         """The producer's current entry (empty when unknown), None without a producer id."""
@@ -468,7 +526,7 @@ class Log:
 
     def _append(
         self,
-        batch: bytearray | bytes,
+        batch: bytearray | bytes | memoryview,
         header: BatchHeader,
         now_ms: int,
         producer_entry: ProducerStateEntry | None = None,
@@ -800,59 +858,6 @@ class Log:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def validate_client_batch(
-    records: bytes, max_message_bytes: int, origin: AppendOrigin = AppendOrigin.CLIENT
-) -> tuple[ErrorCode, str] | None:
-    """Kafka's produce-path checks for magic v2, from the header only.
-    Returns (error, message) or None when the batch may be appended."""
-    if len(records) < HEADER_SIZE:
-        if len(records) > 16 and records[16] != 2:
-            return ErrorCode.INVALID_RECORD, f"unsupported magic {records[16]}"
-        return ErrorCode.CORRUPT_MESSAGE, "record batch is truncated"
-    header = BatchHeader.parse(records)
-    if header.magic != 2:
-        return ErrorCode.INVALID_RECORD, f"produce requires magic 2, got {header.magic}"
-    if header.batch_length < MIN_BATCH_LENGTH or header.size_in_bytes > len(records):
-        return ErrorCode.CORRUPT_MESSAGE, "record batch length does not match its bytes"
-    if header.size_in_bytes < len(records):
-        if _looks_like_batch(records, header.size_in_bytes):
-            return ErrorCode.INVALID_RECORD, "a produce partition must hold exactly one batch"
-        return ErrorCode.CORRUPT_MESSAGE, "trailing bytes after the record batch"
-    if header.size_in_bytes > max_message_bytes:
-        return (
-            ErrorCode.MESSAGE_TOO_LARGE,
-            f"batch of {header.size_in_bytes} bytes exceeds max.message.bytes {max_message_bytes}",
-        )
-    if compute_crc(records, 0, header) != header.crc:
-        return ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch"
-    return _validate_header_fields(header, origin)
-
-
-def _looks_like_batch(records: bytes, pos: int) -> bool:
-    if len(records) - pos < HEADER_SIZE:
-        return False
-    second = BatchHeader.parse(records, pos)
-    return second.magic == 2 and second.batch_length >= MIN_BATCH_LENGTH
-
-
-def _validate_header_fields(header: BatchHeader, origin: AppendOrigin) -> tuple[ErrorCode, str] | None:
-    if header.base_offset != 0:
-        return ErrorCode.INVALID_RECORD, "the base offset of a produced batch must be 0"
-    if header.attributes & COMPRESSION_MASK > max(Compression):
-        return ErrorCode.CORRUPT_MESSAGE, f"unknown compression {header.compression}"
-    if header.is_control:
-        return ErrorCode.INVALID_RECORD, "clients may not write control batches"
-    if header.records_count <= 0:
-        return ErrorCode.INVALID_RECORD, "record batch has no records"
-    if header.last_offset_delta != header.records_count - 1:
-        return ErrorCode.INVALID_RECORD, "inconsistent batch offset range"
-    if header.is_transactional and not header.has_producer_id:
-        return ErrorCode.INVALID_RECORD, "transactional batch without a producer id"
-    if header.has_producer_id and header.base_sequence < 0 and origin is AppendOrigin.CLIENT:
-        return ErrorCode.INVALID_RECORD, "idempotent batch with a negative base sequence"
-    return None
-
-
 def _recover_from(
     segments: list[LogSegment], recovery_point: int, directory: Path, recovered: list[LogSegment]
 ) -> int:
@@ -890,7 +895,7 @@ def _recover_from(
     return segments[-1].next_offset
 
 
-def _marker(batch: bytes | bytearray, header: BatchHeader) -> ControlRecord | None:
+def _marker(batch: bytes | bytearray | memoryview, header: BatchHeader) -> ControlRecord | None:
     """The end-transaction marker of a control batch; None for data batches and for
     empty or undecodable control batches."""
     if not header.is_control or header.records_count < 1:
@@ -941,5 +946,4 @@ __all__ = [
     "ProducerStateInfo",
     "TimestampOffset",
     "parse_partition_dir",
-    "validate_client_batch",
 ]

@@ -81,7 +81,7 @@ _DEFS = [
         "compression.type",
         "string",
         "producer",
-        None,
+        "compression_type",
         _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
     ),
     TopicConfigDef(
@@ -121,7 +121,7 @@ _DEFS = [
         "log.message.timestamp.after.max.ms",
         "long",
         LONG_MAX,
-        None,
+        "message_timestamp_after_max_ms",
         _at_least(0),
     ),
     TopicConfigDef(
@@ -129,7 +129,7 @@ _DEFS = [
         "log.message.timestamp.before.max.ms",
         "long",
         LONG_MAX,
-        None,
+        "message_timestamp_before_max_ms",
         _at_least(0),
     ),
     TopicConfigDef(
@@ -137,7 +137,7 @@ _DEFS = [
         "log.message.timestamp.difference.max.ms",
         "long",
         LONG_MAX,
-        None,
+        "message_timestamp_difference_max_ms",
         _at_least(0),
     ),
     TopicConfigDef(
@@ -297,6 +297,10 @@ class LogConfig:
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX  # deprecated: the fallback of both above
+    compression_type: str = "producer"
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
     file_delete_delay_ms: int = 60000
@@ -316,6 +320,19 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """Kafka 3.x: message.timestamp.difference.max.ms applies while before.max.ms is unset."""
+        if self.message_timestamp_before_max_ms != LONG_MAX:
+            return self.message_timestamp_before_max_ms
+        return self.message_timestamp_difference_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        if self.message_timestamp_after_max_ms != LONG_MAX:
+            return self.message_timestamp_after_max_ms
+        return self.message_timestamp_difference_max_ms
 
     @classmethod
     def from_properties(

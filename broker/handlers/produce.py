@@ -12,6 +12,7 @@ from broker.handlers.resolve import resolve_partition
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
+from storage.validator import RecordError
 
 if TYPE_CHECKING:
     from broker.context import RequestContext
@@ -21,21 +22,35 @@ API_KEY = 0
 FIRST_TV2_PRODUCE = 12
 R = ProduceResponse
 PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
+RecordErrorEntry = PartitionResponse.BatchIndexAndErrorMessage
 
 
-def _error(index: int, error: ErrorCode, message: str | None = None) -> Any:
-    return PartitionResponse(index=index, error_code=error, base_offset=-1, error_message=message)
+def _error(
+    index: int, error: ErrorCode, message: str | None = None, record_errors: tuple[RecordError, ...] = ()
+) -> Any:
+    return PartitionResponse(
+        index=index, error_code=error, base_offset=-1, error_message=message,
+        record_errors=[
+            RecordErrorEntry(batch_index=e.batch_index, batch_index_error_message=e.message)
+            for e in record_errors
+        ],
+    )
+
+
+def _header(records: bytes) -> BatchHeader | None:
+    """The batch header, parsed once for the whole produce path (None when too short:
+    the log rejects such records)."""
+    return BatchHeader.parse(records) if len(records) >= HEADER_SIZE else None
 
 
 def _verify_transaction(
-    ctx: RequestContext, transactional_id: str | None, part: Partition, records: bytes
+    ctx: RequestContext, transactional_id: str | None, part: Partition, header: BatchHeader | None
 ) -> ErrorCode:
     """KIP-890: a transactional batch must go to a partition of the ongoing transaction,
     so a late write after an abort cannot open a hanging transaction. Produce v12+
     (transaction version 2) adds the partition itself; older clients must have added it."""
-    if transactional_id is None or len(records) < HEADER_SIZE:
+    if transactional_id is None or header is None:
         return ErrorCode.NONE  # malformed batches are the log's to reject
-    header = BatchHeader.parse(records)
     if not header.is_transactional:
         return ErrorCode.NONE
     tp = (part.topic, part.index)
@@ -59,16 +74,17 @@ def _append(
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, "cannot append to internal topic")
     if part_data.records is None:
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has null records")
-    error = _verify_transaction(ctx, transactional_id, part, part_data.records)
+    header = _header(part_data.records)
+    error = _verify_transaction(ctx, transactional_id, part, header)
     if error != ErrorCode.NONE:
         return _error(index, error, "partition is not part of the ongoing transaction")
     if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
-    result = ctx.broker.replicas.append(part, part_data.records, ctx.now_ms())
+    result = ctx.broker.replicas.append(part, part_data.records, ctx.now_ms(), header=header)
     if result.error != ErrorCode.NONE:
         log.info("rejected produce to %s-%d: %s %s", part.topic, index,
                  ErrorCode(result.error).name, result.error_message or "")
-        return _error(index, ErrorCode(result.error), result.error_message)
+        return _error(index, ErrorCode(result.error), result.error_message, result.record_errors)
     response = PartitionResponse(
         index=index, error_code=ErrorCode.NONE, base_offset=result.base_offset,
         log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset,
