@@ -191,6 +191,19 @@ class BrokerProcess:
             proc.kill()
         proc.wait()
 
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, does nothing (its sessions lapse if it stays so)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    @property
+    def node_id(self) -> int:
+        return int(self.config["node.id"])
+
     def restart(self, clean: bool = True) -> BrokerProcess:
         if clean:
             self.stop()

@@ -4,15 +4,18 @@ two of three brokers down; nothing acknowledged is ever lost or duplicated."""
 
 from __future__ import annotations
 
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.clients import read_to_eof
-from tests.integration.cluster import Cluster
+from tests.integration.clients import assign_consumer, read_to_eof
+from tests.integration.cluster import LAG_MS, Cluster
+from tests.integration.harness import java_command, prefixed_json, require_java
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +80,44 @@ def produce_while(cluster: Cluster, topic: str, count: int, during: object) -> l
     return acked
 
 
+def end_offset(cluster: Cluster, topic: str) -> int:
+    c = assign_consumer(cluster.bootstrap)
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        c.close()
+
+
+def values_of(cluster: Cluster, topic: str, what: str) -> list[int]:
+    got = read_to_eof(cluster.bootstrap, [(topic, 0)], "read_committed", what, 30, what)
+    return [int(m.value()) for _, m in got]
+
+
+def test_java_idempotent_producer_survives_a_leader_kill(cluster: Cluster) -> None:
+    require_java()
+    topic = create_topic(cluster)
+    leader = cluster.partition(topic).leader
+    records = 3000
+    proc = subprocess.Popen(
+        java_command("IdempotentProduce.java", cluster.bootstrap, topic, str(records), "1700000000000", "jk"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while end_offset(cluster, topic) < records // 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cluster.broker(leader).kill9()
+        out, err = proc.communicate(timeout=150)
+    finally:
+        proc.kill()
+        cluster.broker(leader).start()
+    assert proc.returncode == 0, f"{out[-2000:]}\n{err[-4000:]}"
+    assert prefixed_json(out)[0]["acked"] == records
+    got = read_to_eof(cluster.bootstrap, [(topic, 0)], "read_committed", "java", 30, "all")
+    assert [m.offset() for _, m in got] == list(range(records)), "every record once, in order"
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+
+
 def test_killing_the_leader_loses_no_acknowledged_record(cluster: Cluster) -> None:
     topic = create_topic(cluster)
     leader = cluster.partition(topic).leader
@@ -98,3 +139,114 @@ def test_killing_the_leader_loses_no_acknowledged_record(cluster: Cluster) -> No
     finally:
         victim.start()
     cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+
+
+def test_a_paused_follower_leaves_the_isr_and_rejoins(cluster: Cluster) -> None:
+    topic = create_topic(cluster)
+    state = cluster.partition(topic)
+    follower = cluster.broker(next(n for n in state.replicas if n != state.leader))
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    follower.pause()
+    try:
+        cluster.wait_for(lambda i: follower.node_id not in i.partitions[(topic, 0)].isr, LAG_MS / 1000 * 5)
+        for i in range(100):
+            p.produce(topic, value=str(i).encode(), partition=0)
+        assert p.flush(30) == 0, "min.insync.replicas=2 still met by the two others"
+    finally:
+        follower.resume()
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+    assert values_of(cluster, topic, "paused") == list(range(100))
+
+
+def test_two_brokers_down_refuses_acks_all_and_loses_nothing(cluster: Cluster) -> None:
+    topic = create_topic(cluster)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(50):
+        p.produce(topic, value=str(i).encode(), partition=0)
+    assert p.flush(30) == 0
+    state = cluster.partition(topic)
+    down = [cluster.broker(n) for n in state.replicas if n != state.leader]
+    for b in down:
+        b.kill9()
+    try:
+        cluster.wait_for(lambda i: i.partitions[(topic, 0)].isr == (state.leader,))
+        errors: list[KafkaError] = []
+        strict = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 5000,
+                           "retries": 0})
+        strict.produce(topic, value=b"refused", partition=0, on_delivery=lambda e, m: errors.append(e))
+        strict.flush(20)
+        assert errors and errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS, errors
+    finally:
+        for b in down:
+            b.start()
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+    assert values_of(cluster, topic, "two-down") == list(range(50))
+
+
+def test_a_returning_leader_truncates_what_nobody_else_has(cluster: Cluster) -> None:
+    topic = create_topic(cluster)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(10):
+        p.produce(topic, value=str(i).encode(), partition=0)
+    assert p.flush(30) == 0
+    state = cluster.partition(topic)
+    old_leader = cluster.broker(state.leader)
+    followers = [cluster.broker(n) for n in state.replicas if n != state.leader]
+    lonely = Producer({"bootstrap.servers": old_leader.bootstrap, "acks": "1", "linger.ms": 0})
+    for b in followers:
+        b.pause()  # shorter than the lag limit and the session: they stay in the ISR
+    try:
+        for i in range(1000, 1005):
+            lonely.produce(topic, value=str(i).encode(), partition=0)
+        assert lonely.flush(5) == 0, "acks=1: the leader alone acknowledges"
+        old_leader.kill9()
+    finally:
+        for b in followers:
+            b.resume()
+    cluster.wait_for(lambda i: i.partitions[(topic, 0)].leader not in (state.leader, -1))
+    for i in range(10, 20):
+        p.produce(topic, value=str(i).encode(), partition=0)
+    assert p.flush(30) == 0
+    old_leader.start()
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+    assert values_of(cluster, topic, "diverged") == list(range(20)), "the acks=1 records are gone"
+    assert "truncating to 10" in old_leader.log_path.read_text()
+
+
+def test_topic_admin_through_a_broker_that_is_not_the_controller(cluster: Cluster) -> None:
+    controller = cluster.image().controller
+    assert controller is not None
+    other = next(b for b in cluster.brokers if b.node_id != controller.node_id)
+    admin = AdminClient({"bootstrap.servers": other.bootstrap})
+    name = f"fwd-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 2, 3)], operation_timeout=20)[name].result(30)
+    image = cluster.wait_for(lambda i: name in i.topics)
+    assert image.topics[name].partitions == 2 and image.topics[name].replication_factor == 3
+    admin.delete_topics([name], operation_timeout=20)[name].result(30)
+    cluster.wait_for(lambda i: name not in i.topics and (name, 0) not in i.partitions)
+    for b in cluster.brokers:
+        deadline = time.monotonic() + 10
+        while b.partition_dir(name, 0).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not b.partition_dir(name, 0).exists(), f"log left on broker {b.node_id}"
+
+
+def test_after_the_controller_dies_the_next_broker_death_is_handled(cluster: Cluster) -> None:
+    topic = create_topic(cluster, partitions=3)
+    first = cluster.image().controller
+    assert first is not None
+    cluster.broker(first.node_id).kill9()
+    try:
+        image = cluster.wait_for(lambda i: i.controller is not None and i.controller.node_id != first.node_id)
+        assert image.controller is not None
+        second = image.controller.node_id
+        victim = next(n for n in (1, 2, 3) if n not in (first.node_id, second))
+        cluster.broker(victim).kill9()
+        image = cluster.wait_for(lambda i: all(
+            i.partitions[(topic, p)].leader == second for p in range(3)
+        ))
+        assert all(image.partitions[(topic, p)].isr == (second,) for p in range(3))
+        cluster.broker(victim).start()
+    finally:
+        cluster.broker(first.node_id).start()
+    cluster.wait_for(lambda i: all(len(i.partitions[(topic, p)].isr) == 3 for p in range(3)), 30)
