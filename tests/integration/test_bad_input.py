@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from protocol.errors import ErrorCode
+from protocol.messages import REQUESTS
+from protocol.record_batch import ControlType, build_control_batch
 from tests.integration.harness import (
     BrokerProcess,
     started_broker,
@@ -40,6 +44,7 @@ from tests.integration.wire import (
     PeerClosed,
     WireClient,
     build_batch,
+    create_topic,
     create_topics_request,
     encode_body,
     fix_crc,
@@ -538,3 +543,123 @@ def test_unreadable_frames_are_logged_in_one_line(scene: Scene) -> None:
     assert "-42" in log, "no log line for the closed connection"
     tail = log[log.rindex("-42") - 300 :]
     assert "Traceback" not in tail, "expected client error logged with a stack trace"
+
+
+# -- producer ids below -1 (Kafka: any id < 0 is "no producer id") ---------------------
+
+INT64_MIN = -(2**63)
+WRITE_TXN_MARKERS = 27
+
+
+@pytest.mark.parametrize("pid", [-2, -77, INT64_MIN])
+def test_produce_with_producer_id_below_minus_one(scene: Scene, pid: int) -> None:
+    """Kafka's hasProducerId() is `producerId > -1`: a plain batch with id -2 is an
+    ordinary non-idempotent batch (appended, no producer state); a transactional one
+    has no producer id and is refused before anything is written."""
+    plain = build_batch([b"p1", b"p2"], producer_id=pid, producer_epoch=3, base_sequence=0)
+    assert produce_one(scene, plain) == 0
+    scene.leo[0] += 2
+    txn = build_batch([b"t"], producer_id=pid, producer_epoch=0, base_sequence=0, transactional=True)
+    assert produce_one(scene, txn) == INVALID_RECORD
+    with scene.bad() as c:  # the same batch again is not a "duplicate": no producer state
+        resp = c.produce(scene.topic, [(0, plain)])
+    assert partition_errors(resp) == {0: 0}
+    scene.leo[0] += 2
+
+
+def write_txn_markers_request(topic: str, partitions: list[int], pid: int, epoch: int = 0) -> Any:
+    cls = REQUESTS[WRITE_TXN_MARKERS]
+    marker = cls.WritableTxnMarker(
+        producer_id=pid, producer_epoch=epoch, transaction_result=False, coordinator_epoch=0,
+        topics=[cls.WritableTxnMarker.WritableTxnMarkerTopic(name=topic, partition_indexes=partitions)],
+    )
+    return cls(markers=[marker])
+
+
+@pytest.mark.parametrize(("pid", "epoch"), [(-1, 0), (-2, 0), (INT64_MIN, 0), (5, -1), (-1, -1)])
+@pytest.mark.parametrize("version", [0, 1])
+def test_write_txn_markers_without_a_producer(scene: Scene, pid: int, epoch: int, version: int) -> None:
+    """Validated as strictly as a client request: INVALID_REQUEST for every partition,
+    nothing written, the connection stays open."""
+    with scene.bad() as c:
+        resp = c.call(write_txn_markers_request(scene.topic, [0, 1], pid, epoch), version)
+        errors = [(p.partition_index, p.error_code) for m in resp.markers for t in m.topics
+                  for p in t.partitions]
+        assert errors == [(0, ErrorCode.INVALID_REQUEST), (1, ErrorCode.INVALID_REQUEST)], resp
+        assert c.api_versions().error_code == 0
+    assert "Traceback" not in scene.broker.log_text()
+
+
+def _stored_batches(base: int) -> list[bytes]:
+    """Batches an older version could have stored: ids below -1 on data and control
+    batches, a control batch with no record. CRCs valid, offsets assigned from `base`."""
+    now = int(time.time() * 1000)
+    raw = [
+        build_batch([b"s1", b"s2"], producer_id=-2, producer_epoch=0, base_sequence=0, transactional=True),
+        build_batch([b"s3"], producer_id=INT64_MIN, producer_epoch=-7, base_sequence=5),
+        build_control_batch(ControlType.ABORT, producer_id=-2, producer_epoch=0, coordinator_epoch=0,
+                            timestamp=now),
+        fix_crc(patch(build_control_batch(ControlType.COMMIT, producer_id=4242, producer_epoch=0,
+                                          coordinator_epoch=0, timestamp=now), RECORDS_COUNT_POS,
+                      struct.pack(">i", 0))),
+    ]
+    out = []
+    for batch in raw:
+        out.append(struct.pack(">q", base) + batch[8:])  # base offset is outside the CRC
+        base += struct.unpack_from(">i", batch, 23)[0] + 1  # lastOffsetDelta
+    return out
+
+
+@pytest.mark.parametrize("clean", [False, True], ids=["kill-9", "sigterm"])
+def test_broker_starts_over_stored_batches_without_producer_id(
+    broker_factory: Any, clean: bool
+) -> None:
+    """Recovery never refuses to start because of what a stored batch holds."""
+    b = broker_factory()
+    topic = unique_topic("stored")
+    with WireClient(b.port) as c:
+        create_topic(c, topic)
+        resp = c.produce(topic, [(0, build_batch([b"a", b"b"], producer_id=9, producer_epoch=0,
+                                                  base_sequence=0))])
+        assert partition_errors(resp) == {0: 0}
+    if clean:
+        b.stop()
+    else:
+        b.kill9()
+    seg = sorted(b.partition_dir(topic).glob("*.log"))[-1]
+    stored = _stored_batches(2)
+    with open(seg, "ab") as f:
+        f.write(b"".join(stored))
+    end = 2 + 2 + 1 + 1 + 1
+    b.start()
+    with WireClient(b.port) as c:
+        assert c.log_end_offset(topic) == end
+        resp = c.produce(topic, [(0, build_batch([b"c"], producer_id=9, producer_epoch=0, base_sequence=2))])
+        assert [(p.error_code, p.base_offset) for t in resp.responses for p in t.partition_responses] == [
+            (0, end)
+        ]
+    b.kill9()
+    b.start()
+    with WireClient(b.port) as c:
+        assert c.log_end_offset(topic) == end + 1
+    assert "Traceback" not in b.log_text()
+
+
+def test_markers_refused_then_kill9(broker_factory: Any) -> None:
+    """A refused marker wrote nothing: after kill -9 the log is what was acknowledged."""
+    b = broker_factory()
+    topic = unique_topic("marker")
+    with WireClient(b.port) as c:
+        create_topic(c, topic)
+        assert partition_errors(c.produce(topic, [(0, build_batch([b"x"]))])) == {0: 0}
+        for pid in (-1, -2, INT64_MIN):
+            resp = c.call(write_txn_markers_request(topic, [0], pid), 1)
+            assert resp.markers[0].topics[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST
+        assert c.log_end_offset(topic) == 1
+    size = sum(p.stat().st_size for p in b.partition_dir(topic).glob("*.log"))
+    b.kill9()
+    b.start()
+    with WireClient(b.port) as c:
+        assert c.log_end_offset(topic) == 1
+    assert sum(p.stat().st_size for p in b.partition_dir(topic).glob("*.log")) == size
+    assert "Traceback" not in b.log_text()
