@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
@@ -30,7 +31,20 @@ FEATURES_EPOCH = 1
 TRANSACTION_VERSION = "transaction.version"
 
 
+# Kafka's ApiVersionsRequest.isValid (v3+): otherwise INVALID_REQUEST, no api keys.
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def _valid(ctx: RequestContext, request: Any) -> bool:
+    if ctx.version < 3:
+        return True
+    name, version = request.client_software_name, request.client_software_version
+    return all(SOFTWARE_NAME_VERSION.fullmatch(v) is not None for v in (name, version))
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _valid(ctx, request):
+        return R(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     return R(
         error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.broker), throttle_time_ms=0,
         supported_features=[R.SupportedFeatureKey(name=TRANSACTION_VERSION, min_version=0, max_version=TV2)],

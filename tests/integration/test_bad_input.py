@@ -663,3 +663,52 @@ def test_markers_refused_then_kill9(broker_factory: Any) -> None:
         assert c.log_end_offset(topic) == 1
     assert sum(p.stat().st_size for p in b.partition_dir(topic).glob("*.log")) == size
     assert "Traceback" not in b.log_text()
+
+
+# -- nulls and lengths the schema forbids: refused at parse time, nothing runs ------------
+
+
+def _create_topics_v4_body(good: str, bad: str) -> bytes:
+    """CreateTopics v4 with a valid topic, then one whose (non-nullable) configs are null."""
+    def topic(name: str, configs: bytes) -> bytes:
+        raw = name.encode()
+        return struct.pack(">h", len(raw)) + raw + struct.pack(">ihi", 1, 1, 0) + configs
+
+    topics = topic(good, struct.pack(">i", 0)) + topic(bad, struct.pack(">i", -1))
+    return struct.pack(">i", 2) + topics + struct.pack(">i?", 5000, False)
+
+
+def test_null_in_non_nullable_field_runs_nothing(scene: Scene) -> None:
+    """Kafka fails to parse the request ("non-nullable field configs was serialized as
+    null"), closes the connection and creates neither topic."""
+    good, bad = unique_topic("good"), unique_topic("nullcfg")
+    with scene.bad() as c:
+        c.send_request(19, 4, _create_topics_v4_body(good, bad))
+        assert_closed(c)
+    md = scene.witness.metadata([good, bad], version=4, auto_create=False)
+    assert [t.error_code for t in md.topics] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
+    log = scene.broker.log_text()
+    assert "non-nullable field configs was serialized as null" in log
+    assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("count", [2**31 - 1, 1 << 20])
+def test_huge_array_count_is_refused_before_allocation(scene: Scene, count: int) -> None:
+    body = _produce_v7_body(scene.topic, build_batch([b"huge"]))
+    bad = patch(body, 2 + 2 + 4, struct.pack(">i", count))
+    with scene.bad() as c:
+        c.send_request(0, 7, bad)
+        assert_closed(c)
+    assert "tried to allocate a collection of size" in scene.broker.log_text()
+
+
+@pytest.mark.parametrize(("name", "version"), [("", "1.0"), ("-bad", "1"), ("ok", "x y"), ("ok", "1.")])
+def test_api_versions_with_invalid_software_name(scene: Scene, name: str, version: str) -> None:
+    """Kafka's ApiVersionsRequest.isValid (v3+): answered with INVALID_REQUEST, kept open."""
+    with scene.bad() as c:
+        msg = REQUESTS[18](version=3, client_software_name=name, client_software_version=version)
+        cid = c.send_request(18, 3, encode_body(msg, 3))
+        payload = c.recv_frame()  # sent at v3, as Kafka does (kafka-python reads errors as v0)
+        assert struct.unpack_from(">i", payload) == (cid,)
+        assert struct.unpack_from(">hb", payload, 4) == (ErrorCode.INVALID_REQUEST, 1)  # no api keys
+        assert c.api_versions(version=3).error_code == 0
