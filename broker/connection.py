@@ -3,6 +3,14 @@
 Requests may be pipelined: each is handled in its own task, and a writer task
 sends the responses in request order. Unreadable frames close the connection
 with a log line; a request that decodes but is wrong gets its protocol error.
+
+A request whose handler fails closes the connection after the answers owed
+before it, and nothing queued behind it runs (Kafka reads the next request
+only after answering the previous one). Tasks start in request order and a
+handler runs synchronously until its first wait, so a request that fails
+before waiting on anything has run alone: every request behind it sees the
+failure and does nothing; one that fails after waiting stops those not yet
+started.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.context import RequestContext
+from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.handlers.registry import ApiHandler
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
@@ -50,6 +59,8 @@ class Connection:
         self.responses: asyncio.Queue[asyncio.Task[list[Any]] | None] = asyncio.Queue(
             MAX_IN_FLIGHT
         )
+        # Set by the first request whose handler fails: nothing behind it runs.
+        self.failed: str | None = None
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_loop())
@@ -76,18 +87,18 @@ class Connection:
 
     async def _read_loop(self) -> None:
         max_size = self.broker.config["socket.request.max.bytes"]
-        while True:
+        while self.failed is None:
             prefix = await self.reader.readexactly(SIZE_PREFIX)
             try:
                 size = frame_size(prefix, max_size)
             except FrameSizeError as exc:
                 raise CloseConnection(str(exc)) from None
             payload = await self.reader.readexactly(size)
-            task = self._dispatch(payload)
-            if task is not None:
-                await self.responses.put(task)
+            if self.failed is not None:
+                return
+            await self.responses.put(self._dispatch(payload))
 
-    def _dispatch(self, payload: bytes) -> asyncio.Task[list[Any]] | None:
+    def _dispatch(self, payload: bytes) -> asyncio.Task[list[Any]]:
         header, handler = self._parse_header(payload)
         if handler is None:
             return asyncio.create_task(self._unsupported_api_versions(header))
@@ -100,11 +111,8 @@ class Connection:
                 f"(client {header.client_id!r}): {exc}; frame starts {bytes(payload[:48]).hex()}"
             ) from None
         ctx = RequestContext(self.broker, header, self.host)
-        if handler.api_key == 0 and request.acks == 0:
-            fire: asyncio.Task[Any] = asyncio.create_task(handler.handle(ctx, request))
-            fire.add_done_callback(_log_failure)
-            return None
-        return asyncio.create_task(self._respond(ctx, handler, request))
+        answer = not (handler.api_key == 0 and request.acks == 0)  # acks=0: no response
+        return asyncio.create_task(self._respond(ctx, handler, request, answer))
 
     def _parse_header(self, payload: bytes) -> tuple[RequestHeader, ApiHandler | None]:
         try:
@@ -122,10 +130,22 @@ class Connection:
         except HeaderDecodeError as exc:
             raise CloseConnection(f"bad request header: {exc}") from None
 
-    async def _respond(self, ctx: RequestContext, handler: ApiHandler, request: Any) -> list[Any]:
+    async def _respond(
+        self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool
+    ) -> list[Any]:
+        """The framed response, [] when none is sent; raises when the handler fails."""
+        if self.failed is not None:
+            return []  # an earlier request failed: the connection closes before this one
         header = ctx.header
-        response = await handler.handle(ctx, request)
-        body = response.encode(version=header.api_version)
+        try:
+            fail_point(f"request-{header.api_key}")
+            response = await handler.handle(ctx, request)
+            body = response.encode(version=header.api_version) if answer else None
+        except Exception:
+            self.failed = f"{handler.request.__name__} v{header.api_version} failed"
+            raise
+        if body is None:
+            return []
         head = encode_response_header(header.api_key, header.api_version, header.correlation_id)
         return frame_parts(head, body)
 
@@ -135,20 +155,33 @@ class Connection:
         return frame_parts(head, body)
 
     async def _send_loop(self) -> None:
-        while True:
-            task = await self.responses.get()
-            if task is None:
-                return
+        """Write answers in request order until the None that ends the connection.
+        After a failure, the tasks still queued are cancelled, never awaited."""
+        closing = False
+        while (task := await self.responses.get()) is not None:
+            if closing:
+                _discard(task)
+                continue
             try:
                 parts = await task
             except Exception:
-                log.exception("handler failed on connection %s; closing it", self.peer)
+                log.exception("%s on connection %s; closing it, running nothing behind it",
+                              self.failed, self.peer)
+                closing = True
                 self.writer.close()
-                return
-            self.writer.writelines(parts)
-            await self.writer.drain()
+                continue
+            if not parts:
+                continue
+            try:
+                self.writer.writelines(parts)
+                await self.writer.drain()
+            except ConnectionError:
+                closing = True
 
 
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("acks=0 produce failed", exc_info=task.exception())
+def _discard(task: asyncio.Task[list[Any]]) -> None:
+    if task.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: a second failure behind the first is not logged
+    else:
+        task.cancel()

@@ -712,3 +712,68 @@ def test_api_versions_with_invalid_software_name(scene: Scene, name: str, versio
         assert struct.unpack_from(">i", payload) == (cid,)
         assert struct.unpack_from(">hb", payload, 4) == (ErrorCode.INVALID_REQUEST, 1)  # no api keys
         assert c.api_versions(version=3).error_code == 0
+
+
+# -- requests pipelined behind a failed one -------------------------------------------------
+
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+
+
+@pytest.fixture
+def failing_broker(broker_factory: Any, monkeypatch: pytest.MonkeyPatch) -> BrokerProcess:
+    """A broker whose DescribeGroups handler raises (a stand-in for a handler bug)."""
+    monkeypatch.setenv("GREGOR_FAIL_POINTS", f"request-{DESCRIBE_GROUPS}")
+    b: BrokerProcess = broker_factory()
+    return b
+
+
+def _frames(topic: str, *kinds: str) -> tuple[bytes, list[int]]:
+    """Frames for `kinds` to pipeline in one send, and their correlation ids."""
+    out, ids = b"", []
+    for cid, kind in enumerate(kinds, start=100):
+        if kind == "metadata":
+            payload = request_header(3, 1, cid) + encode_body(metadata_request([topic]), 1)
+        elif kind == "describe-groups":
+            body = encode_body(REQUESTS[DESCRIBE_GROUPS](groups=["g"]), 0)
+            payload = request_header(DESCRIBE_GROUPS, 0, cid) + body
+        elif kind == "list-groups":
+            payload = request_header(LIST_GROUPS, 0, cid) + encode_body(REQUESTS[LIST_GROUPS](), 0)
+        elif kind == "undecodable":
+            payload = request_header(3, 1, cid) + struct.pack(">ih", 1, -1)  # null topic name
+        else:
+            acks = 0 if kind == "produce-acks0" else 1
+            msg = produce_request(topic, [(0, build_batch([kind.encode()]))], acks=acks)
+            payload = request_header(0, 7, cid) + encode_body(msg, 7)
+        out += frame(payload)
+        ids.append(cid)
+    return out, ids
+
+
+@pytest.mark.parametrize("failing", ["describe-groups", "undecodable"])
+def test_nothing_runs_behind_a_failed_request(failing_broker: BrokerProcess, failing: str) -> None:
+    """Kafka closes at the bad request and runs nothing after it: the Metadata before
+    it is answered, the produces behind it (acks=1 and acks=0) are never appended."""
+    topic = unique_topic("behind")
+    with WireClient(failing_broker.port) as c:
+        create_topic(c, topic)
+        data, ids = _frames(topic, "metadata", failing, "produce", "produce-acks0", "produce")
+        c.send_raw(data)
+        first = c.recv_frame()
+        assert struct.unpack_from(">i", first) == (ids[0],)
+        assert_closed(c)
+    with WireClient(failing_broker.port) as c:
+        assert c.log_end_offset(topic) == 0
+        assert partition_errors(c.produce(topic, [(0, build_batch([b"later"]))])) == {0: 0}
+        assert c.log_end_offset(topic) == 1
+
+
+def test_pipelined_requests_are_all_answered_in_order(failing_broker: BrokerProcess) -> None:
+    topic = unique_topic("order")
+    with WireClient(failing_broker.port) as c:
+        create_topic(c, topic)
+        data, ids = _frames(topic, "list-groups", "produce", "metadata", "produce-acks0", "produce")
+        c.send_raw(data)
+        answered = [struct.unpack_from(">i", c.recv_frame())[0] for _ in range(4)]
+        assert answered == [ids[0], ids[1], ids[2], ids[4]]
+        assert c.log_end_offset(topic) == 3
