@@ -423,7 +423,7 @@ class GroupCoordinatorMachine:
         member = group.members.get(member_id)
         if member is not None and group.is_in(_S.STABLE, _S.PREPARING_REBALANCE):
             self._rebalancer.heartbeat_after(member, now_ms)
-        expire = -1 if retention_ms == -1 else now_ms + retention_ms
+        expire = -1 if retention_ms == -1 else min(now_ms + retention_ms, 2**63 - 1)
         return self._commit_records(group_id, offsets, now_ms, expire)
 
     def txn_offset_commit(
