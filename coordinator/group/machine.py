@@ -443,7 +443,7 @@ class GroupCoordinatorMachine:
         ``producer_epoch`` (the log fences a stale epoch) and replayed with ``producer_id``: they
         stay pending until ``complete_transaction``. KIP-447: a member of an older generation is
         fenced with ILLEGAL_GENERATION."""
-        if not transactional_id:
+        if not transactional_id or producer_id < 0:  # below 0 is "no producer id"
             return Result(dict.fromkeys(offsets, ErrorCode.INVALID_REQUEST))
         error = self._commit_error(group_id, generation, member_id, instance_id, True, 0)
         if error is not None:

@@ -777,3 +777,19 @@ def test_pipelined_requests_are_all_answered_in_order(failing_broker: BrokerProc
         answered = [struct.unpack_from(">i", c.recv_frame())[0] for _ in range(4)]
         assert answered == [ids[0], ids[1], ids[2], ids[4]]
         assert c.log_end_offset(topic) == 3
+
+
+@pytest.mark.parametrize("pid", [-1, -2, INT64_MIN])
+def test_txn_offset_commit_without_a_producer(scene: Scene, pid: int) -> None:
+    """A transactional offset commit needs a producer id: INVALID_REQUEST, nothing stored."""
+    cls = REQUESTS[28]
+    topic = cls.TxnOffsetCommitRequestTopic
+    part = topic.TxnOffsetCommitRequestPartition(
+        partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata=""
+    )
+    msg = cls(transactional_id="t-none", group_id=unique_topic("g"), producer_id=pid, producer_epoch=0,
+              generation_id=-1, member_id="", group_instance_id=None,
+              topics=[topic(name=scene.topic, partitions=[part])])
+    with scene.bad() as c:
+        resp = c.call(msg, 3)
+    assert [p.error_code for t in resp.topics for p in t.partitions] == [ErrorCode.INVALID_REQUEST]
