@@ -86,3 +86,22 @@ def test_impossible_snapshot_is_deleted_and_rebuilt(tmp_path: Path, entries: lis
     write_snapshot(path, entries)  # CRC-valid, content impossible
     reopened = open_log(tmp_path)
     assert [p.producer_id for p in reopened.active_producers()] == [7]
+
+
+def test_failure_after_the_write_is_undone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error between the segment write and the producer-state update (an I/O error
+    in the transaction index, say) takes the batch back out: log, LEO and state agree."""
+    log = open_log(tmp_path)
+    assert log.append_as_leader(make_batch([b"a"], producer_id=3, producer_epoch=0, base_sequence=0), 0, NOW)
+    size, end = log.size_in_bytes, log.log_end_offset
+
+    def broken(*_args: object) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(log.producer_state, "update", broken)
+    with pytest.raises(OSError):
+        log.append_as_leader(make_batch([b"b"], producer_id=3, producer_epoch=0, base_sequence=1), 0, NOW)
+    assert (log.size_in_bytes, log.log_end_offset) == (size, end)
+    monkeypatch.undo()
+    again = log.append_as_leader(make_batch([b"b"], producer_id=3, producer_epoch=0, base_sequence=1), 0, NOW)
+    assert (again.error, again.base_offset) == (ErrorCode.NONE, end)
