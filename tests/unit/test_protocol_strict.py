@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 with warnings.catch_warnings():  # kafka-python schema loading warns at import time
     warnings.simplefilter("ignore", DeprecationWarning)
+    from protocol.headers import decode_request_header, header_is_flexible, peek_header
     from protocol.messages import REQUESTS, RequestDecodeError, decode_request, schema_versions
     from tests.unit.test_protocol_codecs import message_strategy
 
@@ -39,6 +41,19 @@ def test_valid_messages_decode(api_key: int, version: int, data: st.DataObject) 
     msg = data.draw(message_strategy(REQUESTS[api_key], version))
     wire = bytes(msg.encode(version=version))
     assert _decode(api_key, version, wire) == REQUESTS[api_key].decode(wire, version=version)
+
+
+GOLDEN = sorted((Path(__file__).resolve().parents[1] / "integration" / "golden").glob("*/*.bin"))
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_real_client_frames_pass(path: Path) -> None:
+    """Frames captured from librdkafka, the Java client and aiokafka are well-formed."""
+    payload = path.read_bytes()
+    api_key, version, _ = peek_header(payload)
+    header = decode_request_header(payload, header_is_flexible(api_key, version))
+    body = payload[header.size :]
+    assert _decode(api_key, version, body) == REQUESTS[api_key].decode(body, version=version)
 
 
 def _create_topics_v4(configs_count: bytes) -> bytes:
