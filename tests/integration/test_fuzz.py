@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from protocol.messages import REQUESTS, RESPONSES, RequestDecodeError, decode_request
-from tests.integration.harness import BrokerProcess, started_broker
+from tests.integration.harness import BrokerProcess, started_broker, wait_until
 from tests.integration.wire import (
     PeerClosed,
     WireClient,
@@ -68,8 +68,9 @@ BROKER_RESOURCES = {4, 8}  # broker and broker-logger configs could end the cana
 
 
 class Gen:
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, producer_ids: list[int]) -> None:
         self.rng = rng
+        self.producer_ids = producer_ids  # real ones, so transactional paths are reached
 
     def chance(self, p: float) -> bool:
         return self.rng.random() < p
@@ -122,6 +123,8 @@ class Gen:
 
     def integer(self, name: str, bits: int, unsigned: bool) -> int:
         low, high = (0, 2**bits - 1) if unsigned else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if name == "producer_id" and self.chance(0.6):
+            return self.rng.choice(self.producer_ids)
         if "partition" in name or "index" in name or name in ("count", "replication_factor"):
             pool = [0, 1, 2, -1, 3, 99, low, high] if "count" not in name else [1, 2, 3, 0, -1, 16]
             return max(low, min(high, self.rng.choice(pool)))
@@ -296,15 +299,24 @@ def acknowledge_canary(c: WireClient) -> None:
         assert partition_errors(resp) == {i % 2: 0}, resp
 
 
+def init_producer_id(c: WireClient, transactional_id: str | None) -> int:
+    """A real producer id (after FindCoordinator, which creates __transaction_state)."""
+    if transactional_id is not None:
+        c.call(REQUESTS[10](key=transactional_id, key_type=1), 1)
+    msg = REQUESTS[22](transactional_id=transactional_id, transaction_timeout_ms=60000)
+    resp = wait_until(lambda: (r := c.call(msg, 1)).error_code == 0 and r, msg="InitProducerId")
+    return int(resp.producer_id)
+
+
 def test_fuzz_every_served_api(fuzz_broker: BrokerProcess) -> None:
     rng = random.Random(SEED)
-    gen = Gen(rng)
     golden = [p.read_bytes() for p in sorted(GOLDEN.glob("*/*.bin"))]
     with WireClient(fuzz_broker.port) as c:
         acknowledge_canary(c)
         create_topic(c, "fz-a", partitions=2)
         create_topic(c, "fz-b")
         apis = served(c)
+        gen = Gen(rng, [init_producer_id(c, tid) for tid in (None, "fz-t", "fz-t2")])
     canary = canary_bytes(fuzz_broker)
     sizes = log_sizes(fuzz_broker.data_dir)
     log_pos = len(fuzz_broker.log_text())
