@@ -19,7 +19,7 @@ and a closed connection (a rejected request) stored no byte in any log. A
 canary topic's data, acknowledged before the fuzzing and never named by it,
 stays byte for byte what it was, also after a kill -9 and restart at the end.
 
-GREGOR_FUZZ_FRAMES sets the number of frames (default 2,000: about 20 s on an idle
+GREGOR_FUZZ_FRAMES sets the number of frames (default 3,000: about 15 s on an idle
 machine; set it higher for a longer run).
 """
 
@@ -51,7 +51,7 @@ from tests.integration.wire import (
 )
 
 SEED = int(os.environ.get("GREGOR_FUZZ_SEED", "20261122"))
-FRAMES = int(os.environ.get("GREGOR_FUZZ_FRAMES", "2000"))
+FRAMES = int(os.environ.get("GREGOR_FUZZ_FRAMES", "3000"))
 GOLDEN = Path(__file__).parent / "golden"
 CANARY = "zz-canary-b4f1"  # never produced by the fuzzer (frames naming it are skipped)
 TOPICS = ["fz-a", "fz-b", "fz-new", "", "a/b", "t" * 250]
