@@ -23,6 +23,7 @@ from broker.context import RequestContext
 from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.handlers.registry import ApiHandler
+from protocol.errors import ErrorCode
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
 from protocol.headers import (
     API_VERSIONS_KEY,
@@ -46,6 +47,11 @@ class CloseConnection(Exception):
     """The peer sent something we cannot answer; the reason is logged."""
 
 
+class Acks0Failed(Exception):
+    """An acks=0 produce had an error: closing the connection is the only way to tell
+    the producer (Kafka's rule), so it refreshes its metadata."""
+
+
 class Connection:
     def __init__(
         self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -63,6 +69,14 @@ class Connection:
         self.failed: str | None = None
 
     async def run(self) -> None:
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            # Broker shutdown. Ending normally: asyncio's start_server callback (3.11)
+            # logs a cancelled connection task as an error with a traceback.
+            self.writer.close()
+
+    async def _serve(self) -> None:
         sender = asyncio.create_task(self._send_loop())
         try:
             await self._read_loop()
@@ -145,6 +159,9 @@ class Connection:
             self.failed = f"{handler.request.__name__} v{header.api_version} failed"
             raise
         if body is None:
+            if (errors := _produce_errors(response)):
+                self.failed = f"acks=0 produce failed ({errors})"
+                raise Acks0Failed(self.failed)
             return []
         head = encode_response_header(header.api_key, header.api_version, header.correlation_id)
         return frame_parts(head, body)
@@ -164,6 +181,11 @@ class Connection:
                 continue
             try:
                 parts = await task
+            except Acks0Failed as exc:
+                log.info("closing connection from %s: %s", self.peer, exc)
+                closing = True
+                self.writer.close()
+                continue
             except Exception:
                 log.exception("%s on connection %s; closing it, running nothing behind it",
                               self.failed, self.peer)
@@ -177,6 +199,16 @@ class Connection:
                 await self.writer.drain()
             except ConnectionError:
                 closing = True
+
+
+def _produce_errors(response: Any) -> str:
+    """The partition errors of a Produce response, e.g. "t-0 CORRUPT_MESSAGE"; "" if none."""
+    return ", ".join(
+        f"{t.name}-{p.index} {ErrorCode(p.error_code).name}"
+        for t in response.responses
+        for p in t.partition_responses
+        if p.error_code != ErrorCode.NONE
+    )
 
 
 def _discard(task: asyncio.Task[list[Any]]) -> None:

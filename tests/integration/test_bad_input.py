@@ -793,3 +793,15 @@ def test_txn_offset_commit_without_a_producer(scene: Scene, pid: int) -> None:
     with scene.bad() as c:
         resp = c.call(msg, 3)
     assert [p.error_code for t in resp.topics for p in t.partitions] == [ErrorCode.INVALID_REQUEST]
+
+
+def test_acks0_produce_error_closes_the_connection(scene: Scene) -> None:
+    """Kafka closes the connection when an acks=0 produce fails: the producer has no
+    other way to learn of it. Nothing pipelined behind it runs."""
+    bad = flip(build_batch([b"acks0"]), HEADER_SIZE + 2)
+    produce = request_header(0, 7, 1) + encode_body(produce_request(scene.topic, [(0, bad)], acks=0), 7)
+    good = request_header(0, 7, 2) + encode_body(produce_request(scene.topic, [(1, build_batch([b"g"]))]), 7)
+    with scene.bad() as c:
+        c.send_raw(frame(produce) + frame(good))
+        assert_closed(c)
+    assert "acks=0 produce failed" in scene.broker.log_text()
