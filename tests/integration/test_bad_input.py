@@ -33,6 +33,7 @@ from protocol.messages import REQUESTS
 from protocol.record_batch import ControlType, build_control_batch
 from tests.integration.harness import (
     BrokerProcess,
+    iter_batches,
     started_broker,
     unique_topic,
 )
@@ -805,3 +806,45 @@ def test_acks0_produce_error_closes_the_connection(scene: Scene) -> None:
         c.send_raw(frame(produce) + frame(good))
         assert_closed(c)
     assert "acks=0 produce failed" in scene.broker.log_text()
+
+
+def _unreadable_internal_batches() -> list[bytes]:
+    """CRC-valid batches no coordinator can read: keys and values cut short, a record
+    count above the records present, a control batch of an unknown marker type."""
+    two = build_batch([b"v1", b"v2"], keys=[b"\x00\x01", b"\x00\x01"])
+    control = build_batch([b"\x00\x00\x00\x00\x00\x00"], keys=[b"\x00\x00\x00\x07"])
+    return [
+        build_batch([b"garbage-value"], keys=[b"\x00\x01garbage"]),
+        build_batch([None], keys=[b"\x00"]),
+        build_batch([b"\x00\x01" + b"\x00" * 4], keys=[b"\x00\x00\x00\x01t"]),
+        build_batch([b"\x00\x09"], keys=[b"\x00\x02\x00\x01g"]),
+        fix_crc(patch(two, RECORDS_COUNT_POS, struct.pack(">i", 3))),
+        fix_crc(patch(control, 21, b"\x00\x30")),  # transactional + control
+    ]
+
+
+def test_broker_starts_over_unreadable_internal_records(broker_factory: Any) -> None:
+    """The coordinators skip (with one line each) what they cannot read at load; they
+    never keep the broker from starting."""
+    b = broker_factory()
+    with WireClient(b.port) as c:
+        for key, key_type in (("g", 0), ("t", 1)):
+            c.call(REQUESTS[10](key=key, key_type=key_type), 1)
+    b.kill9()
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        for part_dir in sorted(b.data_dir.glob(f"{topic}-*")):
+            seg = sorted(part_dir.glob("*.log"))[-1]
+            end = max((base + delta + 1 for _p, base, delta in iter_batches(seg)), default=0)
+            out = b""
+            for batch in _unreadable_internal_batches():
+                out += struct.pack(">q", end) + batch[8:]
+                end += struct.unpack_from(">i", batch, 23)[0] + 1
+            with open(seg, "ab") as f:
+                f.write(out)
+    b.start()
+    with WireClient(b.port) as c:
+        for key, key_type in (("g", 0), ("t", 1)):
+            assert c.call(REQUESTS[10](key=key, key_type=key_type), 1).error_code == 0
+    text = b.log_text()
+    assert "skipping unreadable batch" in text and "skipping unreadable record" in text
+    assert "Traceback" not in text
