@@ -3,6 +3,14 @@
 Requests may be pipelined: each is handled in its own task, and a writer task
 sends the responses in request order. Unreadable frames close the connection
 with a log line; a request that decodes but is wrong gets its protocol error.
+
+A request whose handler fails closes the connection after the answers owed
+before it, and nothing queued behind it runs (Kafka reads the next request
+only after answering the previous one). Tasks start in request order and a
+handler runs synchronously until its first wait, so a request that fails
+before waiting on anything has run alone: every request behind it sees the
+failure and does nothing; one that fails after waiting stops those not yet
+started.
 """
 
 from __future__ import annotations
@@ -14,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from broker import request_log
 from broker.context import RequestContext
+from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.handlers.registry import ApiHandler
+from protocol.errors import ErrorCode
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
 from protocol.headers import (
     API_VERSIONS_KEY,
@@ -39,6 +49,11 @@ class CloseConnection(Exception):
     """The peer sent something we cannot answer; the reason is logged."""
 
 
+class Acks0Failed(Exception):
+    """An acks=0 produce had an error: closing the connection is the only way to tell
+    the producer (Kafka's rule), so it refreshes its metadata."""
+
+
 class Connection:
     def __init__(
         self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -54,8 +69,18 @@ class Connection:
         )
         self.debug = request_log.enabled()  # once: nothing per request when DEBUG is off
         self.requests = 0
+        # Set by the first request whose handler fails: nothing behind it runs.
+        self.failed: str | None = None
 
     async def run(self) -> None:
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            # Broker shutdown. Ending normally: asyncio's start_server callback (3.11)
+            # logs a cancelled connection task as an error with a traceback.
+            self.writer.close()
+
+    async def _serve(self) -> None:
         sender = asyncio.create_task(self._send_loop())
         try:
             await self._read_loop()
@@ -80,18 +105,18 @@ class Connection:
 
     async def _read_loop(self) -> None:
         max_size = self.broker.config["socket.request.max.bytes"]
-        while True:
+        while self.failed is None:
             prefix = await self.reader.readexactly(SIZE_PREFIX)
             try:
                 size = frame_size(prefix, max_size)
             except FrameSizeError as exc:
                 raise CloseConnection(str(exc)) from None
             payload = await self.reader.readexactly(size)
-            task = self._dispatch(payload)
-            if task is not None:
-                await self.responses.put(task)
+            if self.failed is not None:
+                return
+            await self.responses.put(self._dispatch(payload))
 
-    def _dispatch(self, payload: bytes) -> asyncio.Task[list[Any]] | None:
+    def _dispatch(self, payload: bytes) -> asyncio.Task[list[Any]]:
         header, handler = self._parse_header(payload)
         if handler is None:
             return asyncio.create_task(self._unsupported_api_versions(header))
@@ -104,13 +129,8 @@ class Connection:
                 f"(client {header.client_id!r}): {exc}; frame starts {bytes(payload[:48]).hex()}"
             ) from None
         ctx = RequestContext(self.broker, header, self.host)
-        if handler.api_key == 0 and request.acks == 0:
-            if self.debug:
-                self._log_request(header, handler, time.monotonic(), None)
-            fire: asyncio.Task[Any] = asyncio.create_task(handler.handle(ctx, request))
-            fire.add_done_callback(_log_failure)
-            return None
-        return asyncio.create_task(self._respond(ctx, handler, request))
+        answer = not (handler.api_key == 0 and request.acks == 0)  # acks=0: no response
+        return asyncio.create_task(self._respond(ctx, handler, request, answer))
 
     def _parse_header(self, payload: bytes) -> tuple[RequestHeader, ApiHandler | None]:
         try:
@@ -128,13 +148,28 @@ class Connection:
         except HeaderDecodeError as exc:
             raise CloseConnection(f"bad request header: {exc}") from None
 
-    async def _respond(self, ctx: RequestContext, handler: ApiHandler, request: Any) -> list[Any]:
+    async def _respond(
+        self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool
+    ) -> list[Any]:
+        """The framed response, [] when none is sent; raises when the handler fails."""
+        if self.failed is not None:
+            return []  # an earlier request failed: the connection closes before this one
         header = ctx.header
         started = time.monotonic() if self.debug else 0.0
-        response = await handler.handle(ctx, request)
+        try:
+            fail_point(f"request-{header.api_key}")
+            response = await handler.handle(ctx, request)
+            body = response.encode(version=header.api_version) if answer else None
+        except Exception:
+            self.failed = f"{handler.request.__name__} v{header.api_version} failed"
+            raise
         if self.debug:
-            self._log_request(header, handler, started, response)
-        body = response.encode(version=header.api_version)
+            self._log_request(header, handler, started, response if answer else None)
+        if body is None:
+            if (errors := _produce_errors(response)):
+                self.failed = f"acks=0 produce failed ({errors})"
+                raise Acks0Failed(self.failed)
+            return []
         head = encode_response_header(header.api_key, header.api_version, header.correlation_id)
         return frame_parts(head, body)
 
@@ -148,20 +183,48 @@ class Connection:
         return frame_parts(head, body)
 
     async def _send_loop(self) -> None:
-        while True:
-            task = await self.responses.get()
-            if task is None:
-                return
+        """Write answers in request order until the None that ends the connection.
+        After a failure, the tasks still queued are cancelled, never awaited."""
+        closing = False
+        while (task := await self.responses.get()) is not None:
+            if closing:
+                _discard(task)
+                continue
             try:
                 parts = await task
-            except Exception:
-                log.exception("handler failed on connection %s; closing it", self.peer)
+            except Acks0Failed as exc:
+                log.info("closing connection from %s: %s", self.peer, exc)
+                closing = True
                 self.writer.close()
-                return
-            self.writer.writelines(parts)
-            await self.writer.drain()
+                continue
+            except Exception:
+                log.exception("%s on connection %s; closing it, running nothing behind it",
+                              self.failed, self.peer)
+                closing = True
+                self.writer.close()
+                continue
+            if not parts:
+                continue
+            try:
+                self.writer.writelines(parts)
+                await self.writer.drain()
+            except ConnectionError:
+                closing = True
 
 
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("acks=0 produce failed", exc_info=task.exception())
+def _produce_errors(response: Any) -> str:
+    """The partition errors of a Produce response, e.g. "t-0 CORRUPT_MESSAGE"; "" if none."""
+    return ", ".join(
+        f"{t.name}-{p.index} {ErrorCode(p.error_code).name}"
+        for t in response.responses
+        for p in t.partition_responses
+        if p.error_code != ErrorCode.NONE
+    )
+
+
+def _discard(task: asyncio.Task[list[Any]]) -> None:
+    if task.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: a second failure behind the first is not logged
+    else:
+        task.cancel()

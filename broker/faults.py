@@ -5,6 +5,9 @@ Tests set GREGOR_CRASH_POINTS (comma-separated names, each optionally
 then SIGKILLs itself when it reaches that point, exactly like `kill -9` from
 outside but at a deterministic place. Unset (always, outside tests), a crash
 point is a dictionary lookup.
+
+GREGOR_FAIL_POINTS works the same way for fail points: reaching one raises
+InjectedFault (a stand-in for a handler bug) instead of killing the process.
 """
 
 from __future__ import annotations
@@ -37,3 +40,18 @@ def crash_point(name: str) -> None:
         for handler in logging.getLogger().handlers:
             handler.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class InjectedFault(RuntimeError):
+    """Raised at a fail point named in GREGOR_FAIL_POINTS (tests only)."""
+
+
+_FAILS = _parse(os.environ.get("GREGOR_FAIL_POINTS", ""))
+
+
+def fail_point(name: str) -> None:
+    if name not in _FAILS:
+        return
+    _HITS[name] = _HITS.get(name, 0) + 1
+    if _HITS[name] >= _FAILS[name]:
+        raise InjectedFault(f"fail point {name} reached")

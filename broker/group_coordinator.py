@@ -93,17 +93,22 @@ class GroupCoordinator:
                 continue
             self.machine.begin_load(index, part.leader_epoch)
             for record in read_records(part):
-                if record.control is not None:
-                    self.machine.complete_transaction(
-                        index, record.producer_id, record.control == ControlType.COMMIT
-                    )
-                elif record.key is not None:
-                    pid = record.producer_id if record.transactional else -1
-                    self.machine.replay(record.key, record.value, offset=record.offset, producer_id=pid)
+                try:
+                    self._replay_loaded(index, record)
+                except ValueError as exc:  # start-up never fails on what the log holds
+                    log.warning("%s-%d: skipping unreadable record at offset %d: %s",
+                                OFFSETS_TOPIC, index, record.offset, exc)
             self.machine.finish_load(index, now)
         self._loaded = True
         log.info("loaded %d groups from %s", len(self.machine.groups), OFFSETS_TOPIC)
         self._arm_timer()
+
+    def _replay_loaded(self, index: int, record: Any) -> None:
+        if record.control is not None:
+            self.machine.complete_transaction(index, record.producer_id, record.control == ControlType.COMMIT)
+        elif record.key is not None:
+            pid = record.producer_id if record.transactional else -1
+            self.machine.replay(record.key, record.value, offset=record.offset, producer_id=pid)
 
     async def stop(self) -> None:
         if self._timer is not None:

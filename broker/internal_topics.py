@@ -6,14 +6,18 @@ with kafka-python's record codecs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from broker.replica_manager import Partition
 from protocol.record_batch import ControlType
+
+log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
 NO_PRODUCER_ID = -1
@@ -47,19 +51,31 @@ def record_batch(
 
 def read_records(part: Partition, start: int = 0) -> Iterator[InternalRecord]:
     """Every record (and marker) from `start` to the high watermark."""
-    log = part.log
-    offset = max(start, log.log_start_offset)
-    while offset < log.high_watermark:
-        info = log.read(offset, READ_CHUNK, log.high_watermark, True)
+    plog = part.log
+    offset = max(start, plog.log_start_offset)
+    while offset < plog.high_watermark:
+        info = plog.read(offset, READ_CHUNK, plog.high_watermark, True)
         if not info.records:
             return
         records = MemoryRecords(info.records)
         while (batch := records.next_batch()) is not None:
             offset = batch.next_offset
-            pid, txn = batch.producer_id, batch.is_transactional
-            for record in batch:
-                if batch.is_control_batch:
-                    control = ControlType(int.from_bytes((record.key or b"\0\0\0\0")[2:4], "big"))
-                    yield InternalRecord(record.offset, None, None, pid, txn, control)
-                else:
-                    yield InternalRecord(record.offset, record.key, record.value, pid, txn)
+            try:
+                decoded = _decode_batch(batch)
+            except Exception as exc:  # start-up never fails on what the log holds
+                log.warning("%s-%d: skipping unreadable batch at offset %d: %s",
+                            part.topic, part.index, batch.base_offset, exc)
+                continue
+            yield from decoded
+
+
+def _decode_batch(batch: Any) -> list[InternalRecord]:
+    pid, txn = batch.producer_id, batch.is_transactional
+    out = []
+    for record in batch:
+        if batch.is_control_batch:
+            control = ControlType(int.from_bytes((record.key or b"\0\0\0\0")[2:4], "big"))
+            out.append(InternalRecord(record.offset, None, None, pid, txn, control))
+        else:
+            out.append(InternalRecord(record.offset, record.key, record.value, pid, txn))
+    return out

@@ -92,8 +92,13 @@ class TransactionCoordinator:
                 continue
             self.machine.begin_load(index, part.leader_epoch)
             for record in read_records(part):
-                if record.key is not None:
+                if record.key is None:
+                    continue
+                try:
                     self.machine.replay(record.key, record.value)
+                except ValueError as exc:  # start-up never fails on what the log holds
+                    log.warning("%s-%d: skipping unreadable record at offset %d: %s",
+                                TRANSACTION_STATE_TOPIC, index, record.offset, exc)
             pending.extend(self.machine.finish_load(index))
         self._loaded = True
         log.info("loaded %d transactional ids from %s; %d transactions to complete",

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from functools import cache
 from typing import Any
 
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
+
+from protocol.strict_schema import Checker, SchemaError, check_body, compile_checker, plan_for
 
 _SKIP = {"kafka.protocol.old", "kafka.protocol.generate_stubs"}
 
@@ -59,23 +62,36 @@ class RequestDecodeError(ValueError):
     """The request body does not parse as its schema says, or leaves bytes over."""
 
 
-def decode_request(api_key: int, version: int, body: memoryview) -> Any:
-    """Decode a request body; a field that runs past the end is an error.
+@cache
+def _request_checker(api_key: int, version: int) -> Checker:
+    cls = REQUESTS[api_key]
+    flexible = bool(cls.flexible_version_q(version))
+    return compile_checker(plan_for(cls._struct, version, flexible), flexible)
 
-    kafka-python's codec raises assorted exceptions on malformed input and
-    quietly cuts short a bytes field whose length points past the end of the
-    body; both become RequestDecodeError here. Trailing bytes after the last
-    field are ignored, as Kafka does (librdkafka sends some with Metadata v13).
+
+def decode_request(api_key: int, version: int, body: memoryview) -> Any:
+    """Decode a request body as strictly as Kafka parses it, or RequestDecodeError.
+
+    The body is first walked by its schema (``protocol.strict_schema``): nulls in
+    non-nullable fields, negative lengths other than -1, and lengths or counts
+    larger than the bytes left are refused before anything is allocated. Only a
+    body that passes is decoded by kafka-python's codec, so a handler never sees
+    None where the schema forbids it. Trailing bytes after the last field are
+    ignored, as Kafka does (librdkafka sends some with Metadata v13).
     """
     cls = REQUESTS[api_key]
     flexible = bool(cls.flexible_version_q(version))
+    try:
+        end = check_body(_request_checker(api_key, version), body)
+    except SchemaError as exc:
+        raise RequestDecodeError(str(exc)) from None
     decode = cls._struct.compiled_decode_from(
         version, compact=flexible, tagged=flexible, data_class=cls
     )
     try:
-        message, end = decode(body, 0)
-    except Exception as exc:  # struct.error, IndexError, ValueError, OverflowError, ...
+        message, decoded_end = decode(body, 0)
+    except Exception as exc:  # e.g. UnicodeDecodeError: kafka-python reads strings strictly
         raise RequestDecodeError(f"{type(exc).__name__}: {exc}") from None
-    if end > len(body):
-        raise RequestDecodeError(f"body has {len(body)} bytes but its fields need {end}")
+    if decoded_end != end:
+        raise RequestDecodeError(f"fields end at {decoded_end}, schema walk says {end}")
     return message

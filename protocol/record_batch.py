@@ -152,7 +152,8 @@ class BatchHeader:
 
     @property
     def has_producer_id(self) -> bool:
-        return self.producer_id != NO_PRODUCER_ID
+        """Kafka's rule: any id below 0 (not only -1) means "no producer id"."""
+        return self.producer_id > NO_PRODUCER_ID
 
     @property
     def last_sequence(self) -> int:

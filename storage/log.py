@@ -236,7 +236,7 @@ class Log:
                 marker = None
                 if header.is_control:
                     marker = _marker(seg.read_at(pos, header.size_in_bytes), header)
-                prepared = scratch.prepare_replicated(header, marker)
+                prepared = scratch.prepare_replayed(header, marker)
                 if prepared is None:
                     continue
                 entry, completed = prepared
@@ -459,6 +459,9 @@ class Log:
         Refused with INVALID_PRODUCER_EPOCH for an epoch below the producer's, and with
         TRANSACTION_COORDINATOR_FENCED for a coordinator epoch below the one recorded.
         A marker for a producer without an open transaction is still written."""
+        if producer_id < 0 or producer_epoch < 0:  # -1 is "none": a marker must name one
+            message = f"invalid producer id {producer_id} or epoch {producer_epoch} in a marker"
+            return MarkerResult(ErrorCode.INVALID_REQUEST, -1, message)
         current = self.producer_state.entry_for(producer_id)
         origin = AppendOrigin.COORDINATOR
         problem = validate_end_txn_marker(current, producer_epoch, coordinator_epoch, origin)
@@ -543,13 +546,23 @@ class Log:
             prepared = self.producer_state.prepare_replicated(header, _marker(batch, header))
             if prepared is not None:
                 producer_entry, completed = prepared
+        if producer_entry is not None:  # refuse before the first byte is written
+            problem = self.producer_state.check_update(producer_entry, completed)
+            if problem is not None:
+                raise ValueError(f"{self.directory.name}: append refused: {problem}")
         segment = self._maybe_roll(header, now_ms)
-        segment.append(header, batch)
-        if producer_entry is not None:
-            if completed is not None and completed.is_aborted:
-                lso = self.producer_state.last_stable_offset_after(completed)
-                segment.txn_index.append(_aborted(completed, lso))
-            self.producer_state.update(producer_entry, completed)
+        size_before = segment.size
+        try:
+            segment.append(header, batch)
+            if producer_entry is not None:
+                if completed is not None and completed.is_aborted:
+                    lso = self.producer_state.last_stable_offset_after(completed)
+                    segment.txn_index.append(_aborted(completed, lso))
+                self.producer_state.update(producer_entry, completed)
+        except BaseException:
+            if segment.size > size_before:  # never a half-applied append
+                segment.truncate_to(header.base_offset)
+            raise
         self.producer_state.map_end_offset = header.next_offset
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms=now_ms)

@@ -382,25 +382,37 @@ class ProducerStateManager:
 
     # -- changes ------------------------------------------------------------
 
-    def update(self, entry: ProducerStateEntry, completed: CompletedTxn | None = None) -> None:
-        """Commit an entry built by validate_data_batch / with_end_txn_marker. A data
-        entry with a new transaction opens it; a marker entry passes the transaction
-        it ``completed`` (the caller writes the transaction index first)."""
+    def check_update(self, entry: ProducerStateEntry, completed: CompletedTxn | None = None) -> str | None:
+        """Why ``update(entry, completed)`` would break the map's invariants, or None.
+        Appends call it before writing a byte, so a refused update never follows a write."""
         pid = entry.producer_id
         if pid < 0:
-            raise ValueError(f"invalid producer id {pid}")
+            return f"invalid producer id {pid}"
         before = self._producers.get(pid)
         open_before = before.current_txn_first_offset if before is not None else NO_TXN
         open_after = entry.current_txn_first_offset
         if completed is not None:
             if completed.producer_id != pid or completed.first_offset != open_before or open_after >= 0:
-                raise ValueError(f"{completed} does not end the transaction of {before}")
+                return f"{completed} does not end the transaction of {before}"
         elif open_before >= 0 and open_after != open_before:
-            raise ValueError(f"producer {pid}: transaction at {open_before} ended without a marker")
+            return f"producer {pid}: transaction at {open_before} ended without a marker"
         if open_after >= 0 and open_after != open_before:
             last = next(reversed(self._ongoing), None)
             if last is not None and open_after <= last:
-                raise ValueError(f"transaction start {open_after} not after open transaction {last}")
+                return f"transaction start {open_after} not after open transaction {last}"
+        return None
+
+    def update(self, entry: ProducerStateEntry, completed: CompletedTxn | None = None) -> None:
+        """Commit an entry built by validate_data_batch / with_end_txn_marker. A data
+        entry with a new transaction opens it; a marker entry passes the transaction
+        it ``completed`` (the caller writes the transaction index first)."""
+        problem = self.check_update(entry, completed)
+        if problem is not None:
+            raise ValueError(problem)
+        pid = entry.producer_id
+        before = self._producers.get(pid)
+        open_before = before.current_txn_first_offset if before is not None else NO_TXN
+        open_after = entry.current_txn_first_offset
         self._producers[pid] = entry
         if completed is not None:
             del self._ongoing[completed.first_offset]
@@ -437,12 +449,36 @@ class ProducerStateManager:
         self, header: BatchHeader, marker: ControlRecord | None = None
     ) -> CompletedTxn | None:
         """Replay a batch already in the log (no validation, no transaction index)."""
-        prepared = self.prepare_replicated(header, marker)
+        prepared = self.prepare_replayed(header, marker)
         if prepared is None:
             return None
         entry, completed = prepared
         self.update(entry, completed)
         return completed
+
+    def prepare_replayed(
+        self, header: BatchHeader, marker: ControlRecord | None
+    ) -> tuple[ProducerStateEntry, CompletedTxn | None] | None:
+        """prepare_replicated for recovery: whatever a stored batch holds, the result is
+        an update the map accepts, or None (the batch leaves producer state alone, with
+        one log line saying why). Start-up never fails on the content of the log."""
+        if not header.has_producer_id:
+            return None
+        try:
+            prepared = self.prepare_replicated(header, marker)
+        except ValueError as exc:  # e.g. a marker before its transaction's first offset
+            problem: str | None = str(exc)
+        else:
+            if prepared is None:
+                return None
+            problem = self.check_update(*prepared)
+            if problem is None:
+                return prepared
+        log.warning(
+            "%s: batch at offset %d leaves producer state unchanged: %s",
+            self.directory.name, header.base_offset, problem,
+        )
+        return None
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``expiration_ms`` without an open transaction."""
@@ -514,14 +550,14 @@ class ProducerStateManager:
         while self._snapshots:
             offset = max(self._snapshots)
             try:
-                entries = read_snapshot(self._snapshots[offset])
+                self._load_entries(read_snapshot(self._snapshots[offset]), now_ms, expiration_ms)
             except (CorruptSnapshotError, OSError) as exc:
                 log.warning(
                     "%s: deleting unreadable producer snapshot %d: %s", self.directory.name, offset, exc
                 )
+                self._clear()
                 self.delete_snapshot(offset)
                 continue
-            self._load_entries(entries, now_ms, expiration_ms)
             self.map_end_offset = self._last_snap_offset = offset
             return offset
         self.map_end_offset = self._last_snap_offset = log_start_offset
@@ -532,12 +568,12 @@ class ProducerStateManager:
         without deleting any file; its offset, or None. For a scratch copy of the state,
         e.g. to rebuild transaction indexes during recovery (Kafka's recoverSegment)."""
         for snap in sorted((o for o in self._snapshots if o <= offset), reverse=True):
-            try:
-                entries = read_snapshot(self._snapshots[snap])
-            except (CorruptSnapshotError, OSError):
-                continue
             self._clear()
-            self._load_entries(entries, None, 0)
+            try:
+                self._load_entries(read_snapshot(self._snapshots[snap]), None, 0)
+            except (CorruptSnapshotError, OSError):
+                self._clear()
+                continue
             self.map_end_offset = snap
             return snap
         return None
@@ -545,7 +581,12 @@ class ProducerStateManager:
     def _load_entries(self, entries: list[SnapshotEntry], now_ms: int | None, expiration_ms: int) -> None:
         loaded = [ProducerStateEntry.from_snapshot(e) for e in entries]
         loaded = [e for e in loaded if now_ms is None or not _is_expired(e, now_ms, expiration_ms)]
+        if len({e.producer_id for e in loaded}) != len(loaded):
+            raise CorruptSnapshotError("a producer id appears twice")
         for entry in sorted(loaded, key=lambda e: e.current_txn_first_offset):
+            problem = self.check_update(entry)
+            if problem is not None:  # CRC-valid but impossible: rebuild from the log
+                raise CorruptSnapshotError(problem)
             self.update(entry)
 
     def _clear(self) -> None:

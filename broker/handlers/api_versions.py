@@ -3,6 +3,7 @@ supported and finalized features as Kafka 4.x reports them."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,20 @@ def _finalized_features(broker: Broker) -> list[Any]:
     return [R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=level, min_version_level=level)]
 
 
+# Kafka's ApiVersionsRequest.isValid (v3+): otherwise INVALID_REQUEST, no api keys.
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def _valid(ctx: RequestContext, request: Any) -> bool:
+    if ctx.version < 3:
+        return True
+    name, version = request.client_software_name, request.client_software_version
+    return all(SOFTWARE_NAME_VERSION.fullmatch(v) is not None for v in (name, version))
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _valid(ctx, request):
+        return R(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     return R(
         error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.broker), throttle_time_ms=0,
         supported_features=_supported_features(ctx.version),

@@ -25,6 +25,14 @@ TopicResult = MarkerResult.WritableTxnMarkerTopicResult
 PartResult = TopicResult.WritableTxnMarkerPartitionResult
 
 
+def _invalid(marker: Any) -> str | None:
+    """Checked before anything is written: a marker must name a real producer id and
+    epoch (-1 means "none"; Kafka would write a marker no producer state can hold)."""
+    if marker.producer_id < 0 or marker.producer_epoch < 0:
+        return f"producer id {marker.producer_id}, epoch {marker.producer_epoch}"
+    return None
+
+
 def _write_one(broker: Broker, marker: Any, topic: str, index: int) -> ErrorCode:
     part = broker.replicas.partition(topic, index)
     if part is None:
@@ -47,6 +55,11 @@ def write_markers(broker: Broker, request: Any) -> Any:
     """The one code path for markers, local (coordinator) and remote (request)."""
     results = []
     for marker in request.markers:
+        problem = _invalid(marker)
+        if problem is not None:
+            log.info("refused WriteTxnMarkers: %s", problem)
+            results.append(_refused(marker))
+            continue
         topics = [
             TopicResult(name=t.name, partitions=[
                 PartResult(partition_index=i, error_code=_write_one(broker, marker, t.name, i))
@@ -56,6 +69,16 @@ def write_markers(broker: Broker, request: Any) -> Any:
         ]
         results.append(MarkerResult(producer_id=marker.producer_id, topics=topics))
     return R(markers=results)
+
+
+def _refused(marker: Any) -> Any:
+    topics = [
+        TopicResult(name=t.name, partitions=[
+            PartResult(partition_index=i, error_code=ErrorCode.INVALID_REQUEST) for i in t.partition_indexes
+        ])
+        for t in marker.topics
+    ]
+    return MarkerResult(producer_id=marker.producer_id, topics=topics)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -451,7 +451,7 @@ class GroupCoordinatorMachine:
         if member is not None and group.is_in(_S.STABLE, _S.PREPARING_REBALANCE):
             self._rebalancer.heartbeat_after(member, now_ms)
             self._groups.may_have_deadlines(group_id)
-        expire = -1 if retention_ms == -1 else now_ms + retention_ms
+        expire = -1 if retention_ms == -1 else min(now_ms + retention_ms, 2**63 - 1)
         return self._commit_records(group_id, offsets, now_ms, expire)
 
     def txn_offset_commit(
@@ -471,7 +471,7 @@ class GroupCoordinatorMachine:
         ``producer_epoch`` (the log fences a stale epoch) and replayed with ``producer_id``: they
         stay pending until ``complete_transaction``. KIP-447: a member of an older generation is
         fenced with ILLEGAL_GENERATION."""
-        if not transactional_id:
+        if not transactional_id or producer_id < 0:  # below 0 is "no producer id"
             return Result(dict.fromkeys(offsets, ErrorCode.INVALID_REQUEST))
         error = self._commit_error(group_id, generation, member_id, instance_id, True, 0)
         if error is not None:

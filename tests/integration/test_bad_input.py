@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from protocol.errors import ErrorCode
+from protocol.messages import REQUESTS
+from protocol.record_batch import ControlType, build_control_batch
 from tests.integration.harness import (
     BrokerProcess,
+    iter_batches,
     started_broker,
     unique_topic,
 )
@@ -40,6 +45,7 @@ from tests.integration.wire import (
     PeerClosed,
     WireClient,
     build_batch,
+    create_topic,
     create_topics_request,
     encode_body,
     fix_crc,
@@ -538,3 +544,307 @@ def test_unreadable_frames_are_logged_in_one_line(scene: Scene) -> None:
     assert "-42" in log, "no log line for the closed connection"
     tail = log[log.rindex("-42") - 300 :]
     assert "Traceback" not in tail, "expected client error logged with a stack trace"
+
+
+# -- producer ids below -1 (Kafka: any id < 0 is "no producer id") ---------------------
+
+INT64_MIN = -(2**63)
+WRITE_TXN_MARKERS = 27
+
+
+@pytest.mark.parametrize("pid", [-2, -77, INT64_MIN])
+def test_produce_with_producer_id_below_minus_one(scene: Scene, pid: int) -> None:
+    """Kafka's hasProducerId() is `producerId > -1`: a plain batch with id -2 is an
+    ordinary non-idempotent batch (appended, no producer state); a transactional one
+    has no producer id and is refused before anything is written."""
+    plain = build_batch([b"p1", b"p2"], producer_id=pid, producer_epoch=3, base_sequence=0)
+    assert produce_one(scene, plain) == 0
+    scene.leo[0] += 2
+    txn = build_batch([b"t"], producer_id=pid, producer_epoch=0, base_sequence=0, transactional=True)
+    assert produce_one(scene, txn) == INVALID_RECORD
+    with scene.bad() as c:  # the same batch again is not a "duplicate": no producer state
+        resp = c.produce(scene.topic, [(0, plain)])
+    assert partition_errors(resp) == {0: 0}
+    scene.leo[0] += 2
+
+
+def write_txn_markers_request(topic: str, partitions: list[int], pid: int, epoch: int = 0) -> Any:
+    cls = REQUESTS[WRITE_TXN_MARKERS]
+    marker = cls.WritableTxnMarker(
+        producer_id=pid, producer_epoch=epoch, transaction_result=False, coordinator_epoch=0,
+        topics=[cls.WritableTxnMarker.WritableTxnMarkerTopic(name=topic, partition_indexes=partitions)],
+    )
+    return cls(markers=[marker])
+
+
+@pytest.mark.parametrize(("pid", "epoch"), [(-1, 0), (-2, 0), (INT64_MIN, 0), (5, -1), (-1, -1)])
+@pytest.mark.parametrize("version", [0, 1])
+def test_write_txn_markers_without_a_producer(scene: Scene, pid: int, epoch: int, version: int) -> None:
+    """Validated as strictly as a client request: INVALID_REQUEST for every partition,
+    nothing written, the connection stays open."""
+    with scene.bad() as c:
+        resp = c.call(write_txn_markers_request(scene.topic, [0, 1], pid, epoch), version)
+        errors = [(p.partition_index, p.error_code) for m in resp.markers for t in m.topics
+                  for p in t.partitions]
+        assert errors == [(0, ErrorCode.INVALID_REQUEST), (1, ErrorCode.INVALID_REQUEST)], resp
+        assert c.api_versions().error_code == 0
+    assert "Traceback" not in scene.broker.log_text()
+
+
+def _stored_batches(base: int) -> list[bytes]:
+    """Batches an older version could have stored: ids below -1 on data and control
+    batches, a control batch with no record. CRCs valid, offsets assigned from `base`."""
+    now = int(time.time() * 1000)
+    raw = [
+        build_batch([b"s1", b"s2"], producer_id=-2, producer_epoch=0, base_sequence=0, transactional=True),
+        build_batch([b"s3"], producer_id=INT64_MIN, producer_epoch=-7, base_sequence=5),
+        build_control_batch(ControlType.ABORT, producer_id=-2, producer_epoch=0, coordinator_epoch=0,
+                            timestamp=now),
+        fix_crc(patch(build_control_batch(ControlType.COMMIT, producer_id=4242, producer_epoch=0,
+                                          coordinator_epoch=0, timestamp=now), RECORDS_COUNT_POS,
+                      struct.pack(">i", 0))),
+    ]
+    out = []
+    for batch in raw:
+        out.append(struct.pack(">q", base) + batch[8:])  # base offset is outside the CRC
+        base += struct.unpack_from(">i", batch, 23)[0] + 1  # lastOffsetDelta
+    return out
+
+
+@pytest.mark.parametrize("clean", [False, True], ids=["kill-9", "sigterm"])
+def test_broker_starts_over_stored_batches_without_producer_id(
+    broker_factory: Any, clean: bool
+) -> None:
+    """Recovery never refuses to start because of what a stored batch holds."""
+    b = broker_factory()
+    topic = unique_topic("stored")
+    with WireClient(b.port) as c:
+        create_topic(c, topic)
+        resp = c.produce(topic, [(0, build_batch([b"a", b"b"], producer_id=9, producer_epoch=0,
+                                                  base_sequence=0))])
+        assert partition_errors(resp) == {0: 0}
+    if clean:
+        b.stop()
+    else:
+        b.kill9()
+    seg = sorted(b.partition_dir(topic).glob("*.log"))[-1]
+    stored = _stored_batches(2)
+    with open(seg, "ab") as f:
+        f.write(b"".join(stored))
+    end = 2 + 2 + 1 + 1 + 1
+    b.start()
+    with WireClient(b.port) as c:
+        assert c.log_end_offset(topic) == end
+        resp = c.produce(topic, [(0, build_batch([b"c"], producer_id=9, producer_epoch=0, base_sequence=2))])
+        assert [(p.error_code, p.base_offset) for t in resp.responses for p in t.partition_responses] == [
+            (0, end)
+        ]
+    b.kill9()
+    b.start()
+    with WireClient(b.port) as c:
+        assert c.log_end_offset(topic) == end + 1
+    assert "Traceback" not in b.log_text()
+
+
+def test_markers_refused_then_kill9(broker_factory: Any) -> None:
+    """A refused marker wrote nothing: after kill -9 the log is what was acknowledged."""
+    b = broker_factory()
+    topic = unique_topic("marker")
+    with WireClient(b.port) as c:
+        create_topic(c, topic)
+        assert partition_errors(c.produce(topic, [(0, build_batch([b"x"]))])) == {0: 0}
+        for pid in (-1, -2, INT64_MIN):
+            resp = c.call(write_txn_markers_request(topic, [0], pid), 1)
+            assert resp.markers[0].topics[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST
+        assert c.log_end_offset(topic) == 1
+    size = sum(p.stat().st_size for p in b.partition_dir(topic).glob("*.log"))
+    b.kill9()
+    b.start()
+    with WireClient(b.port) as c:
+        assert c.log_end_offset(topic) == 1
+    assert sum(p.stat().st_size for p in b.partition_dir(topic).glob("*.log")) == size
+    assert "Traceback" not in b.log_text()
+
+
+# -- nulls and lengths the schema forbids: refused at parse time, nothing runs ------------
+
+
+def _create_topics_v4_body(good: str, bad: str) -> bytes:
+    """CreateTopics v4 with a valid topic, then one whose (non-nullable) configs are null."""
+    def topic(name: str, configs: bytes) -> bytes:
+        raw = name.encode()
+        return struct.pack(">h", len(raw)) + raw + struct.pack(">ihi", 1, 1, 0) + configs
+
+    topics = topic(good, struct.pack(">i", 0)) + topic(bad, struct.pack(">i", -1))
+    return struct.pack(">i", 2) + topics + struct.pack(">i?", 5000, False)
+
+
+def test_null_in_non_nullable_field_runs_nothing(scene: Scene) -> None:
+    """Kafka fails to parse the request ("non-nullable field configs was serialized as
+    null"), closes the connection and creates neither topic."""
+    good, bad = unique_topic("good"), unique_topic("nullcfg")
+    with scene.bad() as c:
+        c.send_request(19, 4, _create_topics_v4_body(good, bad))
+        assert_closed(c)
+    md = scene.witness.metadata([good, bad], version=4, auto_create=False)
+    assert [t.error_code for t in md.topics] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2
+    log = scene.broker.log_text()
+    assert "non-nullable field configs was serialized as null" in log
+    assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("count", [2**31 - 1, 1 << 20])
+def test_huge_array_count_is_refused_before_allocation(scene: Scene, count: int) -> None:
+    body = _produce_v7_body(scene.topic, build_batch([b"huge"]))
+    bad = patch(body, 2 + 2 + 4, struct.pack(">i", count))
+    with scene.bad() as c:
+        c.send_request(0, 7, bad)
+        assert_closed(c)
+    assert "tried to allocate a collection of size" in scene.broker.log_text()
+
+
+@pytest.mark.parametrize(("name", "version"), [("", "1.0"), ("-bad", "1"), ("ok", "x y"), ("ok", "1.")])
+def test_api_versions_with_invalid_software_name(scene: Scene, name: str, version: str) -> None:
+    """Kafka's ApiVersionsRequest.isValid (v3+): answered with INVALID_REQUEST, kept open."""
+    with scene.bad() as c:
+        msg = REQUESTS[18](version=3, client_software_name=name, client_software_version=version)
+        cid = c.send_request(18, 3, encode_body(msg, 3))
+        payload = c.recv_frame()  # sent at v3, as Kafka does (kafka-python reads errors as v0)
+        assert struct.unpack_from(">i", payload) == (cid,)
+        assert struct.unpack_from(">hb", payload, 4) == (ErrorCode.INVALID_REQUEST, 1)  # no api keys
+        assert c.api_versions(version=3).error_code == 0
+
+
+# -- requests pipelined behind a failed one -------------------------------------------------
+
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+
+
+@pytest.fixture
+def failing_broker(broker_factory: Any, monkeypatch: pytest.MonkeyPatch) -> BrokerProcess:
+    """A broker whose DescribeGroups handler raises (a stand-in for a handler bug)."""
+    monkeypatch.setenv("GREGOR_FAIL_POINTS", f"request-{DESCRIBE_GROUPS}")
+    b: BrokerProcess = broker_factory()
+    return b
+
+
+def _frames(topic: str, *kinds: str) -> tuple[bytes, list[int]]:
+    """Frames for `kinds` to pipeline in one send, and their correlation ids."""
+    out, ids = b"", []
+    for cid, kind in enumerate(kinds, start=100):
+        if kind == "metadata":
+            payload = request_header(3, 1, cid) + encode_body(metadata_request([topic]), 1)
+        elif kind == "describe-groups":
+            body = encode_body(REQUESTS[DESCRIBE_GROUPS](groups=["g"]), 0)
+            payload = request_header(DESCRIBE_GROUPS, 0, cid) + body
+        elif kind == "list-groups":
+            payload = request_header(LIST_GROUPS, 0, cid) + encode_body(REQUESTS[LIST_GROUPS](), 0)
+        elif kind == "undecodable":
+            payload = request_header(3, 1, cid) + struct.pack(">ih", 1, -1)  # null topic name
+        else:
+            acks = 0 if kind == "produce-acks0" else 1
+            msg = produce_request(topic, [(0, build_batch([kind.encode()]))], acks=acks)
+            payload = request_header(0, 7, cid) + encode_body(msg, 7)
+        out += frame(payload)
+        ids.append(cid)
+    return out, ids
+
+
+@pytest.mark.parametrize("failing", ["describe-groups", "undecodable"])
+def test_nothing_runs_behind_a_failed_request(failing_broker: BrokerProcess, failing: str) -> None:
+    """Kafka closes at the bad request and runs nothing after it: the Metadata before
+    it is answered, the produces behind it (acks=1 and acks=0) are never appended."""
+    topic = unique_topic("behind")
+    with WireClient(failing_broker.port) as c:
+        create_topic(c, topic)
+        data, ids = _frames(topic, "metadata", failing, "produce", "produce-acks0", "produce")
+        c.send_raw(data)
+        first = c.recv_frame()
+        assert struct.unpack_from(">i", first) == (ids[0],)
+        assert_closed(c)
+    with WireClient(failing_broker.port) as c:
+        assert c.log_end_offset(topic) == 0
+        assert partition_errors(c.produce(topic, [(0, build_batch([b"later"]))])) == {0: 0}
+        assert c.log_end_offset(topic) == 1
+
+
+def test_pipelined_requests_are_all_answered_in_order(failing_broker: BrokerProcess) -> None:
+    topic = unique_topic("order")
+    with WireClient(failing_broker.port) as c:
+        create_topic(c, topic)
+        data, ids = _frames(topic, "list-groups", "produce", "metadata", "produce-acks0", "produce")
+        c.send_raw(data)
+        answered = [struct.unpack_from(">i", c.recv_frame())[0] for _ in range(4)]
+        assert answered == [ids[0], ids[1], ids[2], ids[4]]
+        assert c.log_end_offset(topic) == 3
+
+
+@pytest.mark.parametrize("pid", [-1, -2, INT64_MIN])
+def test_txn_offset_commit_without_a_producer(scene: Scene, pid: int) -> None:
+    """A transactional offset commit needs a producer id: INVALID_REQUEST, nothing stored."""
+    cls = REQUESTS[28]
+    topic = cls.TxnOffsetCommitRequestTopic
+    part = topic.TxnOffsetCommitRequestPartition(
+        partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata=""
+    )
+    msg = cls(transactional_id="t-none", group_id=unique_topic("g"), producer_id=pid, producer_epoch=0,
+              generation_id=-1, member_id="", group_instance_id=None,
+              topics=[topic(name=scene.topic, partitions=[part])])
+    with scene.bad() as c:
+        resp = c.call(msg, 3)
+    assert [p.error_code for t in resp.topics for p in t.partitions] == [ErrorCode.INVALID_REQUEST]
+
+
+def test_acks0_produce_error_closes_the_connection(scene: Scene) -> None:
+    """Kafka closes the connection when an acks=0 produce fails: the producer has no
+    other way to learn of it. Nothing pipelined behind it runs."""
+    bad = flip(build_batch([b"acks0"]), HEADER_SIZE + 2)
+    produce = request_header(0, 7, 1) + encode_body(produce_request(scene.topic, [(0, bad)], acks=0), 7)
+    good = request_header(0, 7, 2) + encode_body(produce_request(scene.topic, [(1, build_batch([b"g"]))]), 7)
+    with scene.bad() as c:
+        c.send_raw(frame(produce) + frame(good))
+        assert_closed(c)
+    assert "acks=0 produce failed" in scene.broker.log_text()
+
+
+def _unreadable_internal_batches() -> list[bytes]:
+    """CRC-valid batches no coordinator can read: keys and values cut short, a record
+    count above the records present, a control batch of an unknown marker type."""
+    two = build_batch([b"v1", b"v2"], keys=[b"\x00\x01", b"\x00\x01"])
+    control = build_batch([b"\x00\x00\x00\x00\x00\x00"], keys=[b"\x00\x00\x00\x07"])
+    return [
+        build_batch([b"garbage-value"], keys=[b"\x00\x01garbage"]),
+        build_batch([None], keys=[b"\x00"]),
+        build_batch([b"\x00\x01" + b"\x00" * 4], keys=[b"\x00\x00\x00\x01t"]),
+        build_batch([b"\x00\x09"], keys=[b"\x00\x02\x00\x01g"]),
+        fix_crc(patch(two, RECORDS_COUNT_POS, struct.pack(">i", 3))),
+        fix_crc(patch(control, 21, b"\x00\x30")),  # transactional + control
+    ]
+
+
+def test_broker_starts_over_unreadable_internal_records(broker_factory: Any) -> None:
+    """The coordinators skip (with one line each) what they cannot read at load; they
+    never keep the broker from starting."""
+    b = broker_factory()
+    with WireClient(b.port) as c:
+        for key, key_type in (("g", 0), ("t", 1)):
+            c.call(REQUESTS[10](key=key, key_type=key_type), 1)
+    b.kill9()
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        for part_dir in sorted(b.data_dir.glob(f"{topic}-*")):
+            seg = sorted(part_dir.glob("*.log"))[-1]
+            end = max((base + delta + 1 for _p, base, delta in iter_batches(seg)), default=0)
+            out = b""
+            for batch in _unreadable_internal_batches():
+                out += struct.pack(">q", end) + batch[8:]
+                end += struct.unpack_from(">i", batch, 23)[0] + 1
+            with open(seg, "ab") as f:
+                f.write(out)
+    b.start()
+    with WireClient(b.port) as c:
+        for key, key_type in (("g", 0), ("t", 1)):
+            assert c.call(REQUESTS[10](key=key, key_type=key_type), 1).error_code == 0
+    text = b.log_text()
+    assert "skipping unreadable batch" in text and "skipping unreadable record" in text
+    assert "Traceback" not in text
