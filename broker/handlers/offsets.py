@@ -162,7 +162,7 @@ def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | None:
     marker always reaches the offsets it completes."""
     if (error := _unready(ctx)) is not None:
         return error
-    if not request.group_id or not request.transactional_id:
+    if not request.group_id or not request.transactional_id or request.producer_id < 0:
         return None  # the group machine answers INVALID_GROUP_ID / INVALID_REQUEST
     groups = ctx.broker.groups
     tp = (OFFSETS_TOPIC, groups.machine.partition_for(request.group_id))
