@@ -8,7 +8,7 @@ ETCD := .deps/etcd/.installed
 CONFIG ?= config/broker.yaml
 DATA ?= data
 
-.PHONY: run test unit integration lint bench venv java-deps etcd clean clean-data
+.PHONY: run cluster cluster-stop test unit integration lint bench venv java-deps etcd clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ etcd: $(ETCD)
 
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG)
+
+# etcd and three brokers in the background (config/broker-{1,2,3}.yaml; data in cluster-data/).
+cluster: $(STAMP) $(ETCD)
+	bash scripts/cluster.sh start $(VENV) .deps/etcd/etcd
+
+cluster-stop:
+	bash scripts/cluster.sh stop $(VENV) .deps/etcd/etcd
 
 test: $(STAMP) $(JAVA_DEPS) $(ETCD)
 	$(PY) -m pytest -q tests

@@ -33,6 +33,7 @@ from protocol.record_batch import ControlType
 from storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
+    from broker.replica_manager import Partition
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,10 @@ class GroupCoordinator:
         self.broker = broker
         self.config = group_config(broker.config)
         self.machine = GroupCoordinatorMachine(self.config)
+        broker.replicas.leadership_listeners.append(self.on_leadership)
         self._waiters: dict[WaiterKey, asyncio.Future[Any]] = {}
         self._loaded = False
+        self._loaded_epochs: dict[int, int] = {}  # partition -> leader epoch it was loaded at
         self._timer: asyncio.TimerHandle | None = None
         self._expiry: asyncio.Task[None] | None = None
 
@@ -69,6 +72,10 @@ class GroupCoordinator:
         if self.broker.topics.get(OFFSETS_TOPIC) is not None:
             self._load()
         self._expiry = asyncio.create_task(self._expire_offsets_loop())
+
+    def coordinator_partition(self, key: str) -> tuple[str, int]:
+        """The internal partition whose leader coordinates `key` (FindCoordinator)."""
+        return OFFSETS_TOPIC, self.machine.partition_for(key)
 
     def ensure_loaded(self) -> ErrorCode:
         if self._loaded:
@@ -86,22 +93,44 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     def _load(self) -> None:
-        now = now_ms()
+        """Every partition of the topic this broker leads and has not loaded at its epoch."""
         for index in range(self.config.num_partitions):
-            part = self.broker.replicas.partition(OFFSETS_TOPIC, index)
-            if part is None:
-                continue
-            self.machine.begin_load(index, part.leader_epoch)
-            for record in read_records(part):
-                try:
-                    self._replay_loaded(index, record)
-                except ValueError as exc:  # start-up never fails on what the log holds
-                    log.warning("%s-%d: skipping unreadable record at offset %d: %s",
-                                OFFSETS_TOPIC, index, record.offset, exc)
-            self.machine.finish_load(index, now)
+            part = self.broker.replicas.led_partition(OFFSETS_TOPIC, index)
+            if part is not None:
+                self._load_partition(part)
         self._loaded = True
         log.info("loaded %d groups from %s", len(self.machine.groups), OFFSETS_TOPIC)
         self._arm_timer()
+
+    def _load_partition(self, part: Partition) -> None:
+        index = part.index
+        if self._loaded_epochs.get(index) == part.leader_epoch:
+            return
+        self.machine.begin_load(index, part.leader_epoch)
+        for record in read_records(part):
+            try:
+                self._replay_loaded(index, record)
+            except ValueError as exc:  # start-up never fails on what the log holds
+                log.warning("%s-%d: skipping unreadable record at offset %d: %s",
+                            OFFSETS_TOPIC, index, record.offset, exc)
+        self.machine.finish_load(index, now_ms())
+        self._loaded_epochs[index] = part.leader_epoch
+
+    def on_leadership(self, part: Partition, leading: bool) -> None:
+        """Coordinators follow the leadership of their `__consumer_offsets` partitions; groups
+        of a partition lost are unloaded and their parked requests answered NOT_COORDINATOR."""
+        if part.topic != OFFSETS_TOPIC:
+            return
+        if leading:
+            self._loaded = True  # the topic exists and this broker coordinates some of it
+            self._load_partition(part)
+            self._arm_timer()
+            log.info("%s-%d: now coordinating its groups (epoch %d)", OFFSETS_TOPIC, part.index,
+                     part.leader_epoch)
+        else:
+            self._loaded_epochs.pop(part.index, None)
+            self._deliver(self.machine.unload(part.index))
+            log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, part.index)
 
     def _replay_loaded(self, index: int, record: Any) -> None:
         if record.control is not None:
@@ -143,7 +172,7 @@ class GroupCoordinator:
         completions: list[Completion],
     ) -> ErrorCode:
         now = now_ms()
-        part = self.broker.replicas.partition(OFFSETS_TOPIC, self.machine.partition_for(group_id))
+        part = self.broker.replicas.led_partition(OFFSETS_TOPIC, self.machine.partition_for(group_id))
         pid, epoch = producer
         error = ErrorCode.NOT_COORDINATOR
         if part is not None:

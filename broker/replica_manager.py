@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
+from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
@@ -94,6 +95,30 @@ class Partition:
         self.wake()
 
 
+async def replicated(waits: list[tuple[Partition, int]], timeout_s: float) -> list[ErrorCode]:
+    """acks=all: until the HW of each partition passes its end offset; per entry NONE,
+    REQUEST_TIMED_OUT (not in time: the outcome is unknown), NOT_LEADER_OR_FOLLOWER
+    (leadership lost meanwhile) or NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank
+    below min.insync.replicas)."""
+    futures = [part.until_replicated(end) for part, end in waits]
+    pending = [f for f in futures if not f.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=max(timeout_s, 0))
+    return [_replication_error(part, future) for (part, _), future in zip(waits, futures, strict=True)]
+
+
+def _replication_error(part: Partition, future: asyncio.Future[None]) -> ErrorCode:
+    if not future.done():
+        future.cancel()
+        return ErrorCode.REQUEST_TIMED_OUT
+    if future.exception() is not None:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    in_sync = len(part.leader.isr) if part.leader is not None else 0
+    if in_sync < part.log.config.min_insync_replicas:
+        return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    return ErrorCode.NONE
+
+
 class ReplicaManager:
     def __init__(self, log_manager: LogManager, node_id: int) -> None:
         self.log_manager = log_manager
@@ -103,9 +128,20 @@ class ReplicaManager:
         self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
         self.replica_lag_ms = 30_000
         self._checkpointed_hw = log_manager.read_high_watermarks()
+        # Told of every leadership change: (partition, True on becoming leader, False on losing it).
+        self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
+
+    def led_partition(self, topic: str, index: int) -> Partition | None:
+        """The partition if this broker leads it (coordinators write only there)."""
+        part = self._partitions.get((topic, index))
+        return part if part is not None and part.leader is not None else None
+
+    def _leadership(self, part: Partition, leading: bool) -> None:
+        for listener in self.leadership_listeners:
+            listener(part, leading)
 
     def partitions_of(self, topic: str) -> list[Partition]:
         return [p for (t, _), p in self._partitions.items() if t == topic]
@@ -155,6 +191,7 @@ class ReplicaManager:
         part.advance_high_watermark()
         log.info("partition %s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", topic, index,
                  state.leader_epoch, list(state.isr), part.log.log_end_offset, part.log.high_watermark)
+        self._leadership(part, True)
         return part
 
     def become_follower(self, topic: str, index: int, config: LogConfig, state: PartitionState) -> Partition:
@@ -162,12 +199,15 @@ class ReplicaManager:
         part = self._hosted(topic, index, config)
         if part.leader is None and part.leader_epoch == state.leader_epoch:
             return part
-        if part.leader is not None:
+        was_leader = part.leader is not None
+        if was_leader:
             part.fail_waiters(NotLeader(f"{topic}-{index} is now led by broker {state.leader}"))
         part.leader = None
         part.leader_epoch = state.leader_epoch
         log.info("partition %s-%d: follower of broker %d at epoch %d", topic, index,
                  state.leader, state.leader_epoch)
+        if was_leader:
+            self._leadership(part, False)
         return part
 
     def _sole_replica(self, epoch: int, log_: Log) -> LeaderState:
@@ -188,6 +228,8 @@ class ReplicaManager:
         part = self._partitions.pop((topic, index), None)
         if part is not None:
             part.fail_waiters(NotLeader(f"{topic}-{index} is no longer hosted here"))
+            if part.leader is not None:
+                self._leadership(part, False)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         self.log_manager.update_config(topic, config)

@@ -2,7 +2,7 @@
 
 Each operation asks the machine for an Outcome, appends its record to this
 transactional id's `__transaction_state` partition, replays it into the
-machine, and only then answers. Marker intents go to the MarkerSender, which
+machine, and only then answers. Marker intents go to the MarkerChannel, which
 writes them through the WriteTxnMarkers code path and reports back so the
 machine can persist Complete*. Timeouts and id expiration run on a timer.
 """
@@ -15,12 +15,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from broker.context import now_ms
+from broker.coordination.marker_channel import MarkerChannel
+from broker.coordination.marker_writer import write_markers
 from broker.faults import crash_point
 from broker.internal_topics import read_records, record_batch
-from broker.markers import MarkerSender
+from broker.net.client import BrokerClient, BrokerUnreachable
 from coordinator.transaction import (
     TV2,
     ListResult,
+    MarkerIntent,
     Outcome,
     TransactionStateMachine,
     TxnMetadata,
@@ -29,12 +32,17 @@ from coordinator.transaction import (
     write_check_error,
 )
 from protocol.errors import ErrorCode
+from protocol.messages import REQUESTS
 from storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
+    from broker.cluster.view import BrokerInfo
+    from broker.replica_manager import Partition
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
+ADD_PARTITIONS_TO_TXN = 24
+REMOTE_CHECK_TIMEOUT_S = 10.0
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 # Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
@@ -56,9 +64,15 @@ class TransactionCoordinator:
             new_producer_id=broker.producer_ids.generate,
             transaction_version_level=int(config["transaction.version"]),
         )
-        self.markers = MarkerSender(broker, self._markers_written)
+        self.markers = MarkerChannel(
+            broker.node_id, self._leader_of, lambda request: write_markers(broker, request),
+            self._markers_written,
+        )
         self._loaded = False
+        self._loaded_epochs: dict[int, int] = {}  # partition -> leader epoch it was loaded at
+        self._clients: dict[tuple[str, int], BrokerClient] = {}  # to other brokers' coordinators
         self._timer: asyncio.Task[None] | None = None
+        broker.replicas.leadership_listeners.append(self.on_leadership)
 
     # -- start-up and loading ------------------------------------------------------
 
@@ -67,6 +81,16 @@ class TransactionCoordinator:
         if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None:
             self._load()
         self._timer = asyncio.create_task(self._timer_loop())
+
+    def _leader_of(self, topic: str, index: int) -> BrokerInfo | None:
+        info = self.broker.view.partition(topic, index)
+        if info is None or info.leader < 0:
+            return None
+        return next((b for b in self.broker.view.brokers() if b.node_id == info.leader), None)
+
+    def coordinator_partition(self, key: str) -> tuple[str, int]:
+        """The internal partition whose leader coordinates `key` (FindCoordinator)."""
+        return TRANSACTION_STATE_TOPIC, self.machine.partition_for(key)
 
     def ensure_loaded(self) -> ErrorCode:
         """FindCoordinator: create the topic on first use, then load it."""
@@ -85,31 +109,57 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     def _load(self) -> None:
+        """Every partition of the topic this broker leads and has not loaded at its epoch."""
         pending = []
         for index in range(self.num_partitions):
-            part = self.broker.replicas.partition(TRANSACTION_STATE_TOPIC, index)
-            if part is None:
-                continue
-            self.machine.begin_load(index, part.leader_epoch)
-            for record in read_records(part):
-                if record.key is None:
-                    continue
-                try:
-                    self.machine.replay(record.key, record.value)
-                except ValueError as exc:  # start-up never fails on what the log holds
-                    log.warning("%s-%d: skipping unreadable record at offset %d: %s",
-                                TRANSACTION_STATE_TOPIC, index, record.offset, exc)
-            pending.extend(self.machine.finish_load(index))
+            part = self.broker.replicas.led_partition(TRANSACTION_STATE_TOPIC, index)
+            if part is not None:
+                pending += self._load_partition(part)
         self._loaded = True
         log.info("loaded %d transactional ids from %s; %d transactions to complete",
                  len(self.machine.transactions), TRANSACTION_STATE_TOPIC, len(pending))
         for intent in pending:
             self.markers.send(intent)
 
+    def _load_partition(self, part: Partition) -> list[MarkerIntent]:
+        """Replay one led partition (its leader epoch is the coordinator epoch); the
+        Prepare* transactions found, whose markers must be sent again."""
+        index = part.index
+        if self._loaded_epochs.get(index) == part.leader_epoch:
+            return []
+        self.machine.begin_load(index, part.leader_epoch)
+        for record in read_records(part):
+            if record.key is None:
+                continue
+            try:
+                self.machine.replay(record.key, record.value)
+            except ValueError as exc:  # start-up never fails on what the log holds
+                log.warning("%s-%d: skipping unreadable record at offset %d: %s",
+                            TRANSACTION_STATE_TOPIC, index, record.offset, exc)
+        self._loaded_epochs[index] = part.leader_epoch
+        return self.machine.finish_load(index)
+
+    def on_leadership(self, part: Partition, leading: bool) -> None:
+        """Coordinators follow the leadership of their `__transaction_state` partitions."""
+        if part.topic != TRANSACTION_STATE_TOPIC:
+            return
+        if leading:
+            self._loaded = True  # the topic exists and this broker coordinates some of it
+            for intent in self._load_partition(part):
+                self.markers.send(intent)
+            log.info("%s-%d: now coordinating its transactional ids (coordinator epoch %d)",
+                     TRANSACTION_STATE_TOPIC, part.index, part.leader_epoch)
+        else:
+            self.machine.unload(part.index)
+            self._loaded_epochs.pop(part.index, None)
+            log.info("%s-%d: no longer coordinating its transactional ids",
+                     TRANSACTION_STATE_TOPIC, part.index)
+
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         await self.markers.stop()
+        await asyncio.gather(*(c.close() for c in self._clients.values()))
 
     # -- operations ------------------------------------------------------------------
 
@@ -118,7 +168,7 @@ class TransactionCoordinator:
         if outcome.record is None:
             return outcome.error
         tid = outcome.transactional_id
-        part = self.broker.replicas.partition(TRANSACTION_STATE_TOPIC, self.machine.partition_for(tid))
+        part = self.broker.replicas.led_partition(TRANSACTION_STATE_TOPIC, self.machine.partition_for(tid))
         if part is None:
             self.machine.write_failed(tid)
             return ErrorCode.NOT_COORDINATOR
@@ -175,15 +225,50 @@ class TransactionCoordinator:
         outcome = self.machine.end_txn(tid, producer_id, epoch, commit, now_ms(), transaction_version)
         return self._persist(outcome), outcome.producer_id, outcome.producer_epoch
 
-    def add_partition_implicitly(
-        self, tid: str, producer_id: int, epoch: int, tp: TopicPartition
-    ) -> ErrorCode:
-        """Transaction version 2 (Produce v12+): the first write to a partition adds it."""
-        return _produce_error(self.check_write(tid, producer_id, epoch, tp, TxnOperation.ADD_PARTITION))
+    async def check_writes(
+        self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation
+    ) -> dict[TopicPartition, ErrorCode]:
+        """`check_write` for several partitions, asked of whichever broker coordinates `tid`
+        (Kafka's AddPartitionsToTxnManager: AddPartitionsToTxn v4 verify-only, v5 to add)."""
+        leader = self._leader_of(*self.coordinator_partition(tid))
+        if leader is None or leader.node_id == self.broker.node_id:
+            return {tp: self.check_write(tid, producer_id, epoch, tp, operation) for tp in tps}
+        return await self._remote_check(leader, tid, producer_id, epoch, tps, operation)
 
-    def verify(self, tid: str, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
-        """KIP-890 part 1: a transactional produce must target a partition of the ongoing txn."""
-        return _produce_error(self.check_write(tid, producer_id, epoch, tp, TxnOperation.DEFAULT_ERROR))
+    async def _remote_check(
+        self, coordinator: BrokerInfo, tid: str, producer_id: int, epoch: int,
+        tps: list[TopicPartition], operation: TxnOperation,
+    ) -> dict[TopicPartition, ErrorCode]:
+        cls = REQUESTS[ADD_PARTITIONS_TO_TXN]
+        topics: dict[str, list[int]] = {}
+        for topic, index in tps:
+            topics.setdefault(topic, []).append(index)
+        request = cls(transactions=[cls.AddPartitionsToTxnTransaction(
+            transactional_id=tid, producer_id=producer_id, producer_epoch=epoch,
+            verify_only=not operation.adds,
+            topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()],
+        )])
+        try:
+            response = await self._client_for(coordinator).call(
+                request, 5 if operation.adds else 4, timeout_s=REMOTE_CHECK_TIMEOUT_S
+            )
+        except (BrokerUnreachable, TimeoutError):
+            return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        found = {
+            (t.name, p.partition_index): ErrorCode(p.partition_error_code)
+            for txn in response.results_by_transaction for t in txn.topic_results
+            for p in t.results_by_partition
+        }
+        top = ErrorCode(response.error_code)
+        return {tp: write_check_error(found.get(tp, top), operation) for tp in tps}
+
+    def _client_for(self, broker: BrokerInfo) -> BrokerClient:
+        key = (broker.host, broker.port)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = BrokerClient(broker.host, broker.port,
+                                                       f"gregor-txn-verify-{self.broker.node_id}")
+        return client
 
     def check_write(
         self, tid: str, producer_id: int, epoch: int, tp: TopicPartition, operation: TxnOperation
@@ -234,5 +319,6 @@ class TransactionCoordinator:
                 self._persist(outcome)
 
 
-def _produce_error(error: ErrorCode) -> ErrorCode:
+def produce_error(error: ErrorCode) -> ErrorCode:
+    """On Produce, retriable coordinator errors are NOT_ENOUGH_REPLICAS (Kafka's ReplicaManager)."""
     return ErrorCode.NOT_ENOUGH_REPLICAS if error in PRODUCE_RETRIABLE else error

@@ -155,7 +155,7 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | None:
+async def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | None:
     """Before the offsets are written, the group's `__consumer_offsets` partition must be in the
     transaction: v5+ (transaction version 2) adds it, as AddOffsetsToTxn did before; older
     versions only verify that AddOffsetsToTxn added it (KIP-890), so that the COMMIT or ABORT
@@ -166,17 +166,18 @@ def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | None:
         return None  # the group machine answers INVALID_GROUP_ID / INVALID_REQUEST
     groups = ctx.broker.groups
     tp = (OFFSETS_TOPIC, groups.machine.partition_for(request.group_id))
-    error = ctx.broker.transactions.check_write(
-        request.transactional_id, request.producer_id, request.producer_epoch, tp,
+    found = await ctx.broker.transactions.check_writes(
+        request.transactional_id, request.producer_id, request.producer_epoch, [tp],
         txn_offset_commit_operation(ctx.version),
     )
+    error = found[tp]
     return None if error == ErrorCode.NONE else error
 
 
 async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[TXN_COMMIT]
     offsets = _inputs(ctx, request.topics)
-    if (error := _txn_commit_unready(ctx, request)) is not None:
+    if (error := await _txn_commit_unready(ctx, request)) is not None:
         errors = dict.fromkeys(offsets, error)
     else:
         coordinator = ctx.broker.groups

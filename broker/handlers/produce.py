@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import ProduceResponse
 
 from broker.handlers.resolve import resolve_partition
-from broker.replica_manager import Partition
+from broker.replica_manager import Partition, replicated
+from broker.transaction_coordinator import produce_error
+from coordinator.transaction import TxnOperation
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
 from storage.validator import RecordError
@@ -43,29 +45,18 @@ def _header(records: bytes) -> BatchHeader | None:
     return BatchHeader.parse(records) if len(records) >= HEADER_SIZE else None
 
 
-def _verify_transaction(
-    ctx: RequestContext, transactional_id: str | None, part: Partition, header: BatchHeader | None
-) -> ErrorCode:
-    """KIP-890: a transactional batch must go to a partition of the ongoing transaction,
-    so a late write after an abort cannot open a hanging transaction. Produce v12+
-    (transaction version 2) adds the partition itself; older clients must have added it."""
-    if transactional_id is None or header is None:
-        return ErrorCode.NONE  # malformed batches are the log's to reject
-    if not header.is_transactional:
-        return ErrorCode.NONE
-    tp = (part.topic, part.index)
-    coordinator = ctx.broker.transactions
-    if ctx.version >= FIRST_TV2_PRODUCE:
-        return coordinator.add_partition_implicitly(
-            transactional_id, header.producer_id, header.producer_epoch, tp
-        )
-    return coordinator.verify(transactional_id, header.producer_id, header.producer_epoch, tp)
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One partition's batch, resolved and its header parsed (once for the whole path)."""
+
+    index: int
+    part: Partition
+    records: bytes
+    header: BatchHeader | None
 
 
-def _append(
-    ctx: RequestContext, transactional_id: str | None, topic_data: Any, part_data: Any, acks: int,
-    pending: Pending,
-) -> Any:
+def _target(ctx: RequestContext, topic_data: Any, part_data: Any) -> Target | Any:
+    """The partition to append to, or the error answer for it."""
     index = part_data.index
     part, error = resolve_partition(ctx, topic_data, index)
     if part is None:
@@ -74,13 +65,38 @@ def _append(
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, "cannot append to internal topic")
     if part_data.records is None:
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has null records")
-    header = _header(part_data.records)
-    error = _verify_transaction(ctx, transactional_id, part, header)
-    if error != ErrorCode.NONE:
-        return _error(index, error, "partition is not part of the ongoing transaction")
+    return Target(index, part, part_data.records, _header(part_data.records))
+
+
+async def _transaction_checks(
+    ctx: RequestContext, transactional_id: str | None, targets: list[Target]
+) -> dict[tuple[str, int], ErrorCode]:
+    """KIP-890: a transactional batch must go to a partition of the ongoing transaction,
+    so a late write after an abort cannot open a hanging transaction. Produce v12+
+    (transaction version 2) adds the partition itself; older clients must have added it.
+    Asked of the transaction coordinator at once, on this broker or over the network."""
+    if transactional_id is None:
+        return {}
+    by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for t in targets:
+        if t.header is not None and t.header.is_transactional:
+            key = (t.header.producer_id, t.header.producer_epoch)
+            by_producer.setdefault(key, []).append((t.part.topic, t.part.index))
+    operation = TxnOperation.ADD_PARTITION if ctx.version >= FIRST_TV2_PRODUCE else TxnOperation.DEFAULT_ERROR
+    checks: dict[tuple[str, int], ErrorCode] = {}
+    for (pid, epoch), tps in by_producer.items():
+        found = await ctx.broker.transactions.check_writes(transactional_id, pid, epoch, tps, operation)
+        checks.update({tp: produce_error(error) for tp, error in found.items()})
+    return checks
+
+
+def _append(ctx: RequestContext, t: Target, check: ErrorCode, acks: int, pending: Pending) -> Any:
+    index, part = t.index, t.part
+    if check != ErrorCode.NONE:
+        return _error(index, check, "partition is not part of the ongoing transaction")
     if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
-    result = ctx.broker.replicas.append(part, part_data.records, ctx.now_ms(), header=header)
+    result = ctx.broker.replicas.append(part, t.records, ctx.now_ms(), header=t.header)
     if result.error != ErrorCode.NONE:
         log.info("rejected produce to %s-%d: %s %s", part.topic, index,
                  ErrorCode(result.error).name, result.error_message or "")
@@ -90,7 +106,7 @@ def _append(
         log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset,
     )
     if acks == -1 and part.log.high_watermark <= result.last_offset:
-        pending.append((response, part, part.until_replicated(result.last_offset + 1)))
+        pending.append((response, part, result.last_offset + 1))
     return response
 
 
@@ -98,47 +114,47 @@ def _in_sync(part: Partition) -> int:
     return len(part.leader.isr) if part.leader is not None else 0
 
 
-Pending = list[tuple[Any, Partition, "asyncio.Future[None]"]]
+Pending = list[tuple[Any, Partition, int]]
 
 
 async def _until_replicated(pending: Pending, timeout_ms: int) -> None:
-    """acks=all: each answer waits for the HW to pass its batch (the partition's
-    HW moves resolve the futures); what is not replicated in time, or whose
-    leadership was lost meanwhile, is answered with the protocol's error."""
-    futures = [future for _, _, future in pending]
-    await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
-    for response, part, future in pending:
-        if not future.done():
-            future.cancel()
-            response.error_code = ErrorCode.REQUEST_TIMED_OUT
-        elif future.exception() is not None:
-            response.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        elif _in_sync(part) < part.log.config.min_insync_replicas:
-            response.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        if response.error_code != ErrorCode.NONE:
+    """acks=all: each answer waits for the HW to pass its batch; what is not replicated
+    in time, or whose leadership was lost meanwhile, gets the protocol's error."""
+    errors = await replicated([(part, end) for _, part, end in pending], timeout_ms / 1000)
+    for (response, _, _), error in zip(pending, errors, strict=True):
+        if error != ErrorCode.NONE:
+            response.error_code = error
             response.base_offset = -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
-    responses = []
+    if acks not in (-1, 0, 1):
+        return R(throttle_time_ms=0, responses=[
+            _topic_response(t, [_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS) for p in t.partition_data])
+            for t in request.topic_data
+        ])
+    prepared = [[_target(ctx, t, p) for p in t.partition_data] for t in request.topic_data]
+    targets = [x for per_topic in prepared for x in per_topic if isinstance(x, Target)]
+    checks = await _transaction_checks(ctx, request.transactional_id, targets)
     pending: Pending = []
-    for topic_data in request.topic_data:
-        if acks not in (-1, 0, 1):
-            parts = [_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS) for p in topic_data.partition_data]
-        else:
-            parts = [
-                _append(ctx, request.transactional_id, topic_data, p, acks, pending)
-                for p in topic_data.partition_data
-            ]
-        responses.append(
-            R.TopicProduceResponse(
-                name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=parts
-            )
-        )
+    responses = [
+        _topic_response(topic_data, [
+            _append(ctx, x, checks.get((x.part.topic, x.part.index), ErrorCode.NONE), acks, pending)
+            if isinstance(x, Target) else x
+            for x in per_topic
+        ])
+        for topic_data, per_topic in zip(request.topic_data, prepared, strict=True)
+    ]
     if pending:
         await _until_replicated(pending, request.timeout_ms)
     return R(responses=responses, throttle_time_ms=0)
+
+
+def _topic_response(topic_data: Any, parts: list[Any]) -> Any:
+    return R.TopicProduceResponse(
+        name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=parts
+    )
 
 
 VERSIONS = {API_KEY: (3, 13)}

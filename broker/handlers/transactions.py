@@ -13,6 +13,7 @@ from kafka.protocol.producer import (
     EndTxnResponse,
 )
 
+from broker.cluster.view import BrokerInfo
 from coordinator.transaction import TV2, fenced_error_for_version
 from protocol.errors import ErrorCode
 
@@ -37,21 +38,31 @@ def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCod
     return ErrorCode.INVALID_REQUEST  # share groups (key type 2) are not served
 
 
+def _coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, BrokerInfo | None]:
+    """The broker leading the key's internal partition; COORDINATOR_NOT_AVAILABLE when none does."""
+    error = _coordinator_error(ctx, key_type, key)
+    if error != ErrorCode.NONE:
+        return error, None
+    edge = ctx.broker.transactions if key_type == TRANSACTION_KEY else ctx.broker.groups
+    topic, index = edge.coordinator_partition(key)
+    info = ctx.broker.view.partition(topic, index)
+    leader = info.leader if info is not None else -1
+    found = next((b for b in ctx.broker.view.brokers() if b.node_id == leader), None)
+    return (ErrorCode.NONE, found) if found is not None else (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
+
+
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    ad = ctx.broker.config.advertised
-    node = ctx.broker.node_id
     if ctx.version < 4:
-        error = _coordinator_error(ctx, request.key_type if ctx.version else GROUP_KEY, request.key)
-        ok = error == ErrorCode.NONE
-        return F(throttle_time_ms=0, error_code=error, error_message=None if ok else error.name,
-                 node_id=node if ok else -1, host=ad.host if ok else "", port=ad.port if ok else -1)
+        error, node = _coordinator(ctx, request.key_type if ctx.version else GROUP_KEY, request.key)
+        return F(throttle_time_ms=0, error_code=error, error_message=None if node else error.name,
+                 node_id=node.node_id if node else -1, host=node.host if node else "",
+                 port=node.port if node else -1)
     coordinators = []
     for key in request.coordinator_keys:
-        error = _coordinator_error(ctx, request.key_type, key)
-        ok = error == ErrorCode.NONE
+        error, node = _coordinator(ctx, request.key_type, key)
         coordinators.append(F.Coordinator(
-            key=key, node_id=node if ok else -1, host=ad.host if ok else "",
-            port=ad.port if ok else -1, error_code=error, error_message=None if ok else error.name,
+            key=key, node_id=node.node_id if node else -1, host=node.host if node else "",
+            port=node.port if node else -1, error_code=error, error_message=None if node else error.name,
         ))
     return F(throttle_time_ms=0, coordinators=coordinators)
 
@@ -63,9 +74,15 @@ def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[Any]:
     return [TopicResult(name=t, results_by_partition=p) for t, p in by_topic.items()]
 
 
+def _exists(ctx: RequestContext, topic: str, index: int) -> bool:
+    """In the metadata (in a cluster its leader may be another broker)."""
+    found = ctx.broker.topics.get(topic)
+    return found is not None and 0 <= index < found.partitions
+
+
 def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify: bool) -> Any:
     wanted = [(t.name, i) for t in topics for i in t.partitions]
-    unknown = {tp for tp in wanted if ctx.broker.replicas.partition(*tp) is None}
+    unknown = {tp for tp in wanted if not _exists(ctx, *tp)}
     if unknown:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest
         return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}

@@ -1,0 +1,170 @@
+"""The transaction coordinator's markers, carried to each partition's leader.
+
+One queue per destination broker: the deliveries waiting for it are drained into
+one batched WriteTxnMarkers request at a time, over the inter-broker client; this
+broker's own partitions go through the same writer the WriteTxnMarkers handler
+runs (`marker_writer.write_markers`), without the network. A marker counts when
+its leader answers NONE (written and replicated); NOT_LEADER_OR_FOLLOWER and other
+retriable answers send it again, to the leader the metadata names by then. Only
+when every partition of a transaction is done does the coordinator hear of it
+(and write CompleteCommit / CompleteAbort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.protocol.producer import WriteTxnMarkersRequest
+
+from broker.cluster.view import BrokerInfo
+from broker.net.client import BrokerClient, BrokerUnreachable
+from coordinator.transaction import MarkerIntent
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+RETRY_BACKOFF_S = 0.1
+WRITE_TXN_MARKERS_VERSION = 1
+REQUEST_TIMEOUT_S = 40.0
+Marker = WriteTxnMarkersRequest.WritableTxnMarker
+TopicPartition = tuple[str, int]
+# The partition is gone (topic deleted): nothing left to mark, as in Kafka.
+DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+# The producer or coordinator moved on: retrying cannot succeed.
+GIVE_UP = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED}
+
+Send = Callable[[WriteTxnMarkersRequest], Awaitable[Any]]
+Results = dict[TopicPartition, ErrorCode]
+
+
+def marker(intent: MarkerIntent, partitions: set[TopicPartition]) -> Any:
+    topics: dict[str, list[int]] = {}
+    for topic, index in sorted(partitions):
+        topics.setdefault(topic, []).append(index)
+    return Marker(
+        producer_id=intent.producer_id, producer_epoch=intent.producer_epoch,
+        transaction_result=intent.commit, coordinator_epoch=intent.coordinator_epoch,
+        topics=[Marker.WritableTxnMarkerTopic(name=t, partition_indexes=p) for t, p in topics.items()],
+    )
+
+
+def marker_request(intent: MarkerIntent, partitions: set[TopicPartition]) -> WriteTxnMarkersRequest:
+    return WriteTxnMarkersRequest(markers=[marker(intent, partitions)])
+
+
+@dataclass
+class _Destination:
+    """The queue of one destination broker and the task draining it."""
+
+    send: Send
+    queue: list[tuple[Any, asyncio.Future[Results]]] = field(default_factory=list)
+    drainer: asyncio.Task[None] | None = None
+
+    def submit(self, entry: Any) -> asyncio.Future[Results]:
+        future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
+        self.queue.append((entry, future))
+        if self.drainer is None or self.drainer.done():
+            self.drainer = asyncio.create_task(self._drain())
+        return future
+
+    async def _drain(self) -> None:
+        while self.queue:
+            batch, self.queue = self.queue, []
+            try:
+                response = await self.send(WriteTxnMarkersRequest(markers=[m for m, _ in batch]))
+                answers = [_results(r) for r in response.markers]
+            except (BrokerUnreachable, TimeoutError) as exc:
+                log.info("markers not delivered (%s); they will be sent again", exc)
+                answers = [_all(m, ErrorCode.NETWORK_EXCEPTION) for m, _ in batch]
+            for (_, future), answer in zip(batch, answers, strict=True):
+                if not future.done():
+                    future.set_result(answer)
+
+
+def _results(marker_result: Any) -> Results:
+    return {
+        (t.name, p.partition_index): ErrorCode(p.error_code)
+        for t in marker_result.topics for p in t.partitions
+    }
+
+
+def _all(m: Any, error: ErrorCode) -> Results:
+    return {(t.name, i): error for t in m.topics for i in t.partition_indexes}
+
+
+class MarkerChannel:
+    def __init__(
+        self, node_id: int, leader_of: Callable[[str, int], BrokerInfo | None], write_local: Send,
+        on_written: Callable[[str], None],
+    ) -> None:
+        self.node_id = node_id
+        self._leader_of = leader_of
+        self._write_local = write_local
+        self.on_written = on_written
+        self._destinations: dict[tuple[int, str, int], _Destination] = {}
+        self._clients: list[BrokerClient] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def send(self, intent: MarkerIntent) -> None:
+        task = asyncio.get_running_loop().create_task(self._deliver(intent))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, intent: MarkerIntent) -> None:
+        remaining = set(intent.partitions)
+        while remaining:
+            for tp, error in (await self._round(intent, remaining)).items():
+                if error in DONE or error in GIVE_UP:
+                    remaining.discard(tp)
+                if error in GIVE_UP:
+                    log.error("transactional id %s: marker for %s-%d refused: %s",
+                              intent.transactional_id, tp[0], tp[1], error.name)
+            if remaining:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+        self.on_written(intent.transactional_id)
+
+    async def _round(self, intent: MarkerIntent, partitions: set[TopicPartition]) -> Results:
+        """One attempt at every partition, grouped by the leader the metadata names now."""
+        by_leader: dict[BrokerInfo, set[TopicPartition]] = {}
+        results: Results = {}
+        for tp in partitions:
+            leader = self._leader_of(*tp)
+            if leader is None:
+                results[tp] = ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                by_leader.setdefault(leader, set()).add(tp)
+        futures = [self._destination(b).submit(marker(intent, tps)) for b, tps in by_leader.items()]
+        for answer in await asyncio.gather(*futures):
+            results.update(answer)
+        return results
+
+    def _destination(self, broker: BrokerInfo) -> _Destination:
+        key = (broker.node_id, broker.host, broker.port)
+        found = self._destinations.get(key)
+        if found is None:
+            found = self._destinations[key] = _Destination(self._sender(broker))
+        return found
+
+    def _sender(self, broker: BrokerInfo) -> Send:
+        if broker.node_id == self.node_id:
+            return self._write_local
+        client = BrokerClient(broker.host, broker.port, f"gregor-markers-{self.node_id}")
+        self._clients.append(client)
+
+        async def send(request: WriteTxnMarkersRequest) -> Any:
+            return await client.call(request, WRITE_TXN_MARKERS_VERSION, timeout_s=REQUEST_TIMEOUT_S)
+
+        return send
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for destination in self._destinations.values():
+            if destination.drainer is not None:
+                destination.drainer.cancel()
+        await asyncio.gather(*(c.close() for c in self._clients))

@@ -1,0 +1,99 @@
+"""Writing COMMIT/ABORT markers into the partitions this broker leads: the one code path
+for WriteTxnMarkers requests (from another broker's coordinator, or from
+`kafka-transactions.sh abort` / `gregor transactions abort`) and for this broker's own
+coordinator (through the marker channel, without the network)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.producer import WriteTxnMarkersResponse
+
+from broker.context import now_ms
+from broker.faults import crash_point
+from broker.group_coordinator import OFFSETS_TOPIC
+from broker.replica_manager import Partition, replicated
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+log = logging.getLogger(__name__)
+R = WriteTxnMarkersResponse
+MarkerResult = R.WritableTxnMarkerResult
+TopicResult = MarkerResult.WritableTxnMarkerTopicResult
+PartResult = TopicResult.WritableTxnMarkerPartitionResult
+MARKER_REPLICATION_TIMEOUT_S = 30.0
+
+
+def _invalid(marker: Any) -> str | None:
+    """Checked before anything is written: a marker must name a real producer id and
+    epoch (-1 means "none"; Kafka would write a marker no producer state can hold)."""
+    if marker.producer_id < 0 or marker.producer_epoch < 0:
+        return f"producer id {marker.producer_id}, epoch {marker.producer_epoch}"
+    return None
+
+
+def _write_one(
+    broker: Broker, marker: Any, topic: str, index: int
+) -> tuple[ErrorCode, Partition | None, int]:
+    """Append one marker where this broker leads the partition: (error, partition, offset)."""
+    part = broker.replicas.led_partition(topic, index)
+    if part is None:
+        known = broker.topics.get(topic)
+        hosted_elsewhere = known is not None and 0 <= index < known.partitions
+        error = ErrorCode.NOT_LEADER_OR_FOLLOWER if hosted_elsewhere else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return error, None, -1
+    result = broker.replicas.append_txn_marker(
+        part, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+        marker.coordinator_epoch, now_ms(),
+    )
+    if result.error != ErrorCode.NONE:
+        return ErrorCode(result.error), None, -1
+    crash_point("after-marker")
+    if topic == OFFSETS_TOPIC:  # pending transactional offsets become committed or go
+        broker.groups.complete_transaction(index, marker.producer_id, marker.transaction_result)
+    log.info("%s marker for producer %d at %s-%d offset %d",
+             "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
+             topic, index, result.offset)
+    return ErrorCode.NONE, part, result.offset
+
+
+async def write_markers(broker: Broker, request: Any) -> Any:
+    """The one code path for markers, this broker's own (the coordinator's channel) and
+    remote ones (the request). A marker counts once replicated (Kafka appends markers
+    with acks=all): until then the answer waits; not in time is REQUEST_TIMED_OUT."""
+    results = []
+    written: list[tuple[Any, Partition, int]] = []
+    for marker in request.markers:
+        problem = _invalid(marker)
+        if problem is not None:
+            log.info("refused WriteTxnMarkers: %s", problem)
+            results.append(_refused(marker))
+            continue
+        topics = []
+        for t in marker.topics:
+            partitions = []
+            for i in t.partition_indexes:
+                error, part, offset = _write_one(broker, marker, t.name, i)
+                partitions.append(PartResult(partition_index=i, error_code=error))
+                if part is not None:
+                    written.append((partitions[-1], part, offset + 1))
+            topics.append(TopicResult(name=t.name, partitions=partitions))
+        results.append(MarkerResult(producer_id=marker.producer_id, topics=topics))
+    errors = await replicated([(part, end) for _, part, end in written], MARKER_REPLICATION_TIMEOUT_S)
+    for (result, _, _), error in zip(written, errors, strict=True):
+        result.error_code = error
+    return R(markers=results)
+
+
+def _refused(marker: Any) -> Any:
+    topics = [
+        TopicResult(name=t.name, partitions=[
+            PartResult(partition_index=i, error_code=ErrorCode.INVALID_REQUEST) for i in t.partition_indexes
+        ])
+        for t in marker.topics
+    ]
+    return MarkerResult(producer_id=marker.producer_id, topics=topics)
+
