@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.clients import assign_consumer, read_to_eof
@@ -266,3 +266,47 @@ def test_after_the_controller_dies_the_next_broker_death_is_handled(cluster: Clu
     finally:
         cluster.broker(first.node_id).start()
     cluster.wait_for(lambda i: all(len(i.partitions[(topic, p)].isr) == 3 for p in range(3)), 30)
+
+
+def test_transactions_span_partitions_led_by_different_brokers(cluster: Cluster) -> None:
+    source, sink = create_topic(cluster, partitions=3), create_topic(cluster, partitions=3)
+    leaders = {cluster.partition(sink, p).leader for p in range(3)}
+    assert leaders == {1, 2, 3}, "the output spans every broker"
+    seed = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(30):
+        seed.produce(source, value=str(i).encode(), partition=i % 3)
+    assert seed.flush(30) == 0
+
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([source])
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"t-{group}"})
+    p.init_transactions(30)
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 30 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m)
+    assert len(got) == 30
+    p.begin_transaction()
+    for m in got:
+        p.produce(sink, value=m.value(), partition=int(m.value()) % 3)
+    positions = consumer.position(consumer.assignment())
+    p.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(100, 110):
+        p.produce(sink, value=str(i).encode(), partition=i % 3)
+    p.flush(30)
+    p.abort_transaction(30)
+    consumer.close()
+
+    out = read_to_eof(cluster.bootstrap, [(sink, i) for i in range(3)], "read_committed", "txn", 30, "out")
+    assert sorted(int(m.value()) for _, m in out) == list(range(30)), "committed in, aborted out"
+    committed = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    offsets = committed.committed([TopicPartition(source, i) for i in range(3)], timeout=20)
+    committed.close()
+    assert [tp.offset for tp in offsets] == [10, 10, 10], "offsets committed with the transaction"
