@@ -55,10 +55,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy protocol storage coordinator broker
 
-bench: $(STAMP)
+bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.produce_fetch
 	$(PY) -m bench.produce_validation
 	$(PY) -m bench.append_micro
+	$(PY) -m bench.cluster
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:
