@@ -29,7 +29,7 @@ FIRST_VERSION_WITH_LEVEL_0 = 4  # KAFKA-17492: older requests get no feature who
 
 def _api_keys(broker: Broker) -> list[Any]:
     return [
-        R.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
+        R.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.advertised_max)
         for h in sorted(broker.handlers.values(), key=lambda h: h.api_key)
     ]
 

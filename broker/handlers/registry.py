@@ -20,6 +20,7 @@ class ApiHandler:
     request: Any
     response: Any
     handle: Handler
+    advertised_max: int  # ApiVersions may show less than is served (broker-only versions)
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -31,8 +32,10 @@ def handler_from(module: ModuleType, api_key: int) -> ApiHandler:
     min_version, max_version = versions[api_key]
     assert max_version <= high and min_version >= 0, (api_key, min_version, max_version, low, high)
     handle = module.HANDLERS[api_key]
+    advertised: dict[int, int] = getattr(module, "ADVERTISED_MAX", {})
     return ApiHandler(
-        api_key, min_version, max_version, REQUESTS[api_key], RESPONSES[api_key], handle
+        api_key, min_version, max_version, REQUESTS[api_key], RESPONSES[api_key], handle,
+        advertised.get(api_key, max_version),
     )
 
 

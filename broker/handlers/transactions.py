@@ -172,6 +172,10 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
 
 # AddPartitionsToTxn v4+ (batched, verifyOnly) is meant for brokers; Kafka 4.x advertises it to
 # everyone (0-5) and guards it with the ClusterAction ACL only, which an unsecured cluster grants.
+# AddPartitionsToTxn v4+ (batched, verify-only) is for brokers: served (another broker's
+# partition leader checks a transactional write here) but never advertised to clients, so
+# no client takes the broker-only form (KIP-890, KAFKA-15757).
+ADVERTISED_MAX = {ADD_PARTITIONS: 3}
 VERSIONS = {
     FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 5), ADD_OFFSETS: (0, 4), END_TXN: (0, 5),
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),

@@ -197,12 +197,12 @@ def test_api_versions_features_as_kafka_4(client: WireClient, tv1_broker: Broker
 
 
 def test_api_versions_match_kafka_4_3(client: WireClient) -> None:
-    """The transaction APIs at the versions Kafka 4.3 advertises (its own ApiVersionsResponse
-    code run against the 4.3 jar): AddPartitionsToTxn 0-5 (v4+ is meant for brokers and only
-    guarded by the ClusterAction ACL, KAFKA-15757), InitProducerId up to 5 (v6 is unstable)."""
+    """The transaction APIs at the versions Kafka 4.3 advertises, except AddPartitionsToTxn:
+    0-3, because v4+ is for brokers only (KAFKA-15757; Gregor's brokers still send and serve
+    it); InitProducerId up to 5 (v6 is unstable)."""
     versions = {k.api_key: (k.min_version, k.max_version) for k in client.api_versions(4).api_keys}
     assert versions[0][1] == 13 and versions[26] == (0, 5) and versions[28] == (0, 5)
-    assert versions[24] == (0, 5) and versions[25] == (0, 4) and versions[22] == (0, 5)
+    assert versions[24] == (0, 3) and versions[25] == (0, 4) and versions[22] == (0, 5)
 
 
 # -- what the Java client sends ------------------------------------------------------------------
