@@ -128,6 +128,9 @@ class ReplicaManager:
         self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
         self.replica_lag_ms = 30_000
         self._checkpointed_hw = log_manager.read_high_watermarks()
+        # Cluster mode: False while this broker's registration may have lapsed; such a broker
+        # must not acknowledge writes as leader (another may lead by now).
+        self.may_lead: Callable[[], bool] = lambda: True
         # Told of every leadership change: (partition, True on becoming leader, False on losing it).
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
 

@@ -44,6 +44,7 @@ class ClusterRoles:
         self._checker: asyncio.Task[None] | None = None
         replicas.isr_changes = self._propose
         replicas.replica_lag_ms = replica_lag_ms
+        replicas.may_lead = lambda: store.registration_alive
 
     def start(self) -> None:
         self._remove_stray_logs()

@@ -63,6 +63,8 @@ def _target(ctx: RequestContext, topic_data: Any, part_data: Any) -> Target | An
         return _error(index, error)
     if part.topic.startswith("__"):
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, "cannot append to internal topic")
+    if not ctx.broker.replicas.may_lead():
+        return _error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "this broker's cluster registration lapsed")
     if part_data.records is None:
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has null records")
     return Target(index, part, part_data.records, _header(part_data.records))

@@ -13,9 +13,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from protocol.errors import ErrorCode
 from tests.integration.clients import assign_consumer, read_to_eof
 from tests.integration.cluster import LAG_MS, Cluster
 from tests.integration.harness import java_command, prefixed_json, require_java
+from tests.integration.wire import WireClient, build_batch, partition_errors, produce_request
 
 
 @pytest.fixture(scope="module")
@@ -310,3 +312,24 @@ def test_transactions_span_partitions_led_by_different_brokers(cluster: Cluster)
     offsets = committed.committed([TopicPartition(source, i) for i in range(3)], timeout=20)
     committed.close()
     assert [tp.offset for tp in offsets] == [10, 10, 10], "offsets committed with the transaction"
+
+
+def test_a_deposed_leader_acknowledges_nothing(cluster: Cluster) -> None:
+    """Paused past its session, the old leader is replaced; resumed, it must not answer an
+    acks=all write with success (its registration lapsed, and it follows now)."""
+    topic = create_topic(cluster)
+    state = cluster.partition(topic)
+    old = cluster.broker(state.leader)
+    with WireClient(old.port) as c:
+        c.api_versions()
+        old.pause()
+        try:
+            cluster.wait_for(lambda i: i.partitions[(topic, 0)].leader not in (state.leader, -1))
+        finally:
+            old.resume()
+        answer = c.call(produce_request(topic, [(0, build_batch([b"stale"]))], acks=-1), 7)
+    errors = partition_errors(answer)
+    assert errors[0] in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT), errors
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+    assert b"stale" not in [m.value() for _, m in read_to_eof(
+        cluster.bootstrap, [(topic, 0)], "read_committed", "stale", 30, "all")]

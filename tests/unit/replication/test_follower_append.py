@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.replication.fetcher import truncation_offset
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from storage.log import Log, ReplicaDataError
@@ -76,8 +77,6 @@ def test_data_with_a_gap_or_a_bad_crc_is_refused_whole(tmp_path: Path) -> None:
 
 
 def test_a_diverged_follower_truncates_to_where_the_logs_agree(tmp_path: Path) -> None:
-    from broker.replication.fetcher import truncation_offset
-
     follower = open_log(tmp_path / "f" / "t-0")
     follower.append_as_leader(make_batch([b"a", b"b"]), 1, NOW)  # epoch 1: [0, 2)
     follower.append_as_leader(make_batch([b"c", b"d"]), 2, NOW)  # epoch 2: [2, 4), never replicated
