@@ -5,6 +5,7 @@
 - `broker`: a fresh broker for one test (use for tests that crash/restart it).
 - `module_broker`: one broker shared by a module; tests on it must use their
   own topic names (`harness.unique_topic`).
+- `etcd`: one etcd server shared by a module (cluster tests use their own key roots).
 
 On failure the tail of every broker log the test touched is attached to the
 report.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import BrokerFactory, BrokerProcess, started_broker
 
 
@@ -45,6 +47,16 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with started_broker(tmp_path_factory.mktemp("module-broker")) as b:
         yield b
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    """One etcd server for a module's cluster tests (each test uses its own key root)."""
+    server = EtcdProcess(tmp_path_factory.mktemp("etcd") / "data").start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="module")

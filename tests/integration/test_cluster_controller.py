@@ -6,7 +6,7 @@ and a new controller takes over and handles the next death."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -18,15 +18,6 @@ from tests.integration.etcd import EtcdProcess
 
 LEASE_TTL_S = 2
 DEATH_S = LEASE_TTL_S * 4
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
-    server = EtcdProcess(tmp_path_factory.mktemp("etcd") / "data").start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 class Node:

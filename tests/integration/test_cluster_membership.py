@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +20,6 @@ from tests.integration.harness import BrokerFactory, BrokerProcess, BrokerStartE
 
 SESSION_MS = 2000
 DEATH_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
-    server = EtcdProcess(tmp_path_factory.mktemp("etcd") / "data").start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -20,15 +20,6 @@ from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import free_port
 
 LEASE_TTL_S = 2
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
-    server = EtcdProcess(tmp_path_factory.mktemp("etcd") / "data").start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
