@@ -4,6 +4,7 @@ two of three brokers down; nothing acknowledged is ever lost or duplicated."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 import uuid
@@ -333,3 +334,33 @@ def test_a_deposed_leader_acknowledges_nothing(cluster: Cluster) -> None:
     cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
     assert b"stale" not in [m.value() for _, m in read_to_eof(
         cluster.bootstrap, [(topic, 0)], "read_committed", "stale", 30, "all")]
+
+
+def test_aiokafka_idempotent_producer_survives_a_leader_kill(cluster: Cluster) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    topic = create_topic(cluster)
+    leader = cluster.partition(topic).leader
+
+    async def produce() -> list[int]:
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, enable_idempotence=True,
+                                    acks="all", request_timeout_ms=30000, retry_backoff_ms=100)
+        await producer.start()
+        offsets = []
+        try:
+            for i in range(600):
+                if i == 300:
+                    cluster.broker(leader).kill9()
+                meta = await producer.send_and_wait(topic, str(i).encode(), partition=0)
+                offsets.append(meta.offset)
+        finally:
+            await producer.stop()
+        return offsets
+
+    try:
+        offsets = asyncio.run(produce())
+    finally:
+        cluster.broker(leader).start()
+    assert offsets == list(range(600)), "each acknowledged once, in order"
+    assert values_of(cluster, topic, "aio") == list(range(600))
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
