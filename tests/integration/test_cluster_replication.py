@@ -31,6 +31,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.close()
 
 
+@pytest.fixture(autouse=True)
+def whole_cluster(cluster: Cluster) -> Iterator[None]:
+    """Every test starts with three running, registered brokers, whatever the last one killed."""
+    for b in cluster.brokers:
+        if b.proc is not None:
+            b.resume()
+        if not b.running:
+            b.start()
+    cluster.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    yield
+
+
 def create_topic(cluster: Cluster, partitions: int = 1, rf: int = 3) -> str:
     name = f"r-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -190,10 +202,10 @@ def test_two_brokers_down_refuses_acks_all_and_loses_nothing(cluster: Cluster) -
     try:
         cluster.wait_for(lambda i: i.partitions[(topic, 0)].isr == (state.leader,))
         errors: list[KafkaError] = []
-        strict = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 5000,
+        strict = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 20000,
                            "retries": 0})
         strict.produce(topic, value=b"refused", partition=0, on_delivery=lambda e, m: errors.append(e))
-        strict.flush(20)
+        strict.flush(30)
         assert errors and errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS, errors
     finally:
         for b in down:
@@ -261,13 +273,14 @@ def test_after_the_controller_dies_the_next_broker_death_is_handled(cluster: Clu
         second = image.controller.node_id
         victim = next(n for n in (1, 2, 3) if n not in (first.node_id, second))
         cluster.broker(victim).kill9()
-        image = cluster.wait_for(lambda i: all(
-            i.partitions[(topic, p)].leader == second for p in range(3)
+        cluster.wait_for(lambda i: all(
+            i.partitions[(topic, p)].leader == second and i.partitions[(topic, p)].isr == (second,)
+            for p in range(3)
         ))
-        assert all(image.partitions[(topic, p)].isr == (second,) for p in range(3))
-        cluster.broker(victim).start()
     finally:
-        cluster.broker(first.node_id).start()
+        for b in cluster.brokers:
+            if not b.running:
+                b.start()
     cluster.wait_for(lambda i: all(len(i.partitions[(topic, p)].isr) == 3 for p in range(3)), 30)
 
 
