@@ -19,8 +19,9 @@ import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
-from broker.cluster.placement import after_broker_change, place_replicas, preferred_leader
+from broker.cluster.placement import after_broker_change, election, place_replicas, preferred_leader
 from coordinator.hashing import java_abs, java_string_hash
+from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,26 @@ class ClusterController:
             if new is not None and await self._write(topic, index, state, new):
                 moved += 1
         return moved
+
+    async def elect(
+        self, election_type: int, wanted: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """ElectLeaders: per partition NONE (elected) or why not; all partitions when `wanted`
+        is None (then, as Kafka, those that needed no election are left out)."""
+        image = self.store.image
+        live = image.live_brokers()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        for tp in wanted if wanted is not None else sorted(image.partitions):
+            state = image.partitions.get(tp)
+            if state is None:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            new, error = election(state, live, election_type)
+            if new is not None and not await self._write(tp[0], tp[1], state, new):
+                error = ErrorCode.NOT_CONTROLLER  # the state moved meanwhile: the client retries
+            if wanted is not None or error != ErrorCode.ELECTION_NOT_NEEDED:
+                results[tp] = error
+        return results
 
     async def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]

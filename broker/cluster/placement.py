@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker.cluster.image import NO_LEADER, NodeId, PartitionState
+from protocol.errors import ErrorCode
 
 
 class PlacementError(ValueError):
@@ -118,3 +119,28 @@ def preferred_leader(state: PartitionState, live: set[NodeId]) -> PartitionState
     if state.leader == preferred or preferred not in live or preferred not in state.isr:
         return None
     return state.with_leader(preferred, state.isr)
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
+
+
+def election(
+    state: PartitionState, live: set[NodeId], election_type: int
+) -> tuple[PartitionState | None, ErrorCode]:
+    """ElectLeaders for one partition: the new state and NONE, or None and Kafka's reason
+    (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE).
+    An unclean election takes a live replica outside the ISR only when no ISR member lives."""
+    if election_type == PREFERRED:
+        if state.leader == state.replicas[0]:
+            return None, ErrorCode.ELECTION_NOT_NEEDED
+        moved = preferred_leader(state, live)
+        if moved is None:
+            return None, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        return moved, ErrorCode.NONE
+    if state.leader in live:
+        return None, ErrorCode.ELECTION_NOT_NEEDED
+    clean = [n for n in state.replicas if n in live and n in state.isr]
+    chosen = clean or [n for n in state.replicas if n in live]
+    if not chosen:
+        return None, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    return state.with_leader(chosen[0], state.isr if clean else (chosen[0],)), ErrorCode.NONE

@@ -3,6 +3,7 @@
 from broker.handlers import (
     api_versions,
     configs,
+    elect_leaders,
     fetch,
     groups,
     list_offsets,
@@ -21,6 +22,6 @@ from broker.handlers.registry import build_table
 HANDLER_TABLE = build_table(
     [
         api_versions, metadata, produce, producers, fetch, list_offsets,
-        topics, configs, records, log_dirs, transactions, txn_markers, groups, offsets,
+        topics, configs, records, log_dirs, transactions, txn_markers, groups, offsets, elect_leaders,
     ]
 )

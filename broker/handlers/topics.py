@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import (
@@ -13,8 +13,8 @@ from kafka.protocol.admin import (
 )
 
 from broker.handlers.configs import resolved_topic_configs
+from broker.handlers.forwarding import on_controller
 from broker.handlers.resolve import ZERO_UUID
-from broker.net.client import BrokerUnreachable
 from broker.topics import NewTopic, TopicResult
 from protocol.errors import ErrorCode
 from storage.log_config import format_config_value
@@ -127,40 +127,27 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     return P(throttle_time_ms=0, results=results)
 
 
-Handler = Callable[["RequestContext", Any], Awaitable[Any]]
-
-
-def _not_controller(api_key: int, request: Any) -> Any:
+def _not_controller(api_key: int) -> Callable[[Any], Any]:
     """Every topic answered NOT_CONTROLLER (clients refresh metadata and retry)."""
     error = ErrorCode.NOT_CONTROLLER
-    if api_key == CREATE_TOPICS:
-        return C(throttle_time_ms=0, topics=[
-            C.CreatableTopicResult(name=t.name, error_code=error) for t in request.topics])
-    if api_key == DELETE_TOPICS:
-        names = [t.name for t in request.topics] if hasattr(request, "topics") else request.topic_names
-        results = [D.DeletableTopicResult(name=n, error_code=error) for n in names]
-        return D(throttle_time_ms=0, responses=results)
-    return P(throttle_time_ms=0, results=[_partitions_result(t.name, error, None) for t in request.topics])
 
+    def refuse(request: Any) -> Any:
+        if api_key == CREATE_TOPICS:
+            return C(throttle_time_ms=0, topics=[
+                C.CreatableTopicResult(name=t.name, error_code=error) for t in request.topics])
+        if api_key == DELETE_TOPICS:
+            names = [t.name for t in request.topics] if hasattr(request, "topics") else request.topic_names
+            results = [D.DeletableTopicResult(name=n, error_code=error) for n in names]
+            return D(throttle_time_ms=0, responses=results)
+        return P(throttle_time_ms=0,
+                 results=[_partitions_result(t.name, error, None) for t in request.topics])
 
-def on_controller(api_key: int, handle: Handler) -> Handler:
-    """Cluster mode: run on the controller; a request reaching another broker is forwarded."""
-
-    async def handle_or_forward(ctx: RequestContext, request: Any) -> Any:
-        cluster = ctx.broker.cluster
-        if cluster is None or cluster.controller.active:
-            return await handle(ctx, request)
-        try:
-            return await cluster.channel.call(request, ctx.version)
-        except BrokerUnreachable:
-            return _not_controller(api_key, request)
-
-    return handle_or_forward
+    return refuse
 
 
 VERSIONS = {CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3)}
 HANDLERS = {
-    CREATE_TOPICS: on_controller(CREATE_TOPICS, handle_create_topics),
-    DELETE_TOPICS: on_controller(DELETE_TOPICS, handle_delete_topics),
-    CREATE_PARTITIONS: on_controller(CREATE_PARTITIONS, handle_create_partitions),
+    CREATE_TOPICS: on_controller(handle_create_topics, _not_controller(CREATE_TOPICS)),
+    DELETE_TOPICS: on_controller(handle_delete_topics, _not_controller(DELETE_TOPICS)),
+    CREATE_PARTITIONS: on_controller(handle_create_partitions, _not_controller(CREATE_PARTITIONS)),
 }

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -259,3 +260,17 @@ def test_offset_for_leader_epoch(module_broker: BrokerProcess) -> None:
     assert (first.error_code, first.leader_epoch, first.end_offset) == (0, 0, 6)
     assert missing.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
     assert fenced.topics[0].partitions[0].error_code == 75  # UNKNOWN_LEADER_EPOCH
+
+
+def test_elect_leaders_on_one_broker_needs_no_election(admin: AdminClient) -> None:
+    from confluent_kafka import ElectionType
+
+    topic = unique_topic("elect")
+    _create(admin, topic, partitions=2)
+    wanted = [TopicPartition(topic, 0), TopicPartition(topic, 1), TopicPartition(f"{topic}-none", 0)]
+    result = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(TIMEOUT)
+    codes = {(tp.topic, tp.partition): e.code() for tp, e in result.items()}
+    assert codes == {
+        (topic, 0): ConfluentError.ELECTION_NOT_NEEDED, (topic, 1): ConfluentError.ELECTION_NOT_NEEDED,
+        (f"{topic}-none", 0): ConfluentError.UNKNOWN_TOPIC_OR_PART,
+    }

@@ -377,3 +377,24 @@ def test_aiokafka_idempotent_producer_survives_a_leader_kill(cluster: Cluster) -
     assert offsets == list(range(600)), "each acknowledged once, in order"
     assert values_of(cluster, topic, "aio") == list(range(600))
     cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+
+
+def test_preferred_leader_election_moves_leadership_back(cluster: Cluster) -> None:
+    from confluent_kafka import ElectionType
+
+    topic = create_topic(cluster, partitions=3)
+    preferred = cluster.partition(topic, 0).replicas[0]
+    cluster.broker(preferred).kill9()
+    cluster.wait_for(lambda i: i.partitions[(topic, 0)].leader not in (preferred, -1))
+    cluster.broker(preferred).start()
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wanted = [TopicPartition(topic, p) for p in range(3)]
+    result = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(30)
+    errors = {tp.partition: (e.code() if e is not None else None) for tp, e in result.items()}
+    assert errors[0] is None, errors
+    assert all(errors[p] in (None, KafkaError.ELECTION_NOT_NEEDED) for p in (1, 2)), errors
+    state = cluster.wait_for(lambda i: i.partitions[(topic, 0)].leader == preferred).partitions[(topic, 0)]
+    assert state.leader_epoch >= 2
+    again = admin.elect_leaders(ElectionType.PREFERRED, wanted[:1]).result(30)
+    assert [e.code() for e in again.values()] == [KafkaError.ELECTION_NOT_NEEDED]

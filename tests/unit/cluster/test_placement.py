@@ -8,12 +8,16 @@ import pytest
 
 from broker.cluster.image import NO_LEADER, LeaderEpoch, NodeId, PartitionEpoch, PartitionState
 from broker.cluster.placement import (
+    PREFERRED,
+    UNCLEAN,
     PlacementError,
     after_broker_change,
+    election,
     place_replicas,
     preferred_leader,
     validate_assignment,
 )
+from protocol.errors import ErrorCode
 
 N1, N2, N3, N4 = NodeId(1), NodeId(2), NodeId(3), NodeId(4)
 THREE = {N1: None, N2: None, N3: None}
@@ -82,3 +86,18 @@ def test_preferred_leader_moves_back_when_it_is_in_sync() -> None:
     moved = preferred_leader(state(N2, (N1, N2)), {N1, N2, N3})
     assert moved is not None and moved.leader == N1
     assert preferred_leader(state(N2, (N2,)), {N1, N2, N3}) is None, "not in the ISR"
+
+
+def test_preferred_election_outcomes() -> None:
+    assert election(state(N1, (N1, N2)), {N1, N2}, PREFERRED) == (None, ErrorCode.ELECTION_NOT_NEEDED)
+    assert election(state(N2, (N2,)), {N1, N2}, PREFERRED)[1] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    moved, error = election(state(N2, (N1, N2)), {N1, N2}, PREFERRED)
+    assert error == ErrorCode.NONE and moved is not None and moved.leader == N1
+
+
+def test_unclean_election_prefers_the_isr_and_otherwise_takes_any_live_replica() -> None:
+    assert election(state(N1, (N1, N2)), {N1, N2}, UNCLEAN)[1] == ErrorCode.ELECTION_NOT_NEEDED
+    offline = state(NO_LEADER, (N1,))
+    moved, _ = election(offline, {N2, N3}, UNCLEAN)
+    assert moved is not None and moved.leader == N2 and moved.isr == (N2,)
+    assert election(offline, set(), UNCLEAN) == (None, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)

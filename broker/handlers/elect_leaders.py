@@ -1,0 +1,66 @@
+"""ElectLeaders (KIP-460): preferred or unclean leader election, run by the controller.
+
+On a single broker every partition's preferred leader is this broker already
+(ELECTION_NOT_NEEDED); in a cluster the controller elects (controller.elect).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import ElectLeadersResponse
+
+from broker.handlers.forwarding import on_controller
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+API_KEY = 43
+R = ElectLeadersResponse
+TopicPartition = tuple[str, int]
+
+
+def _wanted(request: Any) -> list[TopicPartition] | None:
+    if request.topic_partitions is None:
+        return None
+    return [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+
+
+def _single_node(ctx: RequestContext, wanted: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]:
+    if wanted is None:
+        return {}  # nothing needed an election
+    return {
+        tp: ErrorCode.ELECTION_NOT_NEEDED if ctx.broker.replicas.partition(*tp) is not None
+        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for tp in wanted
+    }
+
+
+def _response(results: dict[TopicPartition, ErrorCode], error: ErrorCode = ErrorCode.NONE) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), e in sorted(results.items()):
+        by_topic.setdefault(topic, []).append(R.ReplicaElectionResult.PartitionResult(
+            partition_id=index, error_code=e, error_message=None if e == ErrorCode.NONE else e.name,
+        ))
+    return R(throttle_time_ms=0, error_code=error, replica_election_results=[
+        R.ReplicaElectionResult(topic=t, partition_result=p) for t, p in by_topic.items()
+    ])
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    wanted = _wanted(request)
+    election_type = request.election_type if ctx.version >= 1 else 0
+    cluster = ctx.broker.cluster
+    if cluster is None:
+        return _response(_single_node(ctx, wanted))
+    return _response(await cluster.controller.elect(election_type, wanted))
+
+
+def _not_controller(request: Any) -> Any:
+    error = ErrorCode.NOT_CONTROLLER
+    return _response(dict.fromkeys(_wanted(request) or [], error), error)
+
+
+VERSIONS = {API_KEY: (0, 2)}
+HANDLERS = {API_KEY: on_controller(handle, _not_controller)}
