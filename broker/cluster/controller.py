@@ -117,6 +117,7 @@ class ClusterController:
         image = self.store.image
         live = image.live_brokers()
         results: dict[tuple[str, int], ErrorCode] = {}
+        elected: list[tuple[tuple[str, int], PartitionState]] = []
         for tp in wanted if wanted is not None else sorted(image.partitions):
             state = image.partitions.get(tp)
             if state is None:
@@ -125,8 +126,13 @@ class ClusterController:
             new, error = election(state, live, election_type)
             if new is not None and not await self._write(tp[0], tp[1], state, new):
                 error = ErrorCode.NOT_CONTROLLER  # the state moved meanwhile: the client retries
+            elif new is not None:
+                elected.append((tp, new))
             if wanted is not None or error != ErrorCode.ELECTION_NOT_NEEDED:
                 results[tp] = error
+        # Answer once this controller's own image shows the elections, so that the next
+        # request sees them (the image follows etcd's watch, a moment behind the write).
+        await self.store.wait_for(lambda i: all(i.partitions.get(tp) == s for tp, s in elected), 5)
         return results
 
     async def create_topic(
