@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.produce_fetch import _produce
 from tests.integration.harness import BrokerProcess
 
 PARTITIONS = 4
@@ -52,24 +52,6 @@ def _cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def _produce(bootstrap: str, topic: str, count: int, size: int, compression: str) -> None:
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-        "compression.type": compression, "linger.ms": 5, "batch.size": 1_000_000,
-    })
-    payload = os.urandom(size // 2).hex().encode()[:size]
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=payload, key=str(i % 1000).encode(), partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
 
 
 def _round(broker: BrokerProcess, topic: str, count: int, size: int, compression: str) -> Round:

@@ -19,7 +19,7 @@ import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
-from broker.cluster.placement import after_broker_change, election, place_replicas, preferred_leader
+from broker.cluster.placement import after_broker_change, election, place_replicas
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
 
@@ -98,16 +98,6 @@ class ClusterController:
             log.info("partition %s-%d: leader %d -> %d (leader epoch %d, ISR %s)",
                      topic, index, old.leader, new.leader, new.leader_epoch, list(new.isr))
         return ok
-
-    async def elect_preferred_leaders(self) -> int:
-        """ElectLeaders(PREFERRED) / auto.leader.rebalance: moves made."""
-        image = self.store.image
-        moved = 0
-        for (topic, index), state in sorted(image.partitions.items()):
-            new = preferred_leader(state, image.live_brokers())
-            if new is not None and await self._write(topic, index, state, new):
-                moved += 1
-        return moved
 
     async def elect(
         self, election_type: int, wanted: list[tuple[str, int]] | None

@@ -75,26 +75,6 @@ def _rack_interleaved(racks: Mapping[NodeId, str | None]) -> list[NodeId]:
     return [col[i] for i in range(max(map(len, columns))) for col in columns if i < len(col)]
 
 
-def validate_assignment(
-    assignment: list[tuple[NodeId, ...]], known: set[NodeId]
-) -> str | None:
-    """Kafka's checks of a manual assignment; None when it is valid."""
-    if not assignment:
-        return "the assignment has no partitions"
-    sizes = {len(replicas) for replicas in assignment}
-    if len(sizes) != 1:
-        return "all partitions must have the same number of replicas"
-    for index, replicas in enumerate(assignment):
-        if not replicas:
-            return f"partition {index} has no replicas"
-        if len(set(replicas)) != len(replicas):
-            return f"partition {index} lists a broker twice: {list(replicas)}"
-        unknown = [n for n in replicas if n not in known]
-        if unknown:
-            return f"partition {index} is assigned to unknown brokers {unknown}"
-    return None
-
-
 def after_broker_change(state: PartitionState, live: set[NodeId]) -> PartitionState | None:
     """The state a partition should move to when the set of live brokers changes.
 

@@ -15,7 +15,6 @@ from broker.cluster.placement import (
     election,
     place_replicas,
     preferred_leader,
-    validate_assignment,
 )
 from protocol.errors import ErrorCode
 
@@ -38,20 +37,6 @@ def test_rack_aware_placement_puts_replicas_on_distinct_racks() -> None:
 def test_replication_factor_above_the_brokers_is_refused() -> None:
     with pytest.raises(PlacementError, match="larger than the 3 available brokers"):
         place_replicas(1, 4, THREE)
-
-
-@pytest.mark.parametrize(
-    ("assignment", "message"),
-    [
-        ([], "no partitions"),
-        ([(N1, N2), (N1,)], "same number of replicas"),
-        ([(N1, N1)], "lists a broker twice"),
-        ([(N1, NodeId(9))], "unknown brokers"),
-    ],
-)
-def test_manual_assignments_are_checked(assignment: list[tuple[NodeId, ...]], message: str) -> None:
-    error = validate_assignment(assignment, {N1, N2, N3})
-    assert error is not None and message in error
 
 
 def state(leader: NodeId, isr: tuple[NodeId, ...]) -> PartitionState:
