@@ -252,6 +252,8 @@ KEYS: dict[str, Key] = {
                                      "group are kept."),
     "offsets.retention.check.interval.ms": Key(_POSITIVE_LONG, 600000, "How often expired offsets are "
                                                "removed."),
+    "offsets.commit.timeout.ms": Key(_POSITIVE, 5000, "How long a group coordinator write may wait to "
+                                     "be replicated before the request fails (COORDINATOR_NOT_AVAILABLE)."),
     "offset.metadata.max.bytes": Key(_NON_NEGATIVE, 4096, "Largest metadata string of a committed offset."),
     "group.min.session.timeout.ms": Key(_NON_NEGATIVE, 6000, "Smallest session timeout a consumer may "
                                         "ask for."),
@@ -269,6 +271,8 @@ KEYS: dict[str, Key] = {
                                "ApiVersions: 2 (KIP-890 part 2) or 1 (the older protocol)."),
     "transaction.max.timeout.ms": Key(_POSITIVE, 900000, "Largest transaction timeout a producer may "
                                       "ask for."),
+    "request.timeout.ms": Key(_POSITIVE, 30000, "How long a transaction coordinator write may wait to "
+                              "be replicated before the request fails (COORDINATOR_NOT_AVAILABLE)."),
     "transactional.id.expiration.ms": Key(_POSITIVE, 604800000, "How long an idle transactional id is "
                                           "kept."),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(

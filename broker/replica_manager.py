@@ -163,6 +163,7 @@ class ReplicaManager:
         part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
         part.advance_high_watermark()
         self._partitions[(topic, index)] = part
+        self._leadership(part, True)
         return part
 
     def _hosted(self, topic: str, index: int, config: LogConfig) -> Partition:
