@@ -44,30 +44,7 @@ def whole_cluster(cluster: Cluster) -> Iterator[None]:
 
 
 def create_topic(cluster: Cluster, partitions: int = 1, rf: int = 3) -> str:
-    name = f"r-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=20)
-    futures[name].result(30)
-    cluster.wait_for(lambda i: all(
-        (name, p) in i.partitions and len(i.partitions[(name, p)].isr) == rf for p in range(partitions)
-    ))
-    for b in cluster.brokers:
-        wait_until_served(b.bootstrap, name, partitions)
-    return name
-
-
-def wait_until_served(bootstrap: str, topic: str, partitions: int, timeout_s: float = 20) -> None:
-    """Until this broker's own Metadata answer lists the topic with a leader for every partition."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if found is not None and found.error is None and len(found.partitions) == partitions and all(
-            p.leader >= 0 for p in found.partitions.values()
-        ):
-            return
-        assert time.monotonic() < deadline, f"{bootstrap} does not serve {topic}: {found}"
-        time.sleep(0.1)
+    return cluster.create_topic(partitions, rf)
 
 
 def test_a_topic_is_replicated_to_every_broker(cluster: Cluster) -> None:
