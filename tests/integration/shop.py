@@ -195,5 +195,5 @@ class ProcessorRun:
         self.proc.send_signal(sig)
 
     def transcript(self, last: int = 40) -> str:
-        lines = [json.dumps(e) for e in self.events[-last:]] + self.other[-20:]
+        lines = [json.dumps(e) for e in self.events[-last:]] + self.other[-int(os.environ.get("EOS_TRANSCRIPT_LINES", "20")):]
         return "--- processor output ---\n" + "\n".join(lines)

@@ -21,9 +21,11 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka.protocol.producer import EndTxnRequest
 
+from broker.cluster.image import ClusterImage
 from coordinator.hashing import coordinator_partition
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
@@ -113,8 +115,16 @@ def committed_values(cluster: Cluster, topic: str) -> list[str]:
         all_bootstrap(cluster), tps, "read_committed", "check", 60, f"read_committed {topic}")]
 
 
-def assert_lso_caught_up(cluster: Cluster, topic: str, partitions: int = 3) -> None:
-    """No transaction left open: every partition's LSO equals its high watermark."""
+def assert_lso_caught_up(cluster: Cluster, topic: str, partitions: int = 3, timeout_s: float = 30) -> None:
+    """No transaction left open: every partition's LSO reaches its high watermark (markers are
+    written after EndTxn answers, so this takes a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while (ends := end_offsets(cluster, topic, partitions))["read_committed"] != ends["read_uncommitted"]:
+        assert time.monotonic() < deadline, f"LSO stuck below the high watermark: {ends}"
+        time.sleep(0.1)
+
+
+def end_offsets(cluster: Cluster, topic: str, partitions: int) -> dict[str, list[int]]:
     ends = {}
     for isolation in ("read_committed", "read_uncommitted"):
         c = Consumer({"bootstrap.servers": all_bootstrap(cluster), "group.id": f"w-{uuid.uuid4().hex[:6]}",
@@ -126,7 +136,7 @@ def assert_lso_caught_up(cluster: Cluster, topic: str, partitions: int = 3) -> N
             ]
         finally:
             c.close()
-    assert ends["read_committed"] == ends["read_uncommitted"], ends
+    return ends
 
 
 def assert_all_or_nothing(values: list[str], committed: list[str]) -> bool:
@@ -255,14 +265,7 @@ def test_an_abandoned_transaction_is_aborted_by_the_successor(cluster: Cluster) 
     values = produce_to_every_leader(p, topic, "x")
     cluster.broker(old).kill9()
     wait_for_new_coordinator(cluster, TXN_STATE, tid, old)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            assert_lso_caught_up(cluster, topic)
-            break
-        except AssertionError:
-            assert time.monotonic() < deadline, "the successor never aborted the abandoned transaction"
-            time.sleep(0.2)
+    assert_lso_caught_up(cluster, topic)  # the successor aborted the abandoned transaction
     assert not assert_all_or_nothing(values, committed_values(cluster, topic))
 
 
@@ -271,7 +274,7 @@ def test_the_transactions_tool_spans_every_coordinator(cluster: Cluster) -> None
     coordinators; `describe` finds each one's coordinator."""
     topic = cluster.create_topic(partitions=3)
     transactional_producer(cluster, "tool-first")  # creates __transaction_state
-    image = cluster.image()
+    image = elect_preferred_leaders(cluster, TXN_STATE, INTERNAL_PARTITIONS)
     by_coordinator: dict[int, str] = {}
     for k in range(100):
         tid = f"tool-{k}-{uuid.uuid4().hex[:6]}"
@@ -292,6 +295,23 @@ def test_the_transactions_tool_spans_every_coordinator(cluster: Cluster) -> None
     for p in producers:
         p.abort_transaction(30)
     assert_lso_caught_up(cluster, topic)
+
+
+def elect_preferred_leaders(cluster: Cluster, topic: str, partitions: int) -> ClusterImage:
+    """Leadership back on each partition's first replica (after the kills of earlier tests)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wanted = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def preferred(i: ClusterImage) -> bool:
+        return all(i.partitions[(topic, p)].leader == i.partitions[(topic, p)].replicas[0]
+                   for p in range(partitions))
+
+    deadline = time.monotonic() + 30
+    while not preferred(cluster.image()):
+        assert time.monotonic() < deadline, cluster.image()
+        admin.elect_leaders(ElectionType.PREFERRED, wanted).result(30)
+        time.sleep(0.3)
+    return cluster.image()
 
 
 def gregor_transactions(bootstrap: str, *args: str) -> str:
