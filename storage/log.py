@@ -801,6 +801,9 @@ class Log:
         """Remove everything at and after ``offset`` (follower truncation, later issues);
         producer state is reloaded from a snapshot at or below it plus replay."""
         if offset >= self.log_end_offset:
+            # An epoch this broker started as leader without appending to it may still end
+            # the cache: drop it, or the leader reports the same divergence forever.
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             return
         offset = max(offset, self._log_start_offset)
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
