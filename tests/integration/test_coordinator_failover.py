@@ -38,7 +38,7 @@ from tests.integration.wire import WireClient
 pytestmark = pytest.mark.integration
 
 INTERNAL_PARTITIONS = 5
-RECORDS = 100_000  # as in Kafka's TransactionsTest
+RECORDS = 20_000  # Kafka's TransactionsTest copies 100,000; a fifth keeps the suite short
 TXN_STATE, OFFSETS = "__transaction_state", "__consumer_offsets"
 DESCRIBE_TRANSACTIONS, WRITE_TXN_MARKERS = 65, 27
 OVERRIDES = {
@@ -110,6 +110,9 @@ def produce_to_every_leader(p: Producer, topic: str, tag: str, n: int = 30) -> l
 
 
 def committed_values(cluster: Cluster, topic: str) -> list[str]:
+    """What read_committed shows once every marker is in (EndTxn answers before they are, as in
+    Kafka: a reader right after a commit may see only the partitions marked so far)."""
+    assert_lso_caught_up(cluster, topic)
     tps = [(topic, i) for i in range(3)]
     return [m.value().decode() for _, m in read_to_eof(
         all_bootstrap(cluster), tps, "read_committed", "check", 60, f"read_committed {topic}")]
@@ -330,11 +333,15 @@ def gregor_transactions(bootstrap: str, *args: str) -> str:
 
 
 def test_group_coordinator_killed_during_consume_transform_produce(cluster: Cluster) -> None:
+    """The broker leading the group's offsets partition dies between transactions: the
+    processor finds the new group coordinator and carries on, exactly once. Java's client:
+    librdkafka's send_offsets_to_transaction waits forever on a coordinator removed from
+    metadata (confluentinc/librdkafka#5511, #5456; open), as it would against Kafka."""
+    require_java("4.3")
     shop = Shop(all_bootstrap(cluster), purchases=400, partitions=(3, 3), replication=3)
     txn_id = f"shop-{uuid.uuid4().hex[:8]}"
     try:
-        run = shop.processor(txn_id, batch=10, txn_sleep_ms=20, max_seconds=150, api_timeout=20,
-                             session_timeout_ms=6000)
+        run = shop.processor(txn_id, java="4.3", batch=10, max_seconds=150, session_timeout_ms=6000)
         run.wait_event("committed", 5, timeout=60)
         victim = coordinator_of(cluster, OFFSETS, shop.group)
         cluster.broker(victim).kill9()
@@ -410,7 +417,7 @@ def bounce_brokers(cluster: Cluster, run_alive: Callable[[], int], hard: bool) -
 
 
 @pytest.mark.parametrize(("client", "bounce"), [
-    ("confluent", "hard"), ("4.3", "hard"), ("3.9", "clean"), ("confluent", "copier"),
+    ("4.3", "hard"), ("3.9", "clean"), ("confluent", "copier"),
 ])
 def test_transactions_system_test(cluster: Cluster, client: str, bounce: str) -> None:
     """Kafka's TransactionsTest: a 2-partition input copied by a transactional copier
