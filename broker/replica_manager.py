@@ -266,7 +266,8 @@ class ReplicaManager:
         part.leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
         part.advance_high_watermark()
         if self.isr_changes is not None:
-            proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+            hw = part.log.high_watermark
+            proposed = part.leader.proposal(hw, now_ms, self.replica_lag_ms, fetched_by=NodeId(node))
             if proposed is not None:
                 self.isr_changes(part, proposed)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 import socket
+from collections.abc import Awaitable
+from typing import Any
 
 from broker import request_log
 from broker.authorizer import AllowAllAuthorizer, Authorizer
@@ -190,20 +191,36 @@ class Broker:
                 last_checkpoint = now
 
     async def stop(self) -> None:
+        """Each step is bounded, so a stuck one cannot keep the logs from closing cleanly."""
         log.info("broker %d shutting down", self.node_id)
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
             task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*self._connections, return_exceptions=True)
-        await self.transactions.stop()
-        await self.groups.stop()
+        steps: list[tuple[str, Awaitable[Any]]] = [
+            ("connections", asyncio.gather(*self._connections, return_exceptions=True)),
+            ("transaction coordinator", self.transactions.stop()),
+            ("group coordinator", self.groups.stop()),
+        ]
         if self.roles is not None:
-            await self.roles.stop()
+            steps.append(("replication", self.roles.stop()))
         if self._prefetched is not None:
-            await self._prefetched.stop()
+            steps.append(("producer id blocks", self._prefetched.stop()))
         if self.cluster is not None:
-            await self.cluster.close()
+            steps.append(("cluster membership", self.cluster.close()))
+        for name, step in steps:
+            await _bounded(name, step)
         self.log_manager.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)
+
+
+SHUTDOWN_STEP_TIMEOUT_S = 5.0
+
+
+async def _bounded(name: str, step: Awaitable[Any]) -> None:
+    try:
+        await asyncio.wait_for(step, SHUTDOWN_STEP_TIMEOUT_S)
+    except TimeoutError:
+        log.warning("shutdown: %s did not stop within %.0f s; going on", name, SHUTDOWN_STEP_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - shutdown goes on whatever one step raised
+        log.warning("shutdown: stopping %s failed: %r", name, exc)

@@ -195,5 +195,6 @@ class ProcessorRun:
         self.proc.send_signal(sig)
 
     def transcript(self, last: int = 40) -> str:
-        lines = [json.dumps(e) for e in self.events[-last:]] + self.other[-int(os.environ.get("EOS_TRANSCRIPT_LINES", "20")):]
+        other = int(os.environ.get("EOS_TRANSCRIPT_LINES", "20"))
+        lines = [json.dumps(e) for e in self.events[-last:]] + self.other[-other:]
         return "--- processor output ---\n" + "\n".join(lines)
