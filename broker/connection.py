@@ -82,15 +82,30 @@ class Connection:
 
     async def _serve(self) -> None:
         sender = asyncio.create_task(self._send_loop())
+        shutdown = False
         try:
             await self._read_loop()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except CloseConnection as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+        except asyncio.CancelledError:
+            shutdown = True
+            self._abandon(sender)
+            raise
         finally:
-            await self.responses.put(None)
-            await self._finish(sender)
+            if not shutdown:
+                await self.responses.put(None)
+                await self._finish(sender)
+
+    def _abandon(self, sender: asyncio.Task[None]) -> None:
+        """Broker shutdown: requests in flight (one may wait for replication) get no answer,
+        as when a Kafka broker stops; the client retries elsewhere."""
+        sender.cancel()
+        while not self.responses.empty():
+            task = self.responses.get_nowait()
+            if task is not None:
+                _discard(task)
 
     async def _finish(self, sender: asyncio.Task[None]) -> None:
         try:
