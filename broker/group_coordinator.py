@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker import metrics
 from broker.context import now_ms
 from broker.internal_topics import read_records, record_batch
 from coordinator.group import (
@@ -107,6 +108,7 @@ class GroupCoordinator:
         if self._loaded_epochs.get(index) == part.leader_epoch:
             return
         self.machine.begin_load(index, part.leader_epoch)
+        started = metrics.clock()
         for record in read_records(part):
             try:
                 self._replay_loaded(index, record)
@@ -114,6 +116,7 @@ class GroupCoordinator:
                 log.warning("%s-%d: skipping unreadable record at offset %d: %s",
                             OFFSETS_TOPIC, index, record.offset, exc)
         self.machine.finish_load(index, now_ms())
+        metrics.coordinator_loaded("group", started)
         self._loaded_epochs[index] = part.leader_epoch
 
     def on_leadership(self, part: Partition, leading: bool) -> None:
@@ -233,6 +236,7 @@ class GroupCoordinator:
         if not isinstance(answer, JoinResponse):
             return JoinResponse(answer)
         if answer.error == ErrorCode.NONE and answer.member_id == answer.leader:
+            metrics.rebalance_completed()
             log.info("group %s: generation %d with %d members, leader %s, protocol %s",
                      request.group_id, answer.generation_id, len(answer.members), answer.leader,
                      answer.protocol_name)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from broker import metrics
 from broker.context import now_ms
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
@@ -128,6 +129,7 @@ class TransactionCoordinator:
         if self._loaded_epochs.get(index) == part.leader_epoch:
             return []
         self.machine.begin_load(index, part.leader_epoch)
+        started = metrics.clock()
         for record in read_records(part):
             if record.key is None:
                 continue
@@ -137,6 +139,7 @@ class TransactionCoordinator:
                 log.warning("%s-%d: skipping unreadable record at offset %d: %s",
                             TRANSACTION_STATE_TOPIC, index, record.offset, exc)
         self._loaded_epochs[index] = part.leader_epoch
+        metrics.coordinator_loaded("transaction", started)
         return self.machine.finish_load(index)
 
     def on_leadership(self, part: Partition, leading: bool) -> None:
@@ -185,6 +188,7 @@ class TransactionCoordinator:
         crash_point(f"after-txn-log-{state}")
         key, value = outcome.record
         self.machine.replay(key, value)
+        metrics.txn_transition(outcome.transit)
         if outcome.transit is not None:
             log.info("transactional id %s: %s (producer id %d, epoch %d)", tid,
                      outcome.transit.state.display_name, outcome.transit.producer_id,
