@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from coordinator.hashing import coordinator_partition
 from protocol.messages import REQUESTS
 from tests.integration import wire
+from tests.integration.cluster import LAG_MS, Cluster
 from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
@@ -100,7 +103,7 @@ def list_offset(c: wire.WireClient, topic: str, isolation: int) -> int:
     return int(p.offset)
 
 
-def craft_hanging(broker: BrokerProcess, topic: str) -> int:
+def craft_hanging(broker: BrokerProcess, topic: str, partition: int = 0) -> int:
     """Offset 0 plain; 1-2 transactional from a producer id no coordinator knows, written
     two hours ago by their timestamps and never marked; 3 plain. Returns the producer id."""
     with wire.WireClient(broker.port) as c:
@@ -114,7 +117,8 @@ def craft_hanging(broker: BrokerProcess, topic: str) -> int:
                              producer_epoch=resp.producer_epoch, base_sequence=0, transactional=True),
             wire.build_batch([b"after"]),
         ):
-            assert wire.partition_errors(c.produce(topic, [(0, batch)], version=7)) == {0: 0}
+            errors = wire.partition_errors(c.produce(topic, [(partition, batch)], version=7))
+            assert errors == {partition: 0}
     return int(resp.producer_id)
 
 
@@ -293,3 +297,61 @@ def test_metrics_port_in_use_stops_start_up(broker_factory: BrokerFactory, tmp_p
     clash = broker_factory({"metrics.listener": taken.config["metrics.listener"]}, start=False)
     with pytest.raises(Exception, match=r"\(metrics.listener\): address already in use"):
         clash.start()
+
+
+# -- 5. a cluster: controller, ISR changes, coordinators on another broker --------------------
+
+
+def test_cluster_controller_isr_changes_and_remote_coordinators(tmp_path: Path) -> None:
+    """Two brokers: one active controller between them; a hanging-transaction check asks
+    the coordinator on the other broker (a transaction it knows is not hanging, one it
+    does not know is); a paused follower's ISR shrink and expansion are counted on the
+    leader."""
+    cluster = Cluster(tmp_path, size=2, overrides={
+        "default.replication.factor": 2, "min.insync.replicas": 1, "offsets.topic.replication.factor": 2,
+        "transaction.state.log.replication.factor": 2, "transaction.state.log.min.isr": 1,
+        "transaction.state.log.num.partitions": 4, "offsets.topic.num.partitions": 4,
+        **{k: v for k, v in metrics_config().items() if k != "metrics.listener"},
+    }, per_broker=lambda _n: {"metrics.listener": f"http://127.0.0.1:{free_port()}"})
+    try:
+        wait_until(lambda: sum(value(scrape(b), "kafka_controller_kafkacontroller_activecontrollercount")
+                               for b in cluster.brokers) == 1, msg="one active controller")
+        tid = unique_topic("tid")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid})
+        producer.init_transactions(30)
+        coordinator = cluster.partition("__transaction_state", coordinator_partition(tid, 4)).leader
+        topic = unique_topic("metrics-cluster")
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(topic, 2, 2)], operation_timeout=20)[topic].result(30)
+        image = cluster.wait_for(lambda i: all(
+            (topic, p) in i.partitions and len(i.partitions[(topic, p)].isr) == 2 for p in (0, 1)))
+        index = next(p for p in (0, 1) if image.partitions[(topic, p)].leader != coordinator)
+        leader = cluster.broker(image.partitions[(topic, index)].leader)
+        follower = cluster.broker(coordinator)
+
+        producer.begin_transaction()
+        old = int(time.time() * 1000) - TWO_HOURS_MS
+        producer.produce(topic, value=b"open", partition=index, timestamp=old)
+        assert producer.flush(30) == 0
+        hanging_pid = craft_hanging(leader, topic, index)
+        wait_until(lambda: total(scrape(leader), "gregor_transaction_hanging", topic=topic) > 0,
+                   msg="the unknown producer's transaction is hanging")
+        found = [dict(labels) for (name, labels), v in scrape(leader).items()
+                 if name == "gregor_transaction_hanging" and ("topic", topic) in labels]
+        assert [f["producer_id"] for f in found] == [str(hanging_pid)]  # not the coordinated one
+        producer.abort_transaction(30)
+
+        follower.pause()
+        try:
+            cluster.wait_for(lambda i: follower.node_id not in i.partitions[(topic, index)].isr,
+                             LAG_MS / 1000 * 5)
+            wait_until(lambda: value(scrape(leader), "kafka_server_replicamanager_isrshrinks_total") >= 1)
+            assert value(scrape(leader), "kafka_server_replicamanager_underreplicatedpartitions") >= 1
+        finally:
+            follower.resume()
+        cluster.wait_for(lambda i: len(i.partitions[(topic, index)].isr) == 2, 30)
+        wait_until(lambda: value(scrape(leader), "kafka_server_replicamanager_isrexpands_total") >= 1)
+        samples = scrape(leader)
+        assert value(samples, "gregor_controller_epoch") >= 1
+    finally:
+        cluster.close()
