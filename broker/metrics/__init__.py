@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.data_container import DataContainer
 
 from broker.metrics.stats import STATS, clock
+from coordinator.transaction.state import TxnState
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ __all__ = [
     "STATS", "clock", "connection_opened", "coordinator_loaded", "fetch_failed", "fetched",
     "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_transition",
 ]
-T = TypeVar("T")
 PRODUCE, FETCH = 0, 1
 MS = 1000.0
 
@@ -108,8 +108,6 @@ def txn_transition(transit: TxnMetadata | None) -> None:
     completion clock, Complete* stops it and counts the transaction."""
     if transit is None:
         return
-    from coordinator.transaction.state import TxnState
-
     txn = STATS.txn
     tid = transit.transactional_id
     if transit.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):

@@ -11,7 +11,7 @@ README "Metrics" lists them all.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
@@ -63,8 +63,9 @@ def _add(family: HistogramMetricFamily, labels: list[str], h: Histogram) -> None
 class StatsCollector(Collector):
     """The counters and timings the broker's code paths update (stats.STATS)."""
 
-    def __init__(self, stats: Stats) -> None:
+    def __init__(self, stats: Stats, topic_exists: Callable[[str], bool]) -> None:
         self.stats = stats
+        self.topic_exists = topic_exists
 
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
@@ -93,6 +94,8 @@ class StatsCollector(Collector):
         yield from (requests, errors, total, queue)
 
     def _topics(self) -> Iterator[Metric]:
+        for gone in [name for name in self.stats.topics if not self.topic_exists(name)]:
+            self.stats.forget_topic(gone)  # a deleted topic's counters go, as in Kafka
         fields = (
             ("bytesin", "bytes_in", "Bytes appended by producers."),
             ("messagesin", "messages_in", "Records appended by producers."),

@@ -118,7 +118,9 @@ class HangingTransactionCheck:
         hanging: list[OpenTransaction] = []
         if candidates:
             ids, descriptions = await self._coordinators({t.producer_id for t in candidates})
-            hanging = hanging_transactions(candidates, ids, descriptions)
+            # Asking another broker took time: what was finished meanwhile is not hanging.
+            still_open = set(open_transactions(self.broker))
+            hanging = [t for t in hanging_transactions(candidates, ids, descriptions) if t in still_open]
         STATS.hanging.checks += 1
         STATS.hanging.found = [(t.topic, t.partition, t.producer_id, t.start_offset) for t in hanging]
         for txn in hanging:

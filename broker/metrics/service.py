@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def registry_for(broker: Broker) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(STATS))
+    registry.register(StatsCollector(STATS, lambda topic: broker.topics.get(topic) is not None))
     registry.register(BrokerStateCollector(broker))
     ProcessCollector(registry=registry)
     return registry

@@ -186,6 +186,19 @@ def test_errors_are_counted_by_code_and_topic(mbroker: BrokerProcess) -> None:
     assert total(after, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 0
 
 
+def test_a_deleted_topics_counters_go(mbroker: BrokerProcess) -> None:
+    topic = unique_topic("metrics-deleted")
+    with wire.WireClient(mbroker.port) as c:
+        c.metadata([topic], auto_create=True)
+        assert wire.partition_errors(c.produce(topic, [(0, wire.build_batch([b"a", b"b"]))])) == {0: 0}
+    assert value(scrape(mbroker), "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 2
+    admin = AdminClient({"bootstrap.servers": mbroker.bootstrap})
+    admin.delete_topics([topic], operation_timeout=20)[topic].result(30)
+    samples = scrape(mbroker)
+    assert total(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 0
+    assert total(samples, "kafka_log_log_logendoffset", topic=topic) == 0
+
+
 # -- 2. a transaction: its state, the LSO lag while open, the completion --------------------
 
 
