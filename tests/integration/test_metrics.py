@@ -53,7 +53,8 @@ def metrics_config(**extra: object) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def mbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with started_broker(tmp_path_factory.mktemp("metrics-broker"), metrics_config()) as b:
+    config = metrics_config(**{"log.flush.interval.messages": 1})  # every append is flushed (and timed)
+    with started_broker(tmp_path_factory.mktemp("metrics-broker"), config) as b:
         yield b
 
 
@@ -167,6 +168,8 @@ def test_counts_after_real_produce_and_consume(mbroker: BrokerProcess) -> None:
     assert value(during, "kafka_server_socket_server_metrics_connection_creation_total") > value(
         before, "kafka_server_socket_server_metrics_connection_creation_total")
     assert value(during, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(during, "kafka_log_logflushstats_logflushrateandtimems_count") > value(
+        before, "kafka_log_logflushstats_logflushrateandtimems_count")
     assert value(during, "kafka_controller_kafkacontroller_activecontrollercount") == 1
 
 
