@@ -16,6 +16,7 @@ import time
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from broker import metrics
 from broker.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.internal_topics import InternalRecord, record_batch
@@ -128,6 +129,7 @@ class GroupCoordinator:
         if not loaded or self.machine.coordinator_epoch(index) != epoch:
             return
         self.machine.finish_load(index, now_ms())
+        metrics.coordinator_loaded("group", started)
         self._arm_timer()
         log.info("%s-%d: now coordinating its groups (coordinator epoch %d, loaded in %.0f ms)",
                  OFFSETS_TOPIC, index, epoch, (time.monotonic() - started) * 1000)
@@ -238,6 +240,7 @@ class GroupCoordinator:
         if not isinstance(answer, JoinResponse):
             return JoinResponse(answer)
         if answer.error == ErrorCode.NONE and answer.member_id == answer.leader:
+            metrics.rebalance_completed()
             log.info("group %s: generation %d with %d members, leader %s, protocol %s",
                      request.group_id, answer.generation_id, len(answer.members), answer.leader,
                      answer.protocol_name)

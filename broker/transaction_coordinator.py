@@ -18,6 +18,7 @@ import time
 from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker import metrics
 from broker.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.marker_channel import MarkerChannel
@@ -134,6 +135,7 @@ class TransactionCoordinator:
         if not loaded or self.machine.coordinator_epoch(index) != epoch:
             return
         pending = self.machine.finish_load(index)
+        metrics.coordinator_loaded("transaction", started)
         log.info("%s-%d: now coordinating its transactional ids (coordinator epoch %d, loaded in %.0f ms,"
                  " %d transactions to complete)", TRANSACTION_STATE_TOPIC, index, epoch,
                  (time.monotonic() - started) * 1000, len(pending))
@@ -184,6 +186,7 @@ class TransactionCoordinator:
         crash_point(f"after-txn-log-{state}")
         key, value = outcome.record
         self.machine.replay(key, value)
+        metrics.txn_transition(outcome.transit)
         if outcome.transit is not None:
             log.info("transactional id %s: %s (producer id %d, epoch %d)", tid,
                      outcome.transit.state.display_name, outcome.transit.producer_id,

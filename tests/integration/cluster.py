@@ -30,8 +30,10 @@ LAG_MS = 2000
 
 class Cluster:
     def __init__(
-        self, base: Path, size: int = 3, overrides: dict[str, Any] | None = None, crash_points: bool = False
+        self, base: Path, size: int = 3, overrides: dict[str, Any] | None = None,
+        per_broker: Callable[[int], dict[str, Any]] | None = None, crash_points: bool = False,
     ) -> None:
+        """`per_broker(node_id)`: overrides of one broker (e.g. its own metrics port)."""
         self.etcd = EtcdProcess(base / "etcd").start()
         self.url = f"{self.etcd.url}/c-{uuid.uuid4().hex[:8]}"
         self.factory = BrokerFactory(base)
@@ -46,7 +48,10 @@ class Cluster:
             "transaction.state.log.min.isr": 2,
             **(overrides or {}),
         }
-        self.brokers = [self.factory(common, start=False, node_id=n) for n in range(1, size + 1)]
+        self.brokers = [
+            self.factory({**common, **(per_broker(n) if per_broker else {})}, start=False, node_id=n)
+            for n in range(1, size + 1)
+        ]
         for b in self.brokers:
             if crash_points:
                 b.env["GREGOR_CRASH_POINTS_FILE"] = str(b.workdir / "crash-points")
