@@ -22,22 +22,20 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.hashing import coordinator_partition
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, running_cluster
 
 PARTITIONS = 3
 INTERNAL_PARTITIONS = 5
 VALUE = b"x" * 100
 
 
-def _cluster(base: Path, rf: int) -> Cluster:
-    cluster = Cluster(base, overrides={
+def _overrides(rf: int) -> dict[str, int]:
+    return {
         "default.replication.factor": rf, "min.insync.replicas": min(rf, 2),
         "offsets.topic.replication.factor": rf, "transaction.state.log.replication.factor": rf,
         "transaction.state.log.min.isr": min(rf, 2),
         "transaction.state.log.num.partitions": INTERNAL_PARTITIONS,
-    })
-    cluster.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
-    return cluster
+    }
 
 
 def _topic(cluster: Cluster, rf: int) -> str:
@@ -98,8 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     for rf in (3, 1):
         with tempfile.TemporaryDirectory(prefix="gregor-bench-txn-") as tmp:
-            cluster = _cluster(Path(tmp), rf)
-            try:
+            with running_cluster(Path(tmp), show_logs_on_error=True, overrides=_overrides(rf)) as cluster:
                 topic = _topic(cluster, rf)
                 for size in (10, 1000):
                     count = args.transactions if size == 10 else max(10, args.transactions // 10)
@@ -109,12 +106,6 @@ def main() -> None:
                 if rf == 3:
                     print(f"coordinator kill -9 -> commit_transaction done on its successor: "
                           f"{_failover_s(cluster, topic):.2f} s (broker.session.timeout.ms 2000)")
-            except BaseException:
-                for b in cluster.brokers:
-                    print(f"--- broker {b.node_id} log tail ---\n{b.log_tail(15)}")
-                raise
-            finally:
-                cluster.close()
 
 
 if __name__ == "__main__":

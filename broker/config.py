@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 import yaml
 
@@ -363,13 +363,15 @@ def listener_problem(text: str) -> str | None:
     url = urlparse(text)
     if url.scheme.upper() != "PLAINTEXT":
         return f"{url.scheme.upper()}: only PLAINTEXT listeners are supported"
+    return _port_problem(url)
+
+
+def _port_problem(url: ParseResult) -> str | None:
     try:
         port = url.port
     except ValueError:
         return "invalid port"
-    if port is None:
-        return "no port"
-    return None
+    return "no port" if port is None else None
 
 
 def http_listener_problem(text: str) -> str | None:
@@ -379,12 +381,8 @@ def http_listener_problem(text: str) -> str | None:
     url = urlparse(text)
     if url.scheme.lower() != "http":
         return f"{url.scheme}: only http is served"
-    try:
-        port = url.port
-    except ValueError:
-        return "invalid port"
-    if port is None:
-        return "no port"
+    if problem := _port_problem(url):
+        return problem
     if url.path not in ("", "/", "/metrics"):
         return f"the path is always /metrics, not {url.path}"
     return None

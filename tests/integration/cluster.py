@@ -9,10 +9,11 @@ ISR and the controller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,9 +113,37 @@ class Cluster:
     def partition(self, topic: str, index: int = 0) -> PartitionState:
         return self.image().partitions[(topic, index)]
 
+    def restore(self) -> None:
+        """Every broker running again (resumed if paused, started if stopped) and registered."""
+        for b in self.brokers:
+            if b.proc is not None:
+                b.resume()
+            if not b.running:
+                b.start()
+        self.wait_for(lambda i: len(i.brokers) == len(self.brokers) and i.controller is not None)
+
+    def log_tails(self, lines: int = 15) -> str:
+        return "\n".join(f"--- broker {b.node_id} log tail ---\n{b.log_tail(lines)}" for b in self.brokers)
+
     def close(self) -> None:
         self.factory.close()
         self.etcd.close()
+
+
+@contextlib.contextmanager
+def running_cluster(base: Path, show_logs_on_error: bool = False, **options: Any) -> Iterator[Cluster]:
+    """A cluster whose brokers all registered and elected a controller; closed on the way out
+    (with every broker's log tail printed first if the body failed and `show_logs_on_error`)."""
+    cluster = Cluster(base, **options)
+    try:
+        cluster.wait_for(lambda i: len(i.brokers) == len(cluster.brokers) and i.controller is not None)
+        yield cluster
+    except BaseException:
+        if show_logs_on_error:
+            print(cluster.log_tails())
+        raise
+    finally:
+        cluster.close()
 
 
 def wait_until_served(bootstrap: str, topic: str, partitions: int, timeout_s: float = 20) -> None:

@@ -16,30 +16,21 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.errors import ErrorCode
 from tests.integration.clients import assign_consumer, read_to_eof
-from tests.integration.cluster import LAG_MS, Cluster
+from tests.integration.cluster import LAG_MS, Cluster, running_cluster
 from tests.integration.harness import java_command, prefixed_json, require_java
 from tests.integration.wire import WireClient, build_batch, partition_errors, produce_request
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(autouse=True)
 def whole_cluster(cluster: Cluster) -> Iterator[None]:
     """Every test starts with three running, registered brokers, whatever the last one killed."""
-    for b in cluster.brokers:
-        if b.proc is not None:
-            b.resume()
-        if not b.running:
-            b.start()
-    cluster.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    cluster.restore()
     yield
 
 

@@ -30,7 +30,7 @@ from coordinator.hashing import coordinator_partition
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, running_cluster
 from tests.integration.harness import gregor_command, require_java
 from tests.integration.shop import ProcessorRun, Shop, kill_processors
 from tests.integration.wire import WireClient
@@ -52,23 +52,14 @@ OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("failover"), overrides=OVERRIDES, crash_points=True)
-    try:
-        c.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    with running_cluster(tmp_path_factory.mktemp("failover"), overrides=OVERRIDES, crash_points=True) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(autouse=True)
 def whole_cluster(cluster: Cluster) -> Iterator[None]:
     """Every test starts with three running, registered brokers and no crash point armed."""
-    for b in cluster.brokers:
-        if b.proc is not None:
-            b.resume()
-        if not b.running:
-            b.start()
-    cluster.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    cluster.restore()
     yield
 
 
