@@ -25,7 +25,7 @@ from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
 from broker.faults import crash_point
 from broker.internal_topics import InternalRecord, record_batch
-from broker.net.client import BrokerClient, BrokerUnreachable
+from broker.net.client import BrokerClientPool, BrokerUnreachable
 from coordinator.transaction import (
     TV2,
     ListResult,
@@ -75,7 +75,7 @@ class TransactionCoordinator:
             broker.node_id, self._leader_of, lambda request: write_markers(broker, request),
             self._markers_written,
         )
-        self._clients: dict[tuple[str, int], BrokerClient] = {}  # to other brokers' coordinators
+        self._clients = BrokerClientPool(f"gregor-txn-verify-{broker.node_id}")  # to other coordinators
         self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.Task[None] | None = None
         broker.replicas.leadership_listeners.append(self.on_leadership)
@@ -157,7 +157,7 @@ class TransactionCoordinator:
         for task in list(self._tasks):
             task.cancel()
         await self.markers.stop()
-        await asyncio.gather(*(c.close() for c in self._clients.values()))
+        await self._clients.close()
 
     # -- operations ------------------------------------------------------------------
 
@@ -252,7 +252,7 @@ class TransactionCoordinator:
             topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()],
         )])
         try:
-            response = await self._client_for(coordinator).call(
+            response = await self._clients.get(coordinator.host, coordinator.port).call(
                 request, 5 if operation.adds else 4, timeout_s=REMOTE_CHECK_TIMEOUT_S
             )
         except (BrokerUnreachable, TimeoutError):
@@ -264,14 +264,6 @@ class TransactionCoordinator:
         }
         top = ErrorCode(response.error_code)
         return {tp: write_check_error(found.get(tp, top), operation) for tp in tps}
-
-    def _client_for(self, broker: BrokerInfo) -> BrokerClient:
-        key = (broker.host, broker.port)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = BrokerClient(broker.host, broker.port,
-                                                       f"gregor-txn-verify-{self.broker.node_id}")
-        return client
 
     async def check_write(
         self, tid: str, producer_id: int, epoch: int, tp: TopicPartition, operation: TxnOperation

@@ -11,9 +11,8 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.data_container import DataContainer
-
 from broker.metrics.stats import STATS, clock
+from broker.request_log import error_codes
 from coordinator.transaction.state import TxnState
 from protocol.errors import ErrorCode
 
@@ -53,22 +52,9 @@ def _count_errors(api_key: int, response: Any) -> None:
         for t in response.responses:
             for p in t.partitions:
                 errors[(api_key, p.error_code)] += 1
-    elif isinstance(response, DataContainer):
-        _walk(api_key, response)
-
-
-def _walk(api_key: int, message: DataContainer) -> None:
-    """Every `error_code` field of a response, at any depth (not Produce or Fetch)."""
-    for name in message.fields:
-        value = getattr(message, name, None)
-        if name == "error_code" and isinstance(value, int):
-            STATS.errors[(api_key, value)] += 1
-        elif isinstance(value, list):
-            for item in value:
-                if isinstance(item, DataContainer):
-                    _walk(api_key, item)
-        elif isinstance(value, DataContainer):
-            _walk(api_key, value)
+    else:
+        for code, n in error_codes(response).items():
+            errors[(api_key, code)] += n
 
 
 def connection_opened() -> None:

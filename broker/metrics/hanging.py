@@ -27,7 +27,7 @@ from kafka.protocol.producer import WriteTxnMarkersRequest
 from broker.context import now_ms
 from broker.coordination.marker_writer import write_markers
 from broker.metrics.stats import STATS
-from broker.net.client import BrokerClient, BrokerUnreachable
+from broker.net.client import BrokerClientPool, BrokerUnreachable
 from broker.tools.transactions import OpenTransaction, candidate_open_transactions, hanging_transactions
 from coordinator.transaction.state import TxnState
 from protocol.errors import ErrorCode
@@ -89,7 +89,7 @@ class HangingTransactionCheck:
         self.threshold_ms = int(config["transaction.max.timeout.ms"]) + margin
         self.auto_abort = bool(config["transaction.hanging.auto.abort.enable"])
         self._reported: set[tuple[str, int, int, int]] = set()
-        self._clients: dict[tuple[str, int], BrokerClient] = {}
+        self._clients = BrokerClientPool(f"gregor-hanging-check-{broker.node_id}")
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -99,7 +99,7 @@ class HangingTransactionCheck:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await asyncio.gather(*(c.close() for c in self._clients.values()))
+        await self._clients.close()
 
     async def _loop(self) -> None:
         while True:
@@ -155,7 +155,7 @@ class HangingTransactionCheck:
         self, other: BrokerInfo, producer_ids: set[int]
     ) -> dict[int, tuple[str, Description | None]]:
         """ListTransactions then DescribeTransactions on another broker's coordinator."""
-        client = self._client_for(other)
+        client = self._clients.get(other.host, other.port)
         try:
             listed = await client.call(REQUESTS[LIST_TRANSACTIONS](
                 state_filters=[], producer_id_filters=sorted(producer_ids)), 0, timeout_s=REMOTE_TIMEOUT_S)
@@ -172,14 +172,6 @@ class HangingTransactionCheck:
             raise CoordinatorUnknown(f"broker {other.node_id} unreachable ({exc})") from None
         return {owners[s.transactional_id]: (s.transactional_id, _description(s))
                 for s in described.transaction_states if s.transactional_id in owners}
-
-    def _client_for(self, other: BrokerInfo) -> BrokerClient:
-        key = (other.host, other.port)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = BrokerClient(other.host, other.port,
-                                                       f"gregor-hanging-check-{self.broker.node_id}")
-        return client
 
     def _report(self, txn: OpenTransaction, now: int) -> None:
         key = (txn.topic, txn.partition, txn.producer_id, txn.start_offset)
