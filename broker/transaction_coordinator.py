@@ -23,7 +23,7 @@ from broker.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
-from broker.faults import crash_point
+from broker.faults import crash_point, slow_point
 from broker.internal_topics import InternalRecord, record_batch
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from coordinator.transaction import (
@@ -131,6 +131,7 @@ class TransactionCoordinator:
         markers of every Prepare* transaction found."""
         index = part.index
         started = time.monotonic()
+        await slow_point("txn-coordinator-load")
         loaded = await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch))
         if not loaded or self.machine.coordinator_epoch(index) != epoch:
             return

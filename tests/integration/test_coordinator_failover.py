@@ -268,6 +268,43 @@ def test_an_abandoned_transaction_is_aborted_by_the_successor(cluster: Cluster) 
     assert not assert_all_or_nothing(values, committed_values(cluster, topic))
 
 
+def test_a_coordinator_slow_to_load_answers_load_in_progress_and_clients_retry(cluster: Cluster) -> None:
+    """The successor takes 3 s to load the partition (a slow point standing in for a large
+    one): meanwhile it answers COORDINATOR_LOAD_IN_PROGRESS; a client's InitProducerId
+    retries through it and fences the transaction the dead coordinator left open."""
+    topic = cluster.create_topic(partitions=3)
+    tid = f"slow-{uuid.uuid4().hex[:8]}"
+    p = transactional_producer(cluster, tid)
+    old = coordinator_of(cluster, TXN_STATE, tid)
+    p.begin_transaction()
+    values = produce_to_every_leader(p, topic, "s")
+    others = [b.node_id for b in cluster.brokers if b.node_id != old]
+    for node in others:
+        cluster.arm(node, "txn-coordinator-load@3")
+    try:
+        cluster.broker(old).kill9()
+        new = wait_for_new_coordinator(cluster, TXN_STATE, tid, old)
+        init = REQUESTS[22](version=3, transactional_id=tid, transaction_timeout_ms=60000,
+                            producer_id=-1, producer_epoch=-1)
+        seen = []
+        with WireClient(cluster.broker(new).port) as c:
+            deadline = time.monotonic() + 3
+            while not seen or seen[-1] not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NONE):
+                assert time.monotonic() < deadline, seen
+                seen.append(ErrorCode(c.call(init, 3).error_code))
+        assert seen[-1] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, seen
+        again = transactional_producer(cluster, tid)  # retries until the load is done
+        again.begin_transaction()
+        more = produce_to_every_leader(again, topic, "s2")
+        again.commit_transaction(60)
+    finally:
+        for node in others:
+            cluster.arm(node, "")
+    committed = committed_values(cluster, topic)
+    assert not assert_all_or_nothing(values, committed), "the fenced transaction was aborted"
+    assert assert_all_or_nothing(more, committed)
+
+
 def test_the_transactions_tool_spans_every_coordinator(cluster: Cluster) -> None:
     """`gregor transactions list` through one broker shows the open transactions of all three
     coordinators; `describe` finds each one's coordinator."""
