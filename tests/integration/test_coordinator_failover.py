@@ -31,8 +31,18 @@ from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
 from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.harness import gregor_command, require_java
+from tests.integration.harness import gregor_command, require_java, wait_until
 from tests.integration.shop import ProcessorRun, Shop, kill_processors
+from tests.integration.test_eos_zombie_wire import (
+    COORDINATOR_ERRORS,
+    FENCED_INSTANCE_ID,
+    ILLEGAL_GENERATION,
+    UNSTABLE_OFFSET_COMMIT,
+    Member,
+    Txn,
+    offset_fetch,
+    rebalance,
+)
 from tests.integration.wire import WireClient
 
 pytestmark = pytest.mark.integration
@@ -389,6 +399,75 @@ def test_group_coordinator_killed_during_consume_transform_produce(cluster: Clus
         shop.assert_exactly_once(expect_aborted=False)
     finally:
         kill_processors()
+
+
+def find_coordinator(cluster: Cluster, key: str, key_type: int) -> int:
+    """FindCoordinator (0 group, 1 transaction) until answered: the coordinator's node id."""
+    find = REQUESTS[10](version=3, key=key, key_type=key_type)
+    with WireClient(next(b for b in cluster.brokers if b.running).port) as c:
+        return int(wait_until(lambda: (r := c.call(find, 3)).error_code == 0 and r,
+                              timeout=20, msg=f"coordinator of {key}").node_id)
+
+
+def test_group_state_and_pending_offsets_survive_the_group_coordinator(cluster: Cluster) -> None:
+    """Byte level, with the transaction coordinator elsewhere: after the group coordinator's
+    kill -9, its successor knows the static member and its generation (KIP-447 fencing:
+    ILLEGAL_GENERATION, FENCED_INSTANCE_ID), keeps a committed transactional offset, answers
+    UNSTABLE_OFFSET_COMMIT for a pending one until the COMMIT marker lands, and lets the
+    static member rejoin at its generation."""
+    topic = cluster.create_topic(partitions=3)
+    group = f"g447-{uuid.uuid4().hex[:8]}"
+    gc = find_coordinator(cluster, group, 0)
+    find_coordinator(cluster, "any", 1)  # __transaction_state exists: choose a tid led elsewhere
+    image = cluster.image()
+    tid = next(t for k in range(200) if image.partitions[
+        (TXN_STATE, coordinator_partition(t := f"g447-{k}-{uuid.uuid4().hex[:6]}", INTERNAL_PARTITIONS))
+    ].leader not in (gc, -1))
+    tc = find_coordinator(cluster, tid, 1)
+    member = Member(cluster.broker(gc).port, group, topic, instance_id="static-1")
+    try:
+        rebalance([member], {0: [0, 1, 2]})
+    finally:
+        member.close()
+    gen, mid = member.generation, member.member_id
+    with WireClient(cluster.broker(tc).port) as tcc:
+        txn = Txn(tcc, tid, tc)
+        with WireClient(cluster.broker(gc).port) as gcc:
+            txn.add_offsets(group)
+            assert txn.commit_offsets(group, topic, {1: 5}, gen, mid, "static-1", via=gcc) == {1: 0}
+            txn.end(commit=True)
+            wait_until(lambda: stable_offsets(gcc, group, topic) == {0: -1, 1: 5, 2: -1}, timeout=20,
+                       msg="the first transaction's offsets")
+            txn.add_offsets(group)
+            assert txn.commit_offsets(group, topic, {0: 10}, gen, mid, "static-1", via=gcc) == {0: 0}
+        cluster.broker(gc).kill9()
+        new_gc = wait_for_new_coordinator(cluster, OFFSETS, group, gc)
+        with WireClient(cluster.broker(new_gc).port) as g2:
+            err, got = wait_until(lambda: (r := offset_fetch(g2, group, topic, [0, 1], True))[0]
+                                  not in COORDINATOR_ERRORS and r, timeout=20, msg="the group loaded")
+            assert UNSTABLE_OFFSET_COMMIT in (err, got[0][1]), (err, got)
+            assert offset_fetch(g2, group, topic, [0, 1], False)[1] == {0: (-1, 0), 1: (5, 0)}
+            zombie = txn.commit_offsets(group, topic, {2: 99}, gen - 1, mid, "static-1", via=g2)
+            assert zombie == {2: ILLEGAL_GENERATION}, zombie
+            other = txn.commit_offsets(group, topic, {2: 98}, gen, "other-" + mid, "static-1", via=g2)
+            assert other == {2: FENCED_INSTANCE_ID}, other
+            assert txn.commit_offsets(group, topic, {2: 7}, gen, mid, "static-1", via=g2) == {2: 0}
+            txn.end(commit=True)
+            wait_until(lambda: stable_offsets(g2, group, topic) == {0: 10, 1: 5, 2: 7}, timeout=20,
+                       msg="the pending offsets after the COMMIT marker")
+    rejoined = Member(cluster.broker(new_gc).port, group, topic, instance_id="static-1")
+    try:
+        rejoined.send_join()
+        assert rejoined.finish_join().generation_id == gen, "a static member's return is no rebalance"
+    finally:
+        rejoined.close()
+
+
+def stable_offsets(c: WireClient, group: str, topic: str) -> dict[int, int] | None:
+    err, got = offset_fetch(c, group, topic, [0, 1, 2], True)
+    if err or any(e for _o, e in got.values()):
+        return None
+    return {p: o for p, (o, _e) in got.items()}
 
 
 # -- Apache Kafka's transactions system test, reproduced ---------------------------------------
