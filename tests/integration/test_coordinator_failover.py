@@ -338,6 +338,16 @@ def test_the_transactions_tool_spans_every_coordinator(cluster: Cluster) -> None
         assert tid in listed, listed
         described = gregor_transactions(cluster.brokers[1].bootstrap, "describe", "--transactional-id", tid)
         assert "Ongoing" in described, described
+    pids = {line.split()[2] for line in listed.splitlines()[1:] if line.split()[0] in by_coordinator.values()}
+    assert len(pids) == 3, listed
+    for partition in range(3):  # each partition's leader, reached through broker 3
+        shown = gregor_transactions(cluster.brokers[2].bootstrap, "describe-producers", "--topic", topic,
+                                    "--partition", str(partition))
+        assert pids <= {line.split()[0] for line in shown.splitlines()[1:]}, (pids, shown)
+    # Open for seconds, past a zero maximum timeout, but every coordinator knows them: none hang.
+    hanging = gregor_transactions(cluster.brokers[0].bootstrap, "find-hanging", "--topic", topic,
+                                  "--max-transaction-timeout", "0")
+    assert hanging.splitlines()[1:] == [], hanging
     for p in producers:
         p.abort_transaction(30)
     assert_lso_caught_up(cluster, topic)
