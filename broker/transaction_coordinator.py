@@ -120,7 +120,10 @@ class TransactionCoordinator:
             if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
                 return
             self.machine.begin_load(part.index, part.leader_epoch)
-            self._spawn(self._load(part, part.leader_epoch))
+            if part.log.log_end_offset == 0:  # a new partition: nothing to replay or wait for
+                self._loaded(part.index, part.leader_epoch, time.monotonic())
+            else:
+                self._spawn(self._load(part, part.leader_epoch))
         else:
             self.machine.unload(part.index)
             log.info("%s-%d: no longer coordinating its transactional ids",
@@ -132,8 +135,11 @@ class TransactionCoordinator:
         index = part.index
         started = time.monotonic()
         await slow_point("txn-coordinator-load")
-        loaded = await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch))
-        if not loaded or self.machine.coordinator_epoch(index) != epoch:
+        if await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch)):
+            self._loaded(index, epoch, started)
+
+    def _loaded(self, index: int, epoch: int, started: float) -> None:
+        if self.machine.coordinator_epoch(index) != epoch:
             return
         pending = self.machine.finish_load(index)
         metrics.coordinator_loaded("transaction", started)
