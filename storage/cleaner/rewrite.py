@@ -82,8 +82,9 @@ def build_offset_map(job: CleanJob, offset_map: OffsetMap, decoder: BatchDecoder
                      throttle: Throttle = _no_throttle) -> int:
     """Fill ``offset_map`` from the dirty segments (no aborted data, no control batches);
     returns the offset cleaning stops at: the job's end, or less when the map is full."""
-    txn = TxnMetadata.of(job.aborted)
     start = job.first_dirty_offset
+    # Only transactions reaching into the dirty part: the markers of earlier ones are not read.
+    txn = TxnMetadata.of(t for t in job.aborted if t.last_offset >= start)
     for ref in job.segments:
         if ref.next_offset <= start:
             continue

@@ -261,3 +261,23 @@ def test_crash_during_swap_recovers(tmp_path: Path, point: str) -> None:
     assert offsets == sorted(set(offsets))
     assert not list((tmp_path / "t-0").glob("*.swap")) and not list((tmp_path / "t-0").glob("*.cleaned"))
     assert cleaner(reopened).clean_once(NOW) is not None or point == "cleaner.after_swap"
+
+
+def test_producer_committing_after_an_earlier_pass_saw_its_abort(tmp_path: Path) -> None:
+    """The offset map of a later pass ignores aborted transactions that ended before
+    its dirty part (their markers are not read): the same producer's later committed
+    records still supersede older ones."""
+    lg = open_log(tmp_path, min_cleanable_dirty_ratio=0.01)
+    fill(lg, 2)
+    p = Txn(lg, 7)
+    p.send([(b"k0", b"aborted")])
+    p.end(False)
+    lg.roll(NOW)
+    c = cleaner(lg)
+    assert c.clean_once(NOW) is not None
+    p.send([(b"k1", b"new")])
+    p.end(True)
+    lg.roll(NOW)
+    assert c.clean_once(NOW) is not None
+    assert [v for _o, k, v in records(lg) if k == b"k1"] == [b"new"]
+    assert b"aborted" not in {v for _o, _k, v in records(lg)}
