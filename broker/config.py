@@ -291,6 +291,8 @@ KEYS: dict[str, Key] = {
                                         "it exists)."),
     "offsets.topic.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
                                             "`__consumer_offsets`."),
+    "offsets.topic.segment.bytes": Key(Integer(14), 104857600, "`segment.bytes` of "
+                                       "`__consumer_offsets` (small segments are cleaned sooner)."),
     "offsets.retention.minutes": Key(_POSITIVE, 10080, "How long the committed offsets of an empty "
                                      "group are kept."),
     "offsets.retention.check.interval.ms": Key(_POSITIVE_LONG, 600000, "How often expired offsets are "
@@ -307,6 +309,8 @@ KEYS: dict[str, Key] = {
                                                 "(fixed once it exists)."),
     "transaction.state.log.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
                                                     "`__transaction_state`."),
+    "transaction.state.log.segment.bytes": Key(Integer(14), 104857600, "`segment.bytes` of "
+                                               "`__transaction_state`."),
     "transaction.state.log.min.isr": Key(_POSITIVE, 1, "`min.insync.replicas` of `__transaction_state`."),
     "transaction.version": Key(Integer(1, 2), 2, "Finalized `transaction.version` advertised in "
                                "ApiVersions: 2 (KIP-890 part 2) or 1 (the older protocol)."),
