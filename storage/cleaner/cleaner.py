@@ -24,7 +24,7 @@ from storage.cleaner.offset_map import OffsetMap
 from storage.cleaner.records import BatchDecoder, UndecodableBatchError
 from storage.cleaner.rewrite import CleaningAborted, clean
 from storage.cleaner.selection import LogToClean, cleanable, is_compacted, make_job, should_clean
-from storage.cleaner.swap import CrashPoint, abandon, install, no_crash_point
+from storage.cleaner.swap import CrashPoint, abandon, install, no_crash_point, prepare
 from storage.log import Log
 from storage.segment import LogSegment
 
@@ -167,10 +167,9 @@ class LogCleaner:
             log.info("%s: log changed while cleaning; cleaned segments dropped", job.name)
             return False
         self._crash_point("cleaner.before_swap")
-        for group in result.groups:
-            old = [ref.segment for ref in group.replaced]
-            new = install(job.directory, group, job.index_interval_bytes, job.now_ms, self._crash_point)
-            lg.replace_segments(old, new)
+        new = install(job.directory, result.groups, job.index_interval_bytes, job.now_ms, self._crash_point)
+        for group, segment in zip(result.groups, new, strict=True):
+            lg.replace_segments([ref.segment for ref in group.replaced], segment)
         self._crash_point("cleaner.after_swap")
         self._update_checkpoint(tp, lg, result.first_dirty_offset)
         self.passes += 1
@@ -197,7 +196,10 @@ class LogCleaner:
 
     def clean_job(self, job: CleanJob, decoder: BatchDecoder | None = None) -> CleanResult:
         offset_map = OffsetMap.for_buffer(self.config.dedupe_buffer_size, self.config.io_buffer_load_factor)
-        return clean(job, offset_map, decoder, Throttler(self.config.io_max_bytes_per_second, self._stop))
+        result = clean(job, offset_map, decoder, Throttler(self.config.io_max_bytes_per_second, self._stop))
+        for group in result.groups:
+            prepare(job.directory, group)
+        return result
 
     def clean_once(self, now_ms: int) -> CleanResult | None:
         """Select, clean and install on the calling thread; the result, or None."""

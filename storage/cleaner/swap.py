@@ -1,10 +1,13 @@
 """Crash-safe replacement of cleaned segments, as Kafka does it (Log.replaceSegments and
 LogLoader's swap recovery).
 
-On the event-loop thread, for one group:
+1. On the cleaner thread, for each cleaned group: ``<base>.swapend`` is written (the
+   first offset after the replaced segments: a cleaned segment may end below it when
+   its last batches were removed).
 
-1. ``<base>.swapend`` is written (the first offset after the replaced segments: a
-   cleaned segment may end below it when its last batches were removed);
+Then on the event-loop thread, for all groups of the pass together (one directory
+fsync per step):
+
 2. ``.cleaned`` → ``.swap`` for the indexes, then for the ``.log`` (the commit point);
 3. the replaced segments are deleted;
 4. ``.swap`` → final names, ``.swapend`` removed; the new segment is opened and put in
@@ -49,27 +52,36 @@ def _swap_end_path(directory: Path, base_offset: int) -> Path:
     return directory / segment_file_name(base_offset, SWAP_END_SUFFIX)
 
 
+def prepare(directory: Path, group: CleanedGroup) -> None:
+    """Step 1, on the cleaner thread (its two fsyncs stay off the event loop): the
+    ``.swapend`` of a group whose ``.cleaned`` files are written. A ``.swapend`` without
+    a ``.log.swap`` is removed at start-up."""
+    atomic_write(_swap_end_path(directory, group.base_offset), f"{group.end_offset}\n")
+
+
 def install(
-    directory: Path, group: CleanedGroup, index_interval: int, now_ms: int,
+    directory: Path, groups: tuple[CleanedGroup, ...], index_interval: int, now_ms: int,
     crash_point: CrashPoint = no_crash_point,
-) -> LogSegment:
-    """Steps 1-4 for one cleaned group; returns the opened replacement segment. The
-    caller has checked that ``group.replaced`` are still the log's segments and puts
-    the returned one in their place."""
-    base = group.base_offset
-    atomic_write(_swap_end_path(directory, base), f"{group.end_offset}\n")
-    for suffix in SEGMENT_SUFFIXES:  # indexes first, the .log last
-        cleaned = cleaned_path(directory, base, suffix)
-        if cleaned.exists():
-            cleaned.rename(swap_path(directory, base, suffix))
+) -> list[LogSegment]:
+    """Steps 2-4 for the prepared groups of one pass, one directory fsync per step for
+    all of them; returns the opened replacement segments, one per group. The caller has
+    checked that each group's ``replaced`` are still the log's segments and puts the
+    returned ones in their place."""
+    for group in groups:
+        for suffix in SEGMENT_SUFFIXES:  # indexes first, the .log last
+            cleaned = cleaned_path(directory, group.base_offset, suffix)
+            if cleaned.exists():
+                cleaned.rename(swap_path(directory, group.base_offset, suffix))
     fsync_dir(directory)
     crash_point("cleaner.after_swap_rename")
-    for ref in group.replaced:
-        ref.segment.delete()
+    for group in groups:
+        for ref in group.replaced:
+            ref.segment.delete()
     crash_point("cleaner.after_delete_old")
-    _finish_swap(directory, base)
+    for group in groups:
+        _finish_swap(directory, group.base_offset)
     fsync_dir(directory)
-    return LogSegment.open(directory, base, index_interval, now_ms)
+    return [LogSegment.open(directory, group.base_offset, index_interval, now_ms) for group in groups]
 
 
 def _finish_swap(directory: Path, base: int) -> None:
@@ -83,6 +95,7 @@ def _finish_swap(directory: Path, base: int) -> None:
 def abandon(directory: Path, group: CleanedGroup) -> None:
     """A cleaned group that will not be swapped in (the log changed meanwhile)."""
     discard_cleaned(directory, group.base_offset)
+    _swap_end_path(directory, group.base_offset).unlink(missing_ok=True)
 
 
 def recover_swaps(directory: Path) -> int:

@@ -259,8 +259,24 @@ def test_crash_during_swap_recovers(tmp_path: Path, point: str) -> None:
         assert got == all_before  # nothing was swapped in
     offsets = [o for o, _k, _v in got]
     assert offsets == sorted(set(offsets))
-    assert not list((tmp_path / "t-0").glob("*.swap")) and not list((tmp_path / "t-0").glob("*.cleaned"))
+    assert not [p for p in (tmp_path / "t-0").iterdir() if p.suffix in (".swap", ".cleaned", ".swapend")]
     assert cleaner(reopened).clean_once(NOW) is not None or point == "cleaner.after_swap"
+
+
+def test_pass_dropped_when_the_log_changed_meanwhile(tmp_path: Path) -> None:
+    """A truncation while the cleaner thread worked: its files are removed, the log stays."""
+    lg = open_log(tmp_path, segment_bytes=250)
+    fill(lg, 8)
+    lg.roll(NOW)
+    c = cleaner(lg)
+    picked = c.select(NOW)
+    assert picked is not None
+    result = c.clean_job(picked[1])
+    lg.truncate_to(5, NOW)
+    expected = records(lg)
+    assert not c.install(TP, result)
+    assert records(lg) == expected
+    assert not [p for p in (tmp_path / "t-0").iterdir() if p.suffix in (".swap", ".cleaned", ".swapend")]
 
 
 def test_producer_committing_after_an_earlier_pass_saw_its_abort(tmp_path: Path) -> None:
