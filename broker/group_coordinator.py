@@ -100,7 +100,8 @@ class GroupCoordinator:
             OFFSETS_TOPIC,
             self.config.num_partitions,
             int(self.broker.config["offsets.topic.replication.factor"]),
-            {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+            {"cleanup.policy": "compact",
+             "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])},
         )
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -103,7 +103,8 @@ class TransactionCoordinator:
         result = self.broker.topics.create_internal(
             TRANSACTION_STATE_TOPIC, self.num_partitions,
             int(self.broker.config["transaction.state.log.replication.factor"]),
-            {"cleanup.policy": "compact", "segment.bytes": "104857600",
+            {"cleanup.policy": "compact",
+             "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
              "min.insync.replicas": str(self.broker.config["transaction.state.log.min.isr"])},
         )
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
