@@ -74,6 +74,7 @@ class ClusterTopicManager(TopicManager):
         self.controller = controller
         self.channel = channel
         self._background: set[asyncio.Task[Any]] = set()
+        self._waiting_logged: set[tuple[str, int]] = set()
 
     def broker_count(self) -> int:
         return len(self.etcd.image.brokers)
@@ -119,6 +120,11 @@ class ClusterTopicManager(TopicManager):
     ) -> TopicResult:
         """Automatic and internal topics: started in the background; LEADER_NOT_AVAILABLE meanwhile."""
         checked = self._within_limit(self._check_new(NewTopic(name, partitions, replication_factor, configs)))
+        if checked.error == ErrorCode.INVALID_REPLICATION_FACTOR and not validate_only:
+            # As Kafka's controller: the creation fails until enough brokers are alive; the
+            # client only sees a retriable error meanwhile.
+            self._too_few_brokers(name, str(checked.message))
+            return TopicResult(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name} waits for enough live brokers")
         if checked.error != ErrorCode.NONE or validate_only:
             return checked
         if self.is_controller:
@@ -130,7 +136,20 @@ class ClusterTopicManager(TopicManager):
     def create_internal(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
     ) -> TopicResult:
+        """`__consumer_offsets` / `__transaction_state` with their own replication factor, only
+        once that many brokers are alive (COORDINATOR_NOT_AVAILABLE until then, as Kafka)."""
+        live = self.broker_count()
+        if replication_factor > live:
+            self._too_few_brokers(name, f"{live} broker(s) alive, replication factor {replication_factor}")
+            return TopicResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name} waits for enough live brokers")
         return self.create(name, partitions, replication_factor, configs)
+
+    def _too_few_brokers(self, name: str, why: str) -> None:
+        """One log line per topic and number of live brokers (clients retry every few ms)."""
+        seen = (name, self.broker_count())
+        if seen not in self._waiting_logged:
+            self._waiting_logged.add(seen)
+            log.info("topic %s not created yet: %s (it will be once enough brokers are alive)", name, why)
 
     async def _forward_create(
         self, name: str, partitions: int, rf: int, configs: Mapping[str, str | None]
