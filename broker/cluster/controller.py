@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import replace
 
 import aetcd.exceptions
 
@@ -136,3 +137,19 @@ class ClusterController:
         topic = TopicRecord(name, uuid.uuid4(), tuple(assignment), configs)
         states = [PartitionState.initial(replicas, image.live_brokers()) for replicas in assignment]
         return await self.store.create_topic(topic, states, controller=self.record)
+
+    async def add_partitions(self, name: str, count: int) -> bool:
+        """CreatePartitions: partitions up to `count`, placed as CreateTopics places them;
+        False if the topic changed meanwhile."""
+        image = self.store.image
+        old = image.topics.get(name)
+        if old is None:
+            return False
+        racks = {node: reg.rack for node, reg in image.brokers.items()}
+        start = java_abs(java_string_hash(name))
+        added = place_replicas(count - old.partitions, old.replication_factor, racks, start=start,
+                               first_partition=old.partitions)
+        grown = replace(old, assignment=old.assignment + tuple(added))
+        live = image.live_brokers()
+        states = {old.partitions + i: PartitionState.initial(r, live) for i, r in enumerate(added)}
+        return await self.store.add_partitions(old, grown, states, controller=self.record)

@@ -177,11 +177,19 @@ class ClusterTopicManager(TopicManager):
             log.info("deleted topic %s", name)
             return TopicResult(ErrorCode.NONE, None, topic)
 
-    async def add_partitions_many(
-        self, wanted: Sequence[tuple[str, int]], validate_only: bool
-    ) -> list[TopicResult]:
-        message = "CreatePartitions is not available in cluster mode yet"
-        return [TopicResult(ErrorCode.INVALID_REQUEST, message) for _ in wanted]
+    async def _grow(self, checked: TopicResult, count: int) -> TopicResult:
+        """On the controller: the new partitions placed and written to etcd at once."""
+        old = checked.topic
+        assert old is not None
+        try:
+            grown = await self.controller.add_partitions(old.name, count)
+        except PlacementError as exc:
+            return TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
+        if not grown:
+            return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{old.name}' does not exist.")
+        await self.etcd.wait_for(lambda image: len(image.partitions_of(old.name)) >= count, VISIBLE_TIMEOUT_S)
+        log.info("topic %s now has %d partitions", old.name, count)
+        return TopicResult(ErrorCode.NONE, None, self.get(old.name))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -4,14 +4,18 @@ automatic preferred-leader rebalancing and partition reassignment."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
+from tests.integration.clients import read_to_eof
 from tests.integration.cluster import Cluster
 from tests.integration.harness import wait_until
 from tests.integration.wire import WireClient
@@ -36,6 +40,52 @@ def find_coordinator(port: int, key: str, key_type: int = 0) -> Any:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def non_controller(cluster: Cluster) -> str:
+    """The bootstrap address of a broker that is not the controller (admin is forwarded)."""
+    controller = cluster.image().controller
+    assert controller is not None
+    return next(b.bootstrap for b in cluster.brokers if b.node_id != controller.node_id and b.running)
+
+
+def wait_until_served(bootstrap: str, topic: str, partitions: int, timeout_s: float = 20) -> None:
+    """Until this broker's own Metadata answer lists the topic with a leader for every partition."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None and len(found.partitions) == partitions and all(
+            p.leader >= 0 for p in found.partitions.values()
+        ):
+            return
+        assert time.monotonic() < deadline, f"{bootstrap} does not serve {topic}: {found}"
+        time.sleep(0.1)
+
+
+def served_everywhere(cluster: Cluster, topic: str, partitions: int) -> None:
+    cluster.wait_for(lambda i: all(
+        (topic, p) in i.partitions and i.partitions[(topic, p)].isr == i.partitions[(topic, p)].replicas
+        for p in range(partitions)
+    ))
+    for b in cluster.brokers:
+        wait_until_served(b.bootstrap, topic, partitions)
+
+
+def produce_values(bootstrap: str, topic: str, values: list[int], partitions: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    for v in values:
+        p.produce(topic, value=str(v).encode(), partition=v % partitions)
+    assert p.flush(30) == 0
+
+
+def read_values(cluster: Cluster, topic: str, partitions: int) -> dict[int, list[int]]:
+    got = read_to_eof(cluster.bootstrap, [(topic, i) for i in range(partitions)], "read_committed",
+                      unique("read"), 30, "all")
+    by_partition: dict[int, list[int]] = {}
+    for (_, index), m in got:
+        by_partition.setdefault(index, []).append(int(m.value()))
+    return by_partition
 
 
 # -- 1. internal topics wait for their replication factor ---------------------------------
@@ -68,3 +118,30 @@ def test_internal_topics_wait_for_enough_brokers_then_get_their_replication_fact
     offsets = cluster.image().topics["__consumer_offsets"]
     assert offsets.replication_factor == 3
     assert {n for replicas in offsets.assignment for n in replicas} == {1, 2, 3}
+
+
+# -- 2. CreatePartitions --------------------------------------------------------------------
+
+
+def test_create_partitions_through_a_non_controller_and_produce_to_the_new_ones(cluster: Cluster) -> None:
+    topic = unique("grow")
+    admin = AdminClient({"bootstrap.servers": non_controller(cluster)})
+    admin.create_topics([NewTopic(topic, 2, 3)], operation_timeout=20)[topic].result(30)
+    served_everywhere(cluster, topic, 2)
+    produce_values(cluster.bootstrap, topic, list(range(0, 20)), 2)
+    admin.create_partitions([NewPartitions(topic, 5)], operation_timeout=20)[topic].result(30)
+    image = cluster.image()
+    assert image.topics[topic].partitions == 5
+    new_states = [image.partitions[(topic, p)] for p in (2, 3, 4)]
+    assert {s.leader for s in new_states} == {1, 2, 3}
+    assert all(len(set(s.replicas)) == 3 for s in new_states)
+    served_everywhere(cluster, topic, 5)
+    for b in cluster.brokers:
+        assert all(b.partition_dir(topic, p).exists() for p in range(5)), b.bootstrap
+    produce_values(cluster.bootstrap, topic, list(range(20, 70)), 5)
+    got = read_values(cluster, topic, 5)
+    assert sorted(v for vs in got.values() for v in vs) == list(range(70))
+    assert all(got[p] for p in (2, 3, 4))
+    shrink = admin.create_partitions([NewPartitions(topic, 4)], operation_timeout=20)[topic]
+    with pytest.raises(Exception, match="INVALID_PARTITIONS"):
+        shrink.result(30)
