@@ -20,7 +20,7 @@ import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
-from broker.cluster.placement import after_broker_change, election, place_replicas
+from broker.cluster.placement import Assignment, after_broker_change, election, place_replicas
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
 
@@ -127,28 +127,30 @@ class ClusterController:
         return results
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+        manual: Assignment | None = None,
     ) -> bool:
-        """Place replicas over the live brokers and write topic and states at once."""
+        """Place replicas over the live brokers (or take the `manual` ones, already checked)
+        and write topic and states at once."""
         image = self.store.image
         racks = {node: reg.rack for node, reg in image.brokers.items()}
         start = java_abs(java_string_hash(name))
-        assignment = place_replicas(partitions, replication_factor, racks, start=start)
+        assignment = manual or place_replicas(partitions, replication_factor, racks, start=start)
         topic = TopicRecord(name, uuid.uuid4(), tuple(assignment), configs)
         states = [PartitionState.initial(replicas, image.live_brokers()) for replicas in assignment]
         return await self.store.create_topic(topic, states, controller=self.record)
 
-    async def add_partitions(self, name: str, count: int) -> bool:
-        """CreatePartitions: partitions up to `count`, placed as CreateTopics places them;
-        False if the topic changed meanwhile."""
+    async def add_partitions(self, name: str, count: int, manual: Assignment | None = None) -> bool:
+        """CreatePartitions: partitions up to `count`, placed as CreateTopics places them
+        (or the `manual` ones, already checked); False if the topic changed meanwhile."""
         image = self.store.image
         old = image.topics.get(name)
         if old is None:
             return False
         racks = {node: reg.rack for node, reg in image.brokers.items()}
         start = java_abs(java_string_hash(name))
-        added = place_replicas(count - old.partitions, old.replication_factor, racks, start=start,
-                               first_partition=old.partitions)
+        added = manual or place_replicas(count - old.partitions, old.replication_factor, racks,
+                                         start=start, first_partition=old.partitions)
         grown = replace(old, assignment=old.assignment + tuple(added))
         live = image.live_brokers()
         states = {old.partitions + i: PartitionState.initial(r, live) for i, r in enumerate(added)}

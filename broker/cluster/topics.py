@@ -79,6 +79,9 @@ class ClusterTopicManager(TopicManager):
     def broker_count(self) -> int:
         return len(self.etcd.image.brokers)
 
+    def registered_brokers(self) -> frozenset[int]:
+        return frozenset(self.etcd.image.brokers)
+
     def open_all(self) -> None:
         """Nothing to open up front: the image decides (ClusterRoles)."""
 
@@ -103,7 +106,8 @@ class ClusterTopicManager(TopicManager):
             return checked
         try:
             created = await self.controller.create_topic(
-                topic.name, topic.partitions, topic.replication_factor, dict(topic.configs)
+                topic.name, topic.partitions, topic.replication_factor, dict(topic.configs),
+                checked.assignment,
             )
         except PlacementError as exc:
             return TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
@@ -182,7 +186,7 @@ class ClusterTopicManager(TopicManager):
         old = checked.topic
         assert old is not None
         try:
-            grown = await self.controller.add_partitions(old.name, count)
+            grown = await self.controller.add_partitions(old.name, count, checked.assignment)
         except PlacementError as exc:
             return TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
         if not grown:

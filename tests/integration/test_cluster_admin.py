@@ -17,10 +17,11 @@ from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
 from tests.integration.cluster import Cluster
-from tests.integration.harness import wait_until
-from tests.integration.wire import WireClient
+from tests.integration.harness import BrokerProcess, wait_until
+from tests.integration.wire import WireClient, build_batch, partition_errors
 
-FIND_COORDINATOR, INIT_PRODUCER_ID = 10, 22
+FIND_COORDINATOR, INIT_PRODUCER_ID, CREATE_TOPICS, CREATE_PARTITIONS = 10, 22, 19, 37
+BAD_ASSIGNMENT = ErrorCode.INVALID_REPLICATION_ASSIGNMENT
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +146,108 @@ def test_create_partitions_through_a_non_controller_and_produce_to_the_new_ones(
     shrink = admin.create_partitions([NewPartitions(topic, 4)], operation_timeout=20)[topic]
     with pytest.raises(Exception, match="INVALID_PARTITIONS"):
         shrink.result(30)
+
+
+# -- 3. manual replica assignments ------------------------------------------------------------
+
+Manual = list[tuple[int, list[int]]]
+
+
+def create_assigned(port: int, name: str, manual: Manual, partitions: int = -1, rf: int = -1) -> Any:
+    """CreateTopics v5 (flexible) with `assignments`; the one topic's result."""
+    cls = REQUESTS[CREATE_TOPICS]
+    topic = cls.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=rf, configs=[],
+        assignments=[cls.CreatableTopic.CreatableReplicaAssignment(partition_index=i, broker_ids=b)
+                     for i, b in manual],
+    )
+    with WireClient(port) as c:
+        answer = c.call(cls(version=5, topics=[topic], timeout_ms=20000, validate_only=False), 5)
+    return answer.topics[0]
+
+
+def add_assigned(port: int, name: str, count: int, manual: list[list[int]] | None) -> Any:
+    """CreatePartitions v3 (flexible) with `assignments` (None: placed by the broker)."""
+    cls = REQUESTS[CREATE_PARTITIONS]
+    entries = None if manual is None else [cls.CreatePartitionsTopic.CreatePartitionsAssignment(broker_ids=b)
+                                           for b in manual]
+    request = cls(version=3, topics=[cls.CreatePartitionsTopic(name=name, count=count, assignments=entries)],
+                  timeout_ms=20000, validate_only=False)
+    with WireClient(port) as c:
+        return c.call(request, 3).results[0]
+
+
+def refused(result: Any, error: ErrorCode, message: str) -> bool:
+    return (result.error_code, result.error_message) == (error, message)
+
+
+@pytest.mark.parametrize(("manual", "partitions", "rf", "error", "message"), [
+    ([(0, [1])], 1, -1, ErrorCode.INVALID_REQUEST,
+     "A manual partition assignment was specified, but numPartitions was not set to -1."),
+    ([(0, [1])], -1, 1, ErrorCode.INVALID_REQUEST,
+     "A manual partition assignment was specified, but replication factor was not set to -1."),
+    ([(0, [2])], -1, -1, BAD_ASSIGNMENT,
+     "The manual partition assignment includes broker 2, but no such broker is registered."),
+    ([(0, [1, 1])], -1, -1, BAD_ASSIGNMENT,
+     "The manual partition assignment includes the broker 1 more than once."),
+    ([(0, [1]), (0, [1])], -1, -1, BAD_ASSIGNMENT,
+     "Found multiple manual partition assignments for partition 0"),
+    ([(0, [1]), (1, [])], -1, -1, BAD_ASSIGNMENT,
+     "The manual partition assignment includes an empty replica list."),
+    ([(0, [1]), (2, [1])], -1, -1, BAD_ASSIGNMENT,
+     "partitions should be a consecutive 0-based integer sequence"),
+])
+def test_single_broker_refuses_bad_create_topics_assignments(
+    module_broker: BrokerProcess, manual: Manual, partitions: int, rf: int, error: ErrorCode, message: str,
+) -> None:
+    name = unique("bad")
+    assert refused(create_assigned(module_broker.port, name, manual, partitions, rf), error, message)
+    with WireClient(module_broker.port) as c:
+        assert c.metadata([name], version=4).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_single_broker_takes_its_own_id_in_assignments(module_broker: BrokerProcess) -> None:
+    name = unique("own")
+    created = create_assigned(module_broker.port, name, [(1, [1]), (0, [1])])
+    assert (created.error_code, created.num_partitions, created.replication_factor) == (0, 2, 1)
+    port = module_broker.port
+    assert refused(add_assigned(port, name, 4, [[1]]), BAD_ASSIGNMENT,
+                   "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified.")
+    assert refused(add_assigned(port, name, 3, []), BAD_ASSIGNMENT,
+                   "Attempted to add 1 additional partition(s), but only 0 assignment(s) were specified.")
+    assert refused(add_assigned(port, name, 3, [[2]]), BAD_ASSIGNMENT,
+                   "The manual partition assignment includes broker 2, but no such broker is registered.")
+    assert refused(add_assigned(port, name, 3, [[1, 1]]), BAD_ASSIGNMENT,
+                   "The manual partition assignment includes the broker 1 more than once.")
+    assert add_assigned(port, name, 3, [[1]]).error_code == ErrorCode.NONE
+    with WireClient(port) as c:
+        assert len(c.metadata([name], version=4).topics[0].partitions) == 3
+        assert partition_errors(c.produce(name, [(2, build_batch([b"x"]))])) == {2: ErrorCode.NONE}
+        assert c.log_end_offset(name, 2) == 1
+
+
+def test_cluster_takes_manual_assignments_and_refuses_bad_ones(cluster: Cluster) -> None:
+    port = next(b.port for b in cluster.brokers if b.bootstrap == non_controller(cluster))
+    name = unique("manual")
+    inconsistent = create_assigned(port, name, [(0, [1, 2]), (1, [3])])
+    assert refused(inconsistent, BAD_ASSIGNMENT, "The manual partition assignment includes a partition "
+                   "with 1 replica(s), but this is not consistent with previous partitions, which have "
+                   "2 replica(s).")
+    assert refused(create_assigned(port, name, [(0, [1, 4])]), BAD_ASSIGNMENT,
+                   "The manual partition assignment includes broker 4, but no such broker is registered.")
+    assert name not in cluster.image().topics
+    created = create_assigned(port, name, [(0, [3, 1]), (1, [2, 3])])
+    assert (created.error_code, created.num_partitions, created.replication_factor) == (0, 2, 2)
+    assert refused(add_assigned(port, name, 3, [[1, 2, 3]]), BAD_ASSIGNMENT,
+                   "The manual partition assignment includes a partition with 3 replica(s), but this is "
+                   "not consistent with previous partitions, which have 2 replica(s).")
+    assert add_assigned(port, name, 3, [[1, 2]]).error_code == ErrorCode.NONE
+    image = cluster.image()
+    assert image.topics[name].assignment == ((3, 1), (2, 3), (1, 2))
+    assert [image.partitions[(name, p)].leader for p in range(3)] == [3, 2, 1]
+    served_everywhere(cluster, name, 3)
+    produce_values(cluster.bootstrap, name, list(range(30)), 3)
+    assert sorted(v for vs in read_values(cluster, name, 3).values() for v in vs) == list(range(30))
+    for b in cluster.brokers:
+        hosted = {p for p in range(3) if b.partition_dir(name, p).exists()}
+        assert hosted == {p for p in range(3) if b.node_id in image.topics[name].assignment[p]}

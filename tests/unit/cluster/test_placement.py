@@ -11,10 +11,13 @@ from broker.cluster.placement import (
     PREFERRED,
     UNCLEAN,
     PlacementError,
+    Refused,
     after_broker_change,
     election,
+    more_assignment,
     place_replicas,
     preferred_leader,
+    topic_assignment,
 )
 from protocol.errors import ErrorCode
 
@@ -86,3 +89,50 @@ def test_unclean_election_prefers_the_isr_and_otherwise_takes_any_live_replica()
     moved, _ = election(offline, {N2, N3}, UNCLEAN)
     assert moved is not None and moved.leader == N2 and moved.isr == (N2,)
     assert election(offline, set(), UNCLEAN) == (None, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+
+
+# -- manual replica assignments (Kafka's controller checks and messages) ----------------------
+
+BAD = ErrorCode.INVALID_REPLICATION_ASSIGNMENT
+REGISTERED = {1, 2, 3}
+
+
+@pytest.mark.parametrize(("entries", "partitions", "rf", "error", "message"), [
+    ([(0, [1])], 1, -1, ErrorCode.INVALID_REQUEST,
+     "A manual partition assignment was specified, but numPartitions was not set to -1."),
+    ([(0, [1])], -1, 1, ErrorCode.INVALID_REQUEST,
+     "A manual partition assignment was specified, but replication factor was not set to -1."),
+    ([(0, [1]), (0, [2])], -1, -1, BAD, "Found multiple manual partition assignments for partition 0"),
+    ([(0, [])], -1, -1, BAD, "The manual partition assignment includes an empty replica list."),
+    ([(0, [1, 7])], -1, -1, BAD,
+     "The manual partition assignment includes broker 7, but no such broker is registered."),
+    ([(0, [2, 1, 2])], -1, -1, BAD, "The manual partition assignment includes the broker 2 more than once."),
+    ([(0, [1, 2]), (1, [3])], -1, -1, BAD,
+     "The manual partition assignment includes a partition with 1 replica(s), but this is not "
+     "consistent with previous partitions, which have 2 replica(s)."),
+    ([(0, [1]), (2, [3])], -1, -1, BAD, "partitions should be a consecutive 0-based integer sequence"),
+    ([(1, [1])], -1, -1, BAD, "partitions should be a consecutive 0-based integer sequence"),
+])
+def test_create_topics_assignments_are_refused_as_kafka_refuses_them(
+    entries: list[tuple[int, list[int]]], partitions: int, rf: int, error: ErrorCode, message: str
+) -> None:
+    assert topic_assignment(entries, partitions, rf, REGISTERED) == Refused(error, message)
+
+
+def test_a_valid_create_topics_assignment_is_taken_in_partition_order() -> None:
+    assert topic_assignment([(1, [3, 1]), (0, [2, 3])], -1, -1, REGISTERED) == ((N2, N3), (N3, N1))
+
+
+@pytest.mark.parametrize(("assignments", "message"), [
+    ([[1, 2]], "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."),
+    ([[1, 2], [3]], "The manual partition assignment includes a partition with 1 replica(s), but this is "
+     "not consistent with previous partitions, which have 2 replica(s)."),
+    ([[1, 2], [9, 9]],
+     "The manual partition assignment includes broker 9, but no such broker is registered."),
+    ([[1, 1], [2, 3]], "The manual partition assignment includes the broker 1 more than once."),
+])
+def test_create_partitions_assignments_are_refused_as_kafka_refuses_them(
+    assignments: list[list[int]], message: str
+) -> None:
+    assert more_assignment(assignments, 2, 2, REGISTERED) == Refused(BAD, message)
+    assert more_assignment([[3, 1], [2, 3]], 2, 2, REGISTERED) == ((N3, N1), (N2, N3))
