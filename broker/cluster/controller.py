@@ -7,6 +7,9 @@ died gets a new one from its ISR (placement.after_broker_change), a dead
 follower leaves the ISR, an offline partition comes back when its last ISR
 member returns. Every write is a compare-and-swap that also checks this
 controller still holds the key, so a deposed controller changes nothing.
+With `auto.leader.rebalance.enable`, it also gives each partition back to its
+preferred replica every `leader.imbalance.check.interval.seconds`, as Kafka's
+KRaft controller does (no per-broker percentage gate there either).
 """
 
 from __future__ import annotations
@@ -14,28 +17,50 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
-from broker.cluster.placement import Assignment, after_broker_change, election, place_replicas
+from broker.cluster.placement import (
+    Assignment,
+    after_broker_change,
+    election,
+    place_replicas,
+    preferred_leader,
+)
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
+MAX_ELECTIONS_PER_PASS = 1000  # Kafka's maxElectionsPerImbalance
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderBalancing:
+    """`auto.leader.rebalance.enable` and `leader.imbalance.check.interval.seconds`."""
+
+    enabled: bool = True
+    interval_s: float = 300.0
+
+
+KAFKA_BALANCING = LeaderBalancing()  # Kafka's defaults
 
 
 class ClusterController:
-    def __init__(self, store: EtcdMetadataStore, node_id: NodeId) -> None:
+    def __init__(
+        self, store: EtcdMetadataStore, node_id: NodeId, balancing: LeaderBalancing = KAFKA_BALANCING
+    ) -> None:
         self.store = store
         self.node_id = node_id
+        self.balancing = balancing
         self.record: ControllerRecord | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._balancer: asyncio.Task[None] | None = None
 
     @property
     def active(self) -> bool:
@@ -45,12 +70,15 @@ class ClusterController:
     def start(self) -> None:
         self.store.subscribe(self._on_change)
         self._task = asyncio.create_task(self._run(), name="controller")
+        if self.balancing.enabled:
+            self._balancer = asyncio.create_task(self._balance_forever(), name="leader-balancer")
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, self._balancer) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _on_change(self, key: str) -> None:
         if key in ("", "controller") or key.startswith("brokers/") or key.startswith("partitions/"):
@@ -92,6 +120,32 @@ class ClusterController:
             if new is not None:
                 done &= await self._write(topic, index, state, new)
         return done
+
+    async def _balance_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.balancing.interval_s)
+            try:
+                while self.active and await self.balance_leaders():
+                    pass  # stopped at the cap: the rest at once, as Kafka reschedules
+            except (aetcd.exceptions.ClientError, OSError) as e:
+                log.warning("leader rebalance failed (%s); trying at the next check", type(e).__name__)
+
+    async def balance_leaders(self) -> bool:
+        """Preferred elections for the partitions whose preferred replica is live, in the ISR
+        and not leading (at most MAX_ELECTIONS_PER_PASS); True if more are left."""
+        image = self.store.image
+        live = image.live_brokers()
+        moved = 0
+        for (topic, index), state in sorted(image.partitions.items()):
+            new = preferred_leader(state, live)
+            if new is None:
+                continue
+            if moved == MAX_ELECTIONS_PER_PASS:
+                return True
+            moved += await self._write(topic, index, state, new)
+        if moved:
+            log.info("leader rebalance: %d partition(s) back on their preferred replica", moved)
+        return False
 
     async def _write(self, topic: str, index: int, old: PartitionState, new: PartitionState) -> bool:
         ok = await self.store.alter_partition(topic, index, old, new, controller=self.record)

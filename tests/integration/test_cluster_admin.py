@@ -4,7 +4,6 @@ automatic preferred-leader rebalancing and partition reassignment."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, running_cluster, wait_until_served
 from tests.integration.harness import BrokerProcess, wait_until
 from tests.integration.wire import WireClient, build_batch, partition_errors
 
@@ -24,14 +23,15 @@ FIND_COORDINATOR, INIT_PRODUCER_ID, CREATE_TOPICS, CREATE_PARTITIONS = 10, 22, 1
 BAD_ASSIGNMENT = ErrorCode.INVALID_REPLICATION_ASSIGNMENT
 
 
+IMBALANCE_CHECK_S = 1  # auto leader rebalance every second (Kafka: 300)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    with running_cluster(tmp_path_factory.mktemp("cluster"), show_logs_on_error=True, overrides={
+        "leader.imbalance.check.interval.seconds": IMBALANCE_CHECK_S,
+    }) as c:
         yield c
-    finally:
-        c.close()
 
 
 def find_coordinator(port: int, key: str, key_type: int = 0) -> Any:
@@ -48,20 +48,6 @@ def non_controller(cluster: Cluster) -> str:
     controller = cluster.image().controller
     assert controller is not None
     return next(b.bootstrap for b in cluster.brokers if b.node_id != controller.node_id and b.running)
-
-
-def wait_until_served(bootstrap: str, topic: str, partitions: int, timeout_s: float = 20) -> None:
-    """Until this broker's own Metadata answer lists the topic with a leader for every partition."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if found is not None and found.error is None and len(found.partitions) == partitions and all(
-            p.leader >= 0 for p in found.partitions.values()
-        ):
-            return
-        assert time.monotonic() < deadline, f"{bootstrap} does not serve {topic}: {found}"
-        time.sleep(0.1)
 
 
 def served_everywhere(cluster: Cluster, topic: str, partitions: int) -> None:
@@ -251,3 +237,30 @@ def test_cluster_takes_manual_assignments_and_refuses_bad_ones(cluster: Cluster)
     for b in cluster.brokers:
         hosted = {p for p in range(3) if b.partition_dir(name, p).exists()}
         assert hosted == {p for p in range(3) if b.node_id in image.topics[name].assignment[p]}
+
+
+# -- 4. automatic preferred-leader rebalance ---------------------------------------------------
+
+
+def test_controller_gives_leadership_back_to_the_preferred_replica_by_itself(cluster: Cluster) -> None:
+    controller = cluster.image().controller
+    assert controller is not None
+    preferred, *others = [n for n in (1, 2, 3) if n != controller.node_id] + [controller.node_id]
+    name = unique("balance")
+    replicas = [preferred, *others]
+    created = create_assigned(cluster.broker(controller.node_id).port, name, [(0, replicas), (1, replicas)])
+    assert created.error_code == ErrorCode.NONE
+    served_everywhere(cluster, name, 2)
+    produce_values(cluster.bootstrap, name, list(range(10)), 2)
+    cluster.broker(preferred).pause()  # its session ends: leadership moves to another replica
+    try:
+        cluster.wait_for(lambda i: all(i.partitions[(name, p)].leader not in (preferred, -1) for p in (0, 1)))
+    finally:
+        cluster.restore()
+    # No ElectLeaders: once the preferred replica is back in the ISR, the controller's
+    # periodic check moves leadership back to it.
+    image = cluster.wait_for(lambda i: all(i.partitions[(name, p)].leader == preferred for p in (0, 1)))
+    assert all(preferred in image.partitions[(name, p)].isr for p in (0, 1))
+    served_everywhere(cluster, name, 2)
+    produce_values(cluster.bootstrap, name, list(range(10, 20)), 2)
+    assert sorted(v for vs in read_values(cluster, name, 2).values() for v in vs) == list(range(20))
