@@ -307,7 +307,7 @@ KEYS: dict[str, Key] = {
     "leader.imbalance.check.interval.seconds": Key(_POSITIVE_LONG, 300, "How often the controller "
                                                    "looks for partitions not led by their preferred "
                                                    "replica."),
-    "leader.imbalance.per.broker.percentage": Key(Integer(INT_MIN), 10, "Accepted as Kafka's; as "
+    "leader.imbalance.per.broker.percentage": Key(_NON_NEGATIVE, 10, "Accepted as Kafka's; as "
                                                   "Kafka's KRaft controller, Gregor's ignores it and "
                                                   "rebalances every imbalanced partition."),
     "broker.session.timeout.ms": Key(_POSITIVE, 9000, "Lease of this broker's registration in etcd: "
