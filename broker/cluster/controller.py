@@ -25,10 +25,15 @@ from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
 from broker.cluster.placement import (
     Assignment,
+    Refused,
     after_broker_change,
+    check_replicas,
+    completed,
     election,
     place_replicas,
     preferred_leader,
+    reassigned,
+    reverted,
 )
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
@@ -117,6 +122,7 @@ class ClusterController:
         done = True
         for (topic, index), state in sorted(image.partitions.items()):
             new = after_broker_change(state, live)
+            new = completed(new or state, live) or new  # a reassignment whose targets caught up
             if new is not None:
                 done &= await self._write(topic, index, state, new)
         return done
@@ -209,3 +215,71 @@ class ClusterController:
         live = image.live_brokers()
         states = {old.partitions + i: PartitionState.initial(r, live) for i, r in enumerate(added)}
         return await self.store.add_partitions(old, grown, states, controller=self.record)
+
+    async def reassign(
+        self, wanted: list[tuple[str, int, list[int] | None]]
+    ) -> dict[tuple[str, int], Refused | None]:
+        """AlterPartitionReassignments: per partition None (accepted) or why not; `None`
+        replicas cancel the reassignment in progress."""
+        results: dict[tuple[str, int], Refused | None] = {}
+        written: list[tuple[tuple[str, int], PartitionState]] = []
+        for topic, index, target in wanted:
+            image = self.store.image
+            state = image.partitions.get((topic, index))
+            refused, new = check_reassignment(image.topics.get(topic) is not None, topic, index, state,
+                                         target, image.live_brokers())
+            if refused is None and state is not None and new is not None:
+                if await self._write(topic, index, state, new):
+                    written.append(((topic, index), new))
+                else:
+                    refused = Refused(ErrorCode.NOT_CONTROLLER, "The partition changed meanwhile; retry.")
+            results[(topic, index)] = refused
+        await self.store.wait_for(lambda i: all(i.partitions.get(tp) == s for tp, s in written), 5)
+        self._wake.set()  # a reassignment may be complete already
+        return results
+
+    def reassignments(
+        self, wanted: list[tuple[str, list[int]]] | None
+    ) -> dict[str, dict[int, PartitionState]]:
+        """ListPartitionReassignments: the partitions with a reassignment in progress, by topic
+        (all of them, or of the named topics and partitions; unknown ones are left out)."""
+        image = self.store.image
+        if wanted is None:
+            pairs = [tp for tp, s in image.partitions.items() if s.reassigning]
+        else:
+            pairs = [(t, i) for t, indexes in wanted for i in indexes]
+        found: dict[str, dict[int, PartitionState]] = {}
+        for topic, index in pairs:
+            state = image.partitions.get((topic, index))
+            if state is not None and state.reassigning and topic in image.topics:
+                found.setdefault(topic, {})[index] = state
+        return found
+
+
+NO_REASSIGNMENT = Refused(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
+
+
+def check_reassignment(
+    topic_exists: bool, topic: str, index: int, state: PartitionState | None,
+    target: list[int] | None, live: set[NodeId],
+) -> tuple[Refused | None, PartitionState | None]:
+    """Kafka's checks for one partition (ReplicationControlManager.alterPartitionReassignment)
+    and the state to write (None: nothing changes)."""
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not topic_exists:
+        return Refused(unknown, f"Unable to find a topic named {topic}."), None
+    if state is None:
+        return Refused(unknown, f"Unable to find partition {topic}:{index}."), None
+    if target is None:
+        if not state.reassigning:
+            return NO_REASSIGNMENT, None
+        back = reverted(state, live)
+        if back is None:
+            return Refused(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, f"Unable to revert partition "
+                           f"assignment for {topic}:{index} because it would require an unclean "
+                           "leader election."), None
+        return None, back
+    refused = check_replicas(target, live, None)
+    if refused is not None:
+        return refused, None
+    return None, reassigned(state, [NodeId(n) for n in target], live)

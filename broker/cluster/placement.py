@@ -8,9 +8,9 @@ the answers to the store by compare-and-swap.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from broker.cluster.image import NO_LEADER, NodeId, PartitionState
+from broker.cluster.image import NO_LEADER, NodeId, PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 
 Assignment = tuple[tuple[NodeId, ...], ...]
@@ -202,3 +202,55 @@ def election(
     if not chosen:
         return None, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
     return state.with_leader(chosen[0], state.isr if clean else (chosen[0],)), ErrorCode.NONE
+
+
+# -- partition reassignment (Kafka's KRaft controller) ----------------------------------------
+
+
+def reassigned(state: PartitionState, target: Sequence[NodeId], live: set[NodeId]) -> PartitionState | None:
+    """AlterPartitionReassignments for one partition: `target` (already checked) joins the
+    replicas as `adding`, the replicas not in it become `removing`; completed at once when
+    the ISR allows (a mere reordering). None when nothing changes."""
+    wanted = tuple(target)
+    adding = tuple(n for n in wanted if n not in state.replicas)
+    removing = tuple(n for n in state.replicas if n not in wanted)
+    started = replace(state, replicas=wanted + removing, adding=adding, removing=removing,
+                      partition_epoch=PartitionEpoch(state.partition_epoch + 1))
+    new = completed(started, live) or started
+    if (new.replicas, new.isr, new.leader, new.adding, new.removing) == (
+        state.replicas, state.isr, state.leader, state.adding, state.removing
+    ):
+        return None
+    return new
+
+
+def completed(state: PartitionState, live: set[NodeId]) -> PartitionState | None:
+    """The end of a reassignment, once every adding replica is in the ISR and some replica
+    that stays is: the removed ones are dropped, leadership moves to the first target replica
+    in the ISR (and live) if the leader is leaving. None while it must wait."""
+    if not state.reassigning:
+        return None
+    isr = tuple(n for n in state.isr if n not in state.removing)
+    if not isr or not set(state.adding) <= set(isr):
+        return None
+    return _settled(state, state.target, isr, live)
+
+
+def _settled(
+    state: PartitionState, replicas: tuple[NodeId, ...], isr: tuple[NodeId, ...], live: set[NodeId]
+) -> PartitionState:
+    """No reassignment in progress any more; a leader outside `isr` hands over to the first
+    replica in it that is live (a leader epoch later)."""
+    if state.leader in isr:
+        return replace(state, replicas=replicas, isr=isr, adding=(), removing=(),
+                       partition_epoch=PartitionEpoch(state.partition_epoch + 1))
+    leaderless = replace(state, replicas=replicas, isr=isr, leader=NO_LEADER, adding=(), removing=())
+    return leaderless.with_leader(next((n for n in replicas if n in isr and n in live), NO_LEADER), isr)
+
+
+def reverted(state: PartitionState, live: set[NodeId]) -> PartitionState | None:
+    """Cancelling a reassignment in progress: the adding replicas go, the removing ones stay;
+    None when no replica left would be in the ISR (it would take an unclean election)."""
+    replicas = tuple(n for n in state.replicas if n not in state.adding)
+    isr = tuple(n for n in state.isr if n not in state.adding)
+    return _settled(state, replicas, isr, live) if isr else None

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
 
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
@@ -264,3 +266,108 @@ def test_controller_gives_leadership_back_to_the_preferred_replica_by_itself(clu
     served_everywhere(cluster, name, 2)
     produce_values(cluster.bootstrap, name, list(range(10, 20)), 2)
     assert sorted(v for vs in read_values(cluster, name, 2).values() for v in vs) == list(range(20))
+
+
+# -- 5. partition reassignment -------------------------------------------------------------------
+
+ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
+
+
+def reassign_wire(port: int, topic: str, index: int, replicas: list[int] | None) -> Any:
+    """AlterPartitionReassignments v0 for one partition; its result."""
+    cls = REQUESTS[ALTER_REASSIGNMENTS]
+    part = cls.ReassignableTopic.ReassignablePartition(partition_index=index, replicas=replicas)
+    request = cls(version=0, timeout_ms=20000,
+                  topics=[cls.ReassignableTopic(name=topic, partitions=[part])])
+    with WireClient(port) as c:
+        answer = c.call(request, 0)
+    assert (answer.error_code, answer.error_message) == (ErrorCode.NONE, None)
+    return answer.responses[0].partitions[0]
+
+
+def list_wire(
+    port: int, topics: list[tuple[str, list[int]]] | None
+) -> dict[tuple[str, int], tuple[Any, ...]]:
+    """ListPartitionReassignments v0: (replicas, adding, removing) by partition."""
+    cls = REQUESTS[LIST_REASSIGNMENTS]
+    wanted = None if topics is None else [
+        cls.ListPartitionReassignmentsTopics(name=t, partition_indexes=p) for t, p in topics]
+    with WireClient(port) as c:
+        answer = c.call(cls(version=0, timeout_ms=20000, topics=wanted), 0)
+    assert answer.error_code == ErrorCode.NONE
+    return {(t.name, p.partition_index): (p.replicas, p.adding_replicas, p.removing_replicas)
+            for t in answer.topics for p in t.partitions}
+
+
+def test_single_broker_checks_reassignments_as_kafka(module_broker: BrokerProcess) -> None:
+    port, name = module_broker.port, unique("solo")
+    assert create_assigned(port, name, [(0, [1])]).error_code == ErrorCode.NONE
+    assert reassign_wire(port, name, 0, [1]).error_code == ErrorCode.NONE  # already there
+    assert refused(reassign_wire(port, name, 0, [2]), BAD_ASSIGNMENT,
+                   "The manual partition assignment includes broker 2, but no such broker is registered.")
+    assert refused(reassign_wire(port, name, 0, None), ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                   "No partition reassignment is in progress.")
+    assert refused(reassign_wire(port, name, 1, [1]), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                   f"Unable to find partition {name}:1.")
+    assert list_wire(port, None) == {}
+
+
+def test_cluster_refuses_bad_reassignments(cluster: Cluster) -> None:
+    port, name = cluster.broker(1).port, unique("badmove")
+    assert create_assigned(port, name, [(0, [1, 2])]).error_code == ErrorCode.NONE
+    for replicas, error, message in [
+        ([], BAD_ASSIGNMENT, "The manual partition assignment includes an empty replica list."),
+        ([1, 7], BAD_ASSIGNMENT,
+         "The manual partition assignment includes broker 7, but no such broker is registered."),
+        ([3, 1, 3], BAD_ASSIGNMENT, "The manual partition assignment includes the broker 3 more than once."),
+        (None, ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."),
+    ]:
+        assert refused(reassign_wire(port, name, 0, replicas), error, message), replicas
+    assert refused(reassign_wire(port, "no-such-topic", 0, [1]), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                   "Unable to find a topic named no-such-topic.")
+    assert refused(reassign_wire(port, name, 5, [1]), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                   f"Unable to find partition {name}:5.")
+    assert list_wire(port, [(name, [0])]) == {}
+
+
+def test_reassignment_moves_replicas_and_the_data_with_them(cluster: Cluster) -> None:
+    controller = cluster.image().controller
+    assert controller is not None
+    c, a, b = sorted((1, 2, 3), key=lambda n: n == controller.node_id)  # c: not the controller
+    port, name = cluster.broker(controller.node_id).port, unique("move")
+    assert create_assigned(port, name, [(0, [a, b]), (1, [a, b])]).error_code == ErrorCode.NONE
+    served_everywhere(cluster, name, 2)
+    produce_values(cluster.bootstrap, name, list(range(40)), 2)
+    cluster.broker(c).pause()  # the new replica cannot catch up yet: the moves stay in progress
+    try:
+        assert reassign_wire(port, name, 0, [c, b]).error_code == ErrorCode.NONE
+        assert reassign_wire(port, name, 1, [c, a]).error_code == ErrorCode.NONE
+        assert list_wire(port, [(name, [0, 1, 7])]) == {
+            (name, 0): ([c, b, a], [c], [a]), (name, 1): ([c, a, b], [c], [b]),
+        }
+        assert reassign_wire(port, name, 1, None).error_code == ErrorCode.NONE  # cancelled
+        assert list_wire(port, None) == {(name, 0): ([c, b, a], [c], [a])}
+    finally:
+        cluster.broker(c).resume()
+    # Broker c copies partition 0 by replication; once in the ISR the move completes: broker a
+    # (the leader) leaves, c, the first target replica, leads, a's log is deleted.
+    image = cluster.wait_for(lambda i: not i.partitions[(name, 0)].reassigning
+                             and i.partitions[(name, 0)].replicas == (c, b))
+    assert image.partitions[(name, 0)].leader == c
+    assert image.partitions[(name, 1)].replicas == (a, b)
+    wait_until(lambda: not cluster.broker(a).partition_dir(name, 0).exists(), timeout=20)
+    # A real admin client moves partition 1 from a to c the same way.
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        moved = admin.alter_partition_reassignments({TopicPartition(name, 1): [b, c]})
+        assert moved == {TopicPartition(name, 1): None}
+        cluster.wait_for(lambda i: i.partitions[(name, 1)].replicas == (b, c)
+                         and not i.partitions[(name, 1)].reassigning)
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        admin.close()
+    wait_until(lambda: not cluster.broker(a).partition_dir(name, 1).exists(), timeout=20)
+    served_everywhere(cluster, name, 2)
+    produce_values(cluster.bootstrap, name, list(range(40, 60)), 2)
+    got = read_values(cluster, name, 2)  # partition 0 led by c, partition 1 by b
+    assert got[0] == list(range(0, 60, 2)) and got[1] == list(range(1, 60, 2))

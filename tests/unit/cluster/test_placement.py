@@ -13,10 +13,13 @@ from broker.cluster.placement import (
     PlacementError,
     Refused,
     after_broker_change,
+    completed,
     election,
     more_assignment,
     place_replicas,
     preferred_leader,
+    reassigned,
+    reverted,
     topic_assignment,
 )
 from protocol.errors import ErrorCode
@@ -136,3 +139,62 @@ def test_create_partitions_assignments_are_refused_as_kafka_refuses_them(
 ) -> None:
     assert more_assignment(assignments, 2, 2, REGISTERED) == Refused(BAD, message)
     assert more_assignment([[3, 1], [2, 3]], 2, 2, REGISTERED) == ((N3, N1), (N2, N3))
+
+
+# -- partition reassignment (Kafka's KRaft controller) ----------------------------------------
+
+ALL = {N1, N2, N3, N4}
+
+
+def settled(replicas: tuple[NodeId, ...], leader: NodeId = N1) -> PartitionState:
+    return PartitionState(replicas, replicas, leader, LeaderEpoch(0), PartitionEpoch(0))
+
+
+def test_a_reassignment_adds_the_targets_first_and_keeps_the_leader() -> None:
+    moving = reassigned(settled((N1, N2, N3)), [N4, N2, N3], ALL)
+    assert moving is not None
+    assert (moving.replicas, moving.isr, moving.leader) == ((N4, N2, N3, N1), (N1, N2, N3), N1)
+    assert (moving.adding, moving.removing, moving.target) == ((N4,), (N1,), (N4, N2, N3))
+    assert completed(moving, ALL) is None  # N4 is not in the ISR yet
+
+
+def test_a_reassignment_completes_once_the_targets_are_in_the_isr_and_a_leaving_leader_hands_over() -> None:
+    moving = reassigned(settled((N1, N2, N3)), [N4, N2, N3], ALL)
+    assert moving is not None
+    done = completed(moving.with_isr((N1, N2, N3, N4)), ALL)
+    assert done is not None and not done.reassigning
+    assert (done.replicas, done.isr, done.leader) == ((N4, N2, N3), (N2, N3, N4), N4)
+    assert done.leader_epoch == moving.leader_epoch + 1
+    staying = reassigned(settled((N1, N2)), [N3, N1], ALL)
+    assert staying is not None
+    kept = completed(staying.with_isr((N1, N2, N3)), ALL)
+    assert kept is not None and (kept.replicas, kept.isr, kept.leader, kept.leader_epoch) == (
+        (N3, N1), (N1, N3), N1, 0)
+
+
+def test_reordering_or_shrinking_completes_at_once_and_the_same_replicas_change_nothing() -> None:
+    assert reassigned(settled((N1, N2, N3)), [N1, N2, N3], ALL) is None
+    reordered = reassigned(settled((N1, N2, N3)), [N3, N1, N2], ALL)
+    assert reordered is not None and (reordered.replicas, reordered.leader) == ((N3, N1, N2), N1)
+    assert not reordered.reassigning
+    shrunk = reassigned(settled((N1, N2, N3)), [N2, N3], ALL)
+    assert shrunk is not None and (shrunk.replicas, shrunk.isr, shrunk.leader) == ((N2, N3), (N2, N3), N2)
+
+
+def test_cancelling_drops_the_adding_replicas_and_keeps_the_removing_ones() -> None:
+    moving = reassigned(settled((N1, N2)), [N3, N4], ALL)
+    assert moving is not None and (moving.replicas, moving.adding, moving.removing) == (
+        (N3, N4, N1, N2), (N3, N4), (N1, N2))
+    back = reverted(moving.with_isr((N1, N2, N3)), ALL)
+    assert back is not None and (back.replicas, back.isr, back.leader) == ((N1, N2), (N1, N2), N1)
+    assert not back.reassigning
+    stranded = PartitionState((N3, N1), (N3,), N3, LeaderEpoch(1), PartitionEpoch(1),
+                              adding=(N3,), removing=(N1,))
+    assert reverted(stranded, ALL) is None  # only an unclean election could lead it
+
+
+def test_a_state_refuses_adding_or_removing_outside_its_replicas() -> None:
+    with pytest.raises(ValueError, match="not disjoint"):
+        PartitionState((N1, N2), (N1,), N1, LeaderEpoch(0), PartitionEpoch(0), adding=(N3,))
+    with pytest.raises(ValueError, match="not disjoint"):
+        PartitionState((N1, N2), (N1,), N1, LeaderEpoch(0), PartitionEpoch(0), adding=(N2,), removing=(N2,))
