@@ -18,6 +18,7 @@ from pathlib import Path
 
 import uvloop
 
+from broker.cluster.controller import LeaderBalancing
 from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
 from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
 from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
@@ -85,6 +86,9 @@ async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     return await ClusterMembership.join(
         config["metadata.store"], config.node_id, config["cluster.id"],
         config["broker.session.timeout.ms"], config["metadata.store.connect.attempts"],
+        LeaderBalancing(
+            config["auto.leader.rebalance.enable"], config["leader.imbalance.check.interval.seconds"]
+        ),
     )
 
 

@@ -347,6 +347,16 @@ KEYS: dict[str, Key] = {
     "metadata.store": Key(StoreAddress(), "local", "Where cluster metadata lives: `local` (a file in the "
                           "first log dir) or etcd (cluster mode)."),
     "broker.rack": Key(Text(), "", "This broker's rack, for rack-aware replica placement."),
+    "auto.leader.rebalance.enable": Key(Boolean(), True, "The controller moves leadership back to "
+                                        "each partition's preferred (first) replica once it is in the "
+                                        "ISR again, every `leader.imbalance.check.interval.seconds` "
+                                        "(cluster mode)."),
+    "leader.imbalance.check.interval.seconds": Key(_POSITIVE_LONG, 300, "How often the controller "
+                                                   "looks for partitions not led by their preferred "
+                                                   "replica."),
+    "leader.imbalance.per.broker.percentage": Key(_NON_NEGATIVE, 10, "Accepted as Kafka's; as "
+                                                  "Kafka's KRaft controller, Gregor's ignores it and "
+                                                  "rebalances every imbalanced partition."),
     "broker.session.timeout.ms": Key(_POSITIVE, 9000, "Lease of this broker's registration in etcd: "
                                      "after it, the broker counts as gone."),
     "metadata.store.connect.attempts": Key(_POSITIVE, 30, "etcd connection attempts at start-up, 1 s "

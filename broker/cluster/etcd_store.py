@@ -221,6 +221,19 @@ class EtcdMetadataStore:
         ]
         return await self._txn([tx.version(key) == 0, *self._controller_guard(controller)], puts)
 
+    async def add_partitions(
+        self, old: TopicRecord, new: TopicRecord, states: dict[int, PartitionState],
+        controller: ControllerRecord | None = None,
+    ) -> bool:
+        """The grown topic record and its new partitions' states at once; False if the
+        topic changed (or went) meanwhile."""
+        tx = self.client.transactions
+        key = self._key(f"topics/{old.name}")
+        puts = [tx.put(key, encode(new))] + [
+            tx.put(self._key(f"partitions/{new.name}/{i}"), encode(s)) for i, s in sorted(states.items())
+        ]
+        return await self._txn([tx.value(key) == encode(old), *self._controller_guard(controller)], puts)
+
     async def delete_topic(self, name: str) -> None:
         await self.client.delete(self._key(f"topics/{name}"))
         await self.client.delete_prefix(self._key(f"partitions/{name}/"))

@@ -111,9 +111,15 @@ class LeaderState:
         return leo >= hw and leo >= self.epoch_start_offset
 
     def committed(self, state: PartitionState) -> None:
-        """The store holds `state` now (our proposal or anybody's change)."""
+        """The store holds `state` now (our proposal or anybody's change); a reassignment
+        may have added replicas (followed from now on) or removed them."""
         self.state = state
         self.pending = None
+        for node in state.replicas:
+            if node != self.me:
+                self.followers.setdefault(node, FollowerState())
+        for node in set(self.followers) - set(state.replicas):
+            del self.followers[node]
 
     def rejected(self) -> None:
         """Our proposal lost a compare-and-swap: wait for the store's state, then retry."""

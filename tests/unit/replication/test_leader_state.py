@@ -83,3 +83,14 @@ def test_a_dead_follower_removed_by_the_controller_is_not_proposed_back() -> Non
     lead.record_fetch(N2, 10, leader_leo=10, now_ms=2)
     assert lead.proposal(hw=10, now_ms=2, lag_max_ms=LAG_MS, fetched_by=N2) is None
     assert lead.proposal(hw=10, now_ms=3, lag_max_ms=LAG_MS) is None
+
+
+def test_a_replica_added_by_a_reassignment_is_followed_and_may_join_the_isr() -> None:
+    lead = leader(isr=(N1, N2))
+    n4 = NodeId(4)
+    lead.committed(PartitionState((n4, N1, N2, N3), (N1, N2), N1, LeaderEpoch(1), PartitionEpoch(2),
+                                  adding=(n4,), removing=(N3,)))
+    lead.record_fetch(n4, 10, leader_leo=10, now_ms=5)
+    assert lead.proposal(hw=10, now_ms=5, lag_max_ms=LAG_MS, fetched_by=n4) == (n4, N1, N2)
+    lead.committed(PartitionState((n4, N1, N2), (n4, N1, N2), N1, LeaderEpoch(1), PartitionEpoch(3)))
+    assert set(lead.followers) == {n4, N2}  # the removed replica is no longer followed
