@@ -2,6 +2,7 @@
 
     gregor broker --config FILE [--override key=value ...] [--log-level LEVEL]
     gregor transactions --bootstrap-server HOST:PORT list|describe|describe-producers|find-hanging|abort
+    gregor dump [--print-data] [--decode-internal] [--json] PATH ...
     gregor config-docs [--readme README.md]
     gregor --version
 
@@ -21,6 +22,7 @@ import uvloop
 from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
 from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
 from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
+from broker.tools import dump as dump_tool
 from broker.tools import transactions as transactions_tool
 from storage.dir_lock import LogDirLockedError, LogDirUnusableError
 from storage.log_manager import InconsistentMetaPropertiesError
@@ -59,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     docs = sub.add_parser("config-docs", help="print the table of configuration keys (Markdown)")
     docs.add_argument("--readme", type=Path, help="rewrite the key table inside this README instead")
     transactions_tool.add_parser(sub)
+    dump_tool.add_parser(sub)
     return parser
 
 
@@ -114,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "transactions":
         return transactions_tool.run(args)
+    if args.command == "dump":
+        return dump_tool.run(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(
