@@ -60,6 +60,7 @@ bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.produce_validation
 	$(PY) -m bench.append_micro
 	$(PY) -m bench.cluster
+	$(PY) -m bench.transactions_cluster
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:

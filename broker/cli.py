@@ -22,6 +22,7 @@ import uvloop
 from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
 from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
 from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
+from broker.faults import install_crash_point_file
 from broker.tools import dump as dump_tool
 from broker.tools import transactions as transactions_tool
 from storage.dir_lock import LogDirLockedError, LogDirUnusableError
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    install_crash_point_file()
     try:
         uvloop.run(_run_broker(args.config, args.override))
     except KeyboardInterrupt:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 import yaml
 
@@ -146,6 +146,22 @@ class Listeners:
 
 
 @dataclass(frozen=True)
+class HttpListener:
+    """Empty (off) or `http://host:port`: where Prometheus scrapes the metrics."""
+
+    expected: str = "empty (no endpoint) or http://host:port"
+
+    def __call__(self, value: Any) -> str:
+        text = Text()(value).strip()
+        if not text:
+            return ""
+        problem = http_listener_problem(text)
+        if problem:
+            raise ValueError(self.expected, problem)
+        return text
+
+
+@dataclass(frozen=True)
 class StoreAddress:
     expected: str = "local or etcd://host:port[,host:port...][/root]"
 
@@ -252,6 +268,8 @@ KEYS: dict[str, Key] = {
                                      "group are kept."),
     "offsets.retention.check.interval.ms": Key(_POSITIVE_LONG, 600000, "How often expired offsets are "
                                                "removed."),
+    "offsets.commit.timeout.ms": Key(_POSITIVE, 5000, "How long a group coordinator write may wait to "
+                                     "be replicated before the request fails (COORDINATOR_NOT_AVAILABLE)."),
     "offset.metadata.max.bytes": Key(_NON_NEGATIVE, 4096, "Largest metadata string of a committed offset."),
     "group.min.session.timeout.ms": Key(_NON_NEGATIVE, 6000, "Smallest session timeout a consumer may "
                                         "ask for."),
@@ -269,6 +287,8 @@ KEYS: dict[str, Key] = {
                                "ApiVersions: 2 (KIP-890 part 2) or 1 (the older protocol)."),
     "transaction.max.timeout.ms": Key(_POSITIVE, 900000, "Largest transaction timeout a producer may "
                                       "ask for."),
+    "request.timeout.ms": Key(_POSITIVE, 30000, "How long a transaction coordinator write may wait to "
+                              "be replicated before the request fails (COORDINATOR_NOT_AVAILABLE)."),
     "transactional.id.expiration.ms": Key(_POSITIVE, 604800000, "How long an idle transactional id is "
                                           "kept."),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(
@@ -284,13 +304,21 @@ KEYS: dict[str, Key] = {
                                      "after it, the broker counts as gone."),
     "metadata.store.connect.attempts": Key(_POSITIVE, 30, "etcd connection attempts at start-up, 1 s "
                                            "apart."),
+    "metrics.listener": Key(HttpListener(), "", "Where the Prometheus endpoint listens "
+                            "(`http://host:port`, path `/metrics`); empty: no endpoint."),
+    "transaction.hanging.check.interval.ms": Key(_POSITIVE_LONG, 60000, "How often the partitions this "
+                                                 "broker leads are searched for hanging transactions."),
+    "transaction.hanging.margin.ms": Key(_NON_NEGATIVE_LONG, 60000, "A transaction open on a partition "
+                                         "for longer than `transaction.max.timeout.ms` plus this, that "
+                                         "no coordinator knows, is hanging."),
+    "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "
+                                                 "(an ABORT marker, as `gregor transactions abort`); "
+                                                 "otherwise only report them."),
 }
 
 # Kafka keys Gregor does not implement yet: refused with the reason rather than accepted and
 # ignored (README lists them next to the table).
-RESERVED: dict[str, str] = {
-    "metrics.listener": "Gregor has no metrics endpoint yet",
-}
+RESERVED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -335,13 +363,38 @@ def listener_problem(text: str) -> str | None:
     url = urlparse(text)
     if url.scheme.upper() != "PLAINTEXT":
         return f"{url.scheme.upper()}: only PLAINTEXT listeners are supported"
+    return _port_problem(url)
+
+
+def _port_problem(url: ParseResult) -> str | None:
     try:
         port = url.port
     except ValueError:
         return "invalid port"
-    if port is None:
-        return "no port"
+    return "no port" if port is None else None
+
+
+def http_listener_problem(text: str) -> str | None:
+    """What is wrong with a `metrics.listener` value, or None."""
+    if "://" not in text:
+        return f"no scheme: write http://{text}"
+    url = urlparse(text)
+    if url.scheme.lower() != "http":
+        return f"{url.scheme}: only http is served"
+    if problem := _port_problem(url):
+        return problem
+    if url.path not in ("", "/", "/metrics"):
+        return f"the path is always /metrics, not {url.path}"
     return None
+
+
+def parse_http_listener(text: str) -> Listener | None:
+    """`metrics.listener` as host and port; None when empty (no endpoint)."""
+    if not text:
+        return None
+    url = urlparse(text)
+    assert url.port is not None
+    return Listener(url.hostname or "0.0.0.0", url.port)
 
 
 def parse_listener(key: str, text: str) -> Listener:
@@ -478,8 +531,9 @@ def config_docs() -> str:
     for key, spec in KEYS.items():
         accepted = _expected(spec.parse).replace("|", "\\|")
         lines.append(f"| `{key}` | {_default_text(spec)} | {accepted} | {spec.doc} |")
-    reserved = ", ".join(f"`{key}` ({reason})" for key, reason in RESERVED.items())
-    lines += ["", f"Refused as not supported yet: {reserved}."]
+    if RESERVED:
+        reserved = ", ".join(f"`{key}` ({reason})" for key, reason in RESERVED.items())
+        lines += ["", f"Refused as not supported yet: {reserved}."]
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,11 @@ point is a dictionary lookup.
 
 GREGOR_FAIL_POINTS works the same way for fail points: reaching one raises
 InjectedFault (a stand-in for a handler bug) instead of killing the process.
+
+GREGOR_CRASH_POINTS_FILE names a file a test writes later: on SIGUSR1 the broker
+arms the crash points it lists (same syntax), so a test can choose the broker
+that must die (say, the current coordinator of a transactional id) while the
+cluster runs.
 """
 
 from __future__ import annotations
@@ -29,6 +34,27 @@ def _parse(text: str) -> dict[str, int]:
 
 _POINTS = _parse(os.environ.get("GREGOR_CRASH_POINTS", ""))
 _HITS: dict[str, int] = {}
+
+
+def install_crash_point_file() -> None:
+    """Tests only: SIGUSR1 arms the crash points in $GREGOR_CRASH_POINTS_FILE."""
+    path = os.environ.get("GREGOR_CRASH_POINTS_FILE")
+    if not path:
+        return
+
+    def arm(_signum: int, _frame: object) -> None:
+        try:
+            with open(path) as f:
+                points = _parse(f.read())
+        except OSError as exc:
+            log.warning("crash points file %s: %s", path, exc)
+            return
+        _POINTS.clear()
+        _POINTS.update(points)
+        _HITS.clear()
+        log.warning("crash points armed: %s", ",".join(f"{k}:{v}" for k, v in points.items()) or "none")
+
+    signal.signal(signal.SIGUSR1, arm)
 
 
 def crash_point(name: str) -> None:

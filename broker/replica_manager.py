@@ -163,6 +163,7 @@ class ReplicaManager:
         part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
         part.advance_high_watermark()
         self._partitions[(topic, index)] = part
+        self._leadership(part, True)
         return part
 
     def _hosted(self, topic: str, index: int, config: LogConfig) -> Partition:
@@ -265,7 +266,8 @@ class ReplicaManager:
         part.leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
         part.advance_high_watermark()
         if self.isr_changes is not None:
-            proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+            hw = part.log.high_watermark
+            proposed = part.leader.proposal(hw, now_ms, self.replica_lag_ms, fetched_by=NodeId(node))
             if proposed is not None:
                 self.isr_changes(part, proposed)
 
