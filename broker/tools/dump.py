@@ -131,7 +131,8 @@ def record_entries(batch: bytes, header: Any, topic: str | None, options: Option
     """Kafka's deep iteration: one entry per record of the batch."""
     out = []
     for record in _decoded_batch(batch):
-        sequence = -1 if header.base_sequence < 0 else header.base_sequence + record.offset - header.base_offset
+        delta = record.offset - header.base_offset
+        sequence = -1 if header.base_sequence < 0 else header.base_sequence + delta
         entry: Entry = {
             "offset": record.offset, "timestampType": _timestamp_type(header.timestamp_type),
             "timestamp": record.timestamp, "keySize": _size(record.key), "valueSize": _size(record.value),
@@ -300,7 +301,8 @@ def _member(m: group_log.MemberMetadata) -> Entry:
 def _entries_of(path: Path, size: int) -> bytes:
     data = path.read_bytes()
     if len(data) % size:
-        raise DumpError(f"size {len(data)} is not a multiple of the entry size {size} (truncated or not an index)")
+        raise DumpError(f"size {len(data)} is not a multiple of the entry size {size} "
+                        "(truncated or not an index)")
     return data
 
 
@@ -489,7 +491,8 @@ def _fields(entry: Entry, skip: tuple[str, ...] = ()) -> str:
 def batch_line(e: Entry) -> str:
     head = _fields(e, skip=("deleteHorizonMs", "position", "timestampType", "maxTimestamp", "size", "magic",
                             "compresscodec", "crc", "isvalid"))
-    horizon = "OptionalLong.empty" if e["deleteHorizonMs"] is None else f"OptionalLong[{e['deleteHorizonMs']}]"
+    horizon_ms = e["deleteHorizonMs"]
+    horizon = "OptionalLong.empty" if horizon_ms is None else f"OptionalLong[{horizon_ms}]"
     return (f"{head} deleteHorizonMs: {horizon} position: {e['position']} {e['timestampType']}: "
             f"{e['maxTimestamp']} size: {e['size']} magic: {e['magic']} compresscodec: {e['compresscodec']} "
             f"crc: {e['crc']} isvalid: {_value(e['isvalid'])}")
@@ -533,7 +536,8 @@ def as_json(dump: FileDump) -> Entry:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "dump", help="print the contents of data dirs and log files (like kafka-dump-log.sh)",
-        description="Print segments, indexes, snapshots and checkpoints, read-only (safe beside a live broker).",
+        description="Print segments, indexes, snapshots and checkpoints, read-only "
+                    "(safe beside a live broker).",
     )
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="a data dir, a partition dir or single files")
