@@ -3,6 +3,8 @@
     gregor broker --config FILE [--override key=value ...] [--log-level LEVEL]
     gregor transactions --bootstrap-server HOST:PORT list|describe|describe-producers|find-hanging|abort
     gregor dump [--print-data] [--decode-internal] [--json] PATH ...
+    gregor topics --bootstrap-server HOST:PORT --create|--list|--describe|--alter|--delete ...
+    gregor groups --bootstrap-server HOST:PORT --list|--describe|--reset-offsets|--delete ...
     gregor config-docs [--readme README.md]
     gregor --version
 
@@ -24,6 +26,7 @@ from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
 from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
 from broker.faults import install_crash_point_file
 from broker.tools import dump as dump_tool
+from broker.tools import topics as topics_tool
 from broker.tools import transactions as transactions_tool
 from storage.dir_lock import LogDirLockedError, LogDirUnusableError
 from storage.log_manager import InconsistentMetaPropertiesError
@@ -63,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     docs.add_argument("--readme", type=Path, help="rewrite the key table inside this README instead")
     transactions_tool.add_parser(sub)
     dump_tool.add_parser(sub)
+    topics_tool.add_parser(sub)
     return parser
 
 
@@ -120,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return transactions_tool.run(args)
     if args.command == "dump":
         return dump_tool.run(args)
+    if args.command == "topics":
+        return topics_tool.run(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(
