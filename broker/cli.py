@@ -26,6 +26,7 @@ from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
 from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
 from broker.faults import install_crash_point_file
 from broker.tools import dump as dump_tool
+from broker.tools import groups as groups_tool
 from broker.tools import topics as topics_tool
 from broker.tools import transactions as transactions_tool
 from storage.dir_lock import LogDirLockedError, LogDirUnusableError
@@ -67,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     transactions_tool.add_parser(sub)
     dump_tool.add_parser(sub)
     topics_tool.add_parser(sub)
+    groups_tool.add_parser(sub)
     return parser
 
 
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return dump_tool.run(args)
     if args.command == "topics":
         return topics_tool.run(args)
+    if args.command == "groups":
+        return groups_tool.run(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(

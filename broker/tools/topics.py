@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TextIO
 
 from broker.tools.common import ToolError, call, check, connect, key_values, matching, progress
@@ -168,7 +169,7 @@ def _cmd_delete(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     names = _selected(admin, args)
     for done, name in enumerate(names, 1):
         result = call(f"Error while deleting topic {name}",
-                      lambda n=name: admin.delete_topics([n], raise_errors=False))  # type: ignore[misc]
+                      partial(admin.delete_topics, [name], raise_errors=False))
         t = result["topics"][0]
         check(t["error_code"], t.get("error_message"), f"Error while deleting topic {name}")
         out.write(f"Deleted topic {name}.\n")

@@ -7,10 +7,11 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from tests.integration.harness import BrokerProcess, gregor_command, unique_topic
+from tests.integration.harness import BrokerProcess, gregor_command, unique_topic, wait_until
 
 
 def gregor(broker: BrokerProcess | None, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -112,3 +113,154 @@ def test_topics_errors_are_one_line(module_broker: BrokerProcess) -> None:
     producer = Producer({"bootstrap.servers": module_broker.bootstrap})
     producer.produce(topic, b"still there", partition=1)
     assert producer.flush(30) == 0, "failed alters leave the topic as it was"
+
+
+# -- gregor groups -------------------------------------------------------------------------
+
+
+def _produce(broker: BrokerProcess, topic: str, per_partition: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, f"{p}-{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+def _consumer(broker: BrokerProcess, group: str, **extra: Any) -> Any:
+    return Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+                     **extra})
+
+
+def _commit(broker: BrokerProcess, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    consumer = _consumer(broker, group)
+    try:
+        wanted = [CTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        consumer.commit(offsets=wanted, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _committed(broker: BrokerProcess, group: str, topic: str, partitions: int) -> list[int]:
+    consumer = _consumer(broker, group)
+    try:
+        found = consumer.committed([CTopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return [tp.offset for tp in found]
+    finally:
+        consumer.close()
+
+
+def _table(lines: list[str]) -> list[list[str]]:
+    return [line.split() for line in lines if line and not line.startswith("Consumer group")]
+
+
+def _active_member(broker: BrokerProcess, group: str, topic: str) -> Any:
+    """A subscribed consumer holding its assignment (the group is Stable while it polls)."""
+    consumer = _consumer(broker, group, **{"client.id": "tools-member", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    wait_until(lambda: consumer.poll(0.2) is not None and bool(consumer.assignment()), timeout=30,
+               msg="the member gets its assignment")
+    return consumer
+
+
+def test_groups_describe_with_lag_and_members(module_broker: BrokerProcess) -> None:
+    topic, group = unique_topic("tools-grp"), unique_topic("tools-group")
+    ok(module_broker, "topics", "--create", "--topic", topic, "--partitions", "2")
+    _produce(module_broker, topic, 5, 2)
+    _commit(module_broker, group, {(topic, 0): 2, (topic, 1): 5})
+
+    assert group in ok(module_broker, "groups", "--list")
+    lines = ok(module_broker, "groups", "--describe", "--group", group)
+    assert lines[0] == f"Consumer group '{group}' has no active members."
+    assert _table(lines) == [
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+         "CLIENT-ID"],
+        [group, topic, "0", "2", "5", "3", "-", "-", "-"],
+        [group, topic, "1", "5", "5", "0", "-", "-", "-"],
+    ]
+    assert _table(ok(module_broker, "groups", "--describe", "--group", group, "--state"))[1] == [
+        group, "-", "Empty", "0"]
+
+    consumer = _active_member(module_broker, group, topic)
+    try:
+        rows = _table(ok(module_broker, "groups", "--describe", "--group", group))[1:]
+        assert [(r[2], r[3], r[5], r[8]) for r in rows] == [("0", "2", "3", "tools-member"),
+                                                            ("1", "5", "0", "tools-member")]
+        members = _table(ok(module_broker, "groups", "--describe", "--group", group, "--members"))
+        assert members[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+        assert [(m[0], m[3], m[4]) for m in members[1:]] == [(group, "tools-member", "2")]
+        state = _table(ok(module_broker, "groups", "--describe", "--group", group, "--state"))[1]
+        assert state == [group, "range", "Stable", "1"]
+        listed = _table(ok(module_broker, "groups", "--list", "--state"))
+        assert [group, "Stable"] in listed
+        # An active group's offsets cannot be reset, nor the group deleted.
+        line = fails(module_broker, "groups", "--reset-offsets", "--group", group, "--all-topics",
+                     "--to-earliest", "--execute")
+        assert line == (f"gregor groups: Assignments can only be reset if the group '{group}' is inactive, "
+                        "but the current state is Stable.")
+        assert "GroupNotEmptyException" in fails(module_broker, "groups", "--delete", "--group", group)
+    finally:
+        consumer.close()
+    assert _committed(module_broker, group, topic, 2) == [2, 5]
+
+
+def test_groups_reset_offsets(module_broker: BrokerProcess) -> None:
+    topic, group = unique_topic("tools-reset"), unique_topic("tools-reset-group")
+    ok(module_broker, "topics", "--create", "--topic", topic, "--partitions", "3")
+    _produce(module_broker, topic, 4, 3)
+    _commit(module_broker, group, {(topic, 0): 1, (topic, 1): 2, (topic, 2): 3})
+
+    def plan(*args: str) -> list[list[str]]:
+        return _table(ok(module_broker, "groups", "--reset-offsets", "--group", group, *args))[1:]
+
+    assert plan("--all-topics", "--to-earliest", "--dry-run") == [
+        [group, topic, str(p), "0"] for p in range(3)]
+    assert _committed(module_broker, group, topic, 3) == [1, 2, 3], "a dry run commits nothing"
+    no_flag = gregor(module_broker, "groups", "--reset-offsets", "--group", group, "--all-topics",
+                     "--to-latest")
+    assert no_flag.stdout.startswith("WARN: No action will be performed as the --execute option is missing.")
+    assert _committed(module_broker, group, topic, 3) == [1, 2, 3]
+
+    assert [r[3] for r in plan("--topic", topic, "--shift-by", "2", "--dry-run")] == ["3", "4", "4"]
+    assert [r[3] for r in plan("--topic", topic, "--shift-by", "-5", "--dry-run")] == ["0", "0", "0"]
+    assert [r[3] for r in plan("--topic", f"{topic}:1", "--to-offset", "99", "--dry-run")] == ["4"]
+    assert [r[3] for r in plan("--topic", topic, "--to-current", "--dry-run")] == ["1", "2", "3"]
+    assert [r[3] for r in plan("--topic", topic, "--to-datetime", "2000-01-01T00:00:00.000",
+                               "--dry-run")] == ["0", "0", "0"]
+    assert [r[3] for r in plan("--topic", topic, "--to-datetime", "2999-01-01T00:00:00.000Z",
+                               "--dry-run")] == ["4", "4", "4"]
+
+    assert plan("--topic", f"{topic}:0,2", "--to-latest", "--execute") == [
+        [group, topic, "0", "4"], [group, topic, "2", "4"]]
+    assert _committed(module_broker, group, topic, 3) == [4, 2, 4]
+    plan("--topic", topic, "--shift-by", "-1", "--execute")
+    assert _committed(module_broker, group, topic, 3) == [3, 1, 3]
+    consumer = _consumer(module_broker, group)
+    try:
+        consumer.assign([CTopicPartition(topic, 1)])
+        message = consumer.poll(30)
+        assert message is not None and message.value() == b"1-1", "a consumer resumes at the reset offset"
+    finally:
+        consumer.close()
+
+
+def test_groups_delete_and_errors(module_broker: BrokerProcess) -> None:
+    topic, group = unique_topic("tools-del"), unique_topic("tools-del-group")
+    ok(module_broker, "topics", "--create", "--topic", topic)
+    _produce(module_broker, topic, 1, 1)
+    _commit(module_broker, group, {(topic, 0): 1})
+    missing = unique_topic("no-such-group")
+    assert fails(module_broker, "groups", "--describe", "--group", missing) == (
+        f"gregor groups: Consumer group '{missing}' does not exist.")
+    assert "GroupIdNotFoundException" in fails(module_broker, "groups", "--delete", "--group", missing)
+    assert "no current committed offset" in fails(module_broker, "groups", "--reset-offsets", "--group",
+                                                  missing, "--topic", topic, "--shift-by", "1")
+    assert "--to-datetime must be" in fails(module_broker, "groups", "--reset-offsets", "--group", group,
+                                            "--topic", topic, "--to-datetime", "yesterday")
+    assert "--group or --all-groups" in fails(module_broker, "groups", "--describe")
+    line = fails(None, "groups", "--bootstrap-server", "127.0.0.1:1", "--timeout-ms", "2000", "--list")
+    assert line.startswith("gregor groups: cannot connect to 127.0.0.1:1"), line
+
+    assert ok(module_broker, "groups", "--delete", "--group", group) == [
+        f"Deletion of requested consumer groups ('{group}') was successful."]
+    assert group not in ok(module_broker, "groups", "--list")
+    assert _committed(module_broker, group, topic, 1) == [-1001], "the group's offsets are gone"
