@@ -108,8 +108,6 @@ def test_topics_errors_are_one_line(module_broker: BrokerProcess) -> None:
                                       "--config", "retention.ms")
     assert "InvalidReplicationFactor" in fails(module_broker, "topics", "--create", "--topic",
                                                f"{topic}-3", "--replication-factor", "3")
-    line = fails(None, "topics", "--bootstrap-server", "127.0.0.1:1", "--timeout-ms", "2000", "--list")
-    assert line.startswith("gregor topics: cannot connect to 127.0.0.1:1"), line
     producer = Producer({"bootstrap.servers": module_broker.bootstrap})
     producer.produce(topic, b"still there", partition=1)
     assert producer.flush(30) == 0, "failed alters leave the topic as it was"
