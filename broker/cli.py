@@ -18,19 +18,18 @@ import logging
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import uvloop
-
-from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
-from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
-from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
-from broker.faults import install_crash_point_file
 from broker.tools import dump as dump_tool
 from broker.tools import groups as groups_tool
 from broker.tools import topics as topics_tool
 from broker.tools import transactions as transactions_tool
-from storage.dir_lock import LogDirLockedError, LogDirUnusableError
-from storage.log_manager import InconsistentMetaPropertiesError
+
+if TYPE_CHECKING:
+    from broker.cluster.membership import ClusterMembership
+    from broker.config import BrokerConfig
+
+# The broker's own modules are imported where they are used, so the tools start quickly.
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 START_UP_FAILED = 2
@@ -73,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _run_broker(config_path: Path, overrides: list[str]) -> None:
+    from broker.config import load_config
     from broker.server import Broker
 
     config = load_config(config_path, overrides)
@@ -89,6 +89,8 @@ async def _run_broker(config_path: Path, overrides: list[str]) -> None:
 
 async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     """With `metadata.store: etcd://...`: the cluster id from etcd, before the data dir opens."""
+    from broker.cluster.membership import ClusterMembership
+
     if config["metadata.store"] == "local":
         return None
     return await ClusterMembership.join(
@@ -98,6 +100,8 @@ async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
 
 
 def _config_docs(readme: Path | None) -> int:
+    from broker.config import config_docs, with_config_docs
+
     if readme is None:
         sys.stdout.write(config_docs())
         return 0
@@ -107,7 +111,12 @@ def _config_docs(readme: Path | None) -> int:
 
 def _start_up_error(exc: Exception) -> str | None:
     """The one line to print for an expected start-up failure; None for a bug."""
+    from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
+    from broker.cluster.membership import ClusterIdMismatch
+    from broker.config import ConfigError
     from broker.server import ListenerError
+    from storage.dir_lock import LogDirLockedError, LogDirUnusableError
+    from storage.log_manager import InconsistentMetaPropertiesError
 
     if isinstance(exc, ConfigError):
         return f"configuration error: {exc}"
@@ -137,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    import uvloop
+
+    from broker.faults import install_crash_point_file
+
     install_crash_point_file()
     try:
         uvloop.run(_run_broker(args.config, args.override))
