@@ -6,6 +6,7 @@ broker of a cluster (they are forwarded)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO, TypeVar
 
@@ -14,6 +15,8 @@ from kafka.errors import KafkaError, for_code
 from broker.tools.transactions import ToolError
 
 T = TypeVar("T")
+RETRY_FOR_S = 15.0
+RETRY_BACKOFF_S = 0.2
 
 __all__ = ["ToolError", "call", "check", "connect", "describe_error", "key_values", "matching"]
 
@@ -38,11 +41,19 @@ def describe_error(exc: BaseException) -> str:
     return text.split(": Request ")[0] if text else type(exc).__name__
 
 
-def call(what: str, fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except (KafkaError, ValueError) as exc:  # kafka-python checks some arguments itself
-        raise ToolError(f"{what}: {describe_error(exc)}") from exc
+def call(what: str, fn: Callable[[], T], retry_for_s: float = RETRY_FOR_S) -> T:
+    """`fn()`; a retriable error (a coordinator loading, a leader moving) is retried for a
+    while, as Kafka's admin client does; any other is a ToolError saying `what` failed."""
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        try:
+            return fn()
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                raise ToolError(f"{what}: {describe_error(exc)}") from exc
+        except ValueError as exc:  # kafka-python checks some arguments itself
+            raise ToolError(f"{what}: {exc}") from exc
+        time.sleep(RETRY_BACKOFF_S)
 
 
 def check(code: int, message: str | None, what: str) -> None:

@@ -5,12 +5,14 @@ and a non-zero exit, never a traceback."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from tests.integration.cluster import running_cluster, wait_until_served
 from tests.integration.harness import BrokerProcess, gregor_command, unique_topic, wait_until
 
 
@@ -262,3 +264,41 @@ def test_groups_delete_and_errors(module_broker: BrokerProcess) -> None:
         f"Deletion of requested consumer groups ('{group}') was successful."]
     assert group not in ok(module_broker, "groups", "--list")
     assert _committed(module_broker, group, topic, 1) == [-1001], "the group's offsets are gone"
+
+
+# -- against a cluster ---------------------------------------------------------------------
+
+
+def test_topics_and_groups_against_a_cluster(tmp_path: Path) -> None:
+    """Placement, leaders and ISR come from Metadata; admin requests sent to any broker are
+    forwarded; a killed broker shows as offline and its partitions as under-replicated."""
+    with running_cluster(tmp_path) as cluster:
+        b2, b3 = cluster.broker(2), cluster.broker(3)
+        topic = unique_topic("tools-cluster")
+        ok(b2, "topics", "--create", "--topic", topic, "--partitions", "3", "--replication-factor", "3",
+           "--config", "retention.ms=1000000")
+        wait_until_served(cluster.bootstrap, topic, 3)
+        head, *parts = ok(b3, "topics", "--describe", "--topic", topic)
+        assert "ReplicationFactor: 3" in head and "Configs: retention.ms=1000000" in head
+        image = cluster.image()
+        for line in parts:
+            f = dict(x.split(": ", 1) for x in line.strip("\t").split("\t"))
+            state = image.partitions[(topic, int(f["Partition"]))]
+            assert f["Leader"] == str(state.leader)
+            assert f["Replicas"] == ",".join(map(str, state.replicas))
+            assert sorted(f["Isr"].split(",")) == ["1", "2", "3"]
+
+        group = unique_topic("tools-cluster-group")
+        _commit(b2, group, {(topic, 0): 0})
+        assert group in ok(cluster.broker(1), "groups", "--list")
+        rows = _table(ok(b3, "groups", "--describe", "--group", group))[1:]
+        assert [r[:6] for r in rows] == [[group, topic, "0", "0", "0", "0"]]
+
+        b3.kill9()
+
+        def under_replicated() -> list[str]:
+            return ok(b2, "topics", "--describe", "--topic", topic, "--under-replicated-partitions")
+
+        lines = wait_until(lambda: len(under_replicated()) == 3 and under_replicated(), timeout=30,
+                           msg="the killed broker leaves every ISR")
+        assert all("\tOffline: 3" in line and "Leader: 3" not in line for line in lines), lines
