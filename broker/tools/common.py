@@ -18,7 +18,7 @@ T = TypeVar("T")
 RETRY_FOR_S = 15.0
 RETRY_BACKOFF_S = 0.2
 
-__all__ = ["ToolError", "call", "check", "connect", "describe_error", "key_values", "matching"]
+__all__ = ["ToolError", "call", "check", "connect", "describe_error", "key_values", "matching", "progress"]
 
 
 def connect(bootstrap: str, timeout_ms: int, client_id: str) -> Any:

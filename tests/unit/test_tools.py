@@ -12,7 +12,7 @@ import pytest
 from kafka.structs import TopicPartition
 
 from broker.tools import dump, groups, topics
-from broker.tools.common import ToolError, key_values, matching
+from broker.tools.common import ToolError, key_values, matching, progress
 from storage.index import OFFSET_ENTRY, TXN_ENTRY, AbortedTxn
 from tests.integration import wire
 
@@ -132,3 +132,14 @@ def test_dump_corrupt_batch_is_reported(tmp_path: Path) -> None:
     rc, out, err = _run_dump(log)
     assert rc == 1 and "fails its CRC check" in err
     assert json.loads(out)[0]["entries"][1]["isvalid"] is False
+
+
+def test_progress_lines_only_for_long_operations() -> None:
+    out = io.StringIO()
+    for done in range(1, 6):
+        progress(out, done, 5, "Deleted topics")
+    assert out.getvalue() == "", "a short operation prints no progress"
+    for done in range(1, 41):
+        progress(out, done, 40, "Deleted topics")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "Deleted topics: 4/40" and lines[-1] == "Deleted topics: 40/40" and len(lines) == 10
