@@ -68,6 +68,7 @@ bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.append_micro
 	$(PY) -m bench.cluster
 	$(PY) -m bench.transactions_cluster
+	$(PY) -m bench.cleaner
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:

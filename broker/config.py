@@ -53,6 +53,29 @@ def _long(minimum: int) -> Integer:
 
 
 @dataclass(frozen=True)
+class Double:
+    minimum: float
+    maximum: float = float("inf")
+
+    @property
+    def expected(self) -> str:
+        if self.maximum == float("inf"):
+            return f"a number \u2265 {self.minimum:g}"
+        return f"a number from {self.minimum:g} to {self.maximum:g}"
+
+    def __call__(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(self.expected)
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            raise ValueError(self.expected) from None
+        if not self.minimum <= number <= self.maximum:
+            raise ValueError(self.expected)
+        return number
+
+
+@dataclass(frozen=True)
 class Boolean:
     expected: str = "true or false"
 
@@ -257,13 +280,35 @@ KEYS: dict[str, Key] = {
                                       "Timestamp kept in stored batches (topic: "
                                       "`message.timestamp.type`)."),
     "log.cleanup.policy": Key(ChoiceList(("delete", "compact")), "delete",
-                              "Default `cleanup.policy` of topics."),
+                              "Default `cleanup.policy` of topics (`compact`, `delete` or both; the "
+                              "internal topics are always `compact`)."),
+    "log.cleaner.enable": Key(Boolean(), True, "Run the log cleaner (compaction of `compact` topics)."),
+    "log.cleaner.backoff.ms": Key(_NON_NEGATIVE_LONG, 15000, "How long the cleaner sleeps when no log "
+                                  "needs cleaning."),
+    "log.cleaner.io.max.bytes.per.second": Key(Double(1), 1.7976931348623157e308, "Bound on the "
+                                               "cleaner's reads plus writes."),
+    "log.cleaner.dedupe.buffer.size": Key(_long(1), 134217728, "Memory for the cleaner's key map "
+                                          "(an entry costs about 128 bytes here)."),
+    "log.cleaner.io.buffer.load.factor": Key(Double(0.01, 1), 0.9, "Share of the key map filled "
+                                             "before a pass stops early."),
+    "log.cleaner.min.cleanable.ratio": Key(Double(0, 1), 0.5, "Dirty share of a log above which it is "
+                                           "cleaned (topic: `min.cleanable.dirty.ratio`)."),
+    "log.cleaner.delete.retention.ms": Key(_NON_NEGATIVE_LONG, 86400000, "How long tombstones and "
+                                           "removable transaction markers stay after the cleaner first "
+                                           "sees them (topic: `delete.retention.ms`)."),
+    "log.cleaner.min.compaction.lag.ms": Key(_NON_NEGATIVE_LONG, 0, "Records younger than this are not "
+                                             "cleaned (topic: `min.compaction.lag.ms`)."),
+    "log.cleaner.max.compaction.lag.ms": Key(_POSITIVE_LONG, LONG_MAX, "A log with dirty records older "
+                                             "than this is cleaned whatever its dirty ratio (topic: "
+                                             "`max.compaction.lag.ms`)."),
     "compression.type": Key(Choice(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
                             "producer", "Default `compression.type` of topics."),
     "offsets.topic.num.partitions": Key(_POSITIVE, 50, "Partitions of `__consumer_offsets` (fixed once "
                                         "it exists)."),
     "offsets.topic.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
                                             "`__consumer_offsets`."),
+    "offsets.topic.segment.bytes": Key(Integer(14), 104857600, "`segment.bytes` of "
+                                       "`__consumer_offsets` (small segments are cleaned sooner)."),
     "offsets.retention.minutes": Key(_POSITIVE, 10080, "How long the committed offsets of an empty "
                                      "group are kept."),
     "offsets.retention.check.interval.ms": Key(_POSITIVE_LONG, 600000, "How often expired offsets are "
@@ -282,6 +327,8 @@ KEYS: dict[str, Key] = {
                                                 "(fixed once it exists)."),
     "transaction.state.log.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
                                                     "`__transaction_state`."),
+    "transaction.state.log.segment.bytes": Key(Integer(14), 104857600, "`segment.bytes` of "
+                                               "`__transaction_state`."),
     "transaction.state.log.min.isr": Key(_POSITIVE, 1, "`min.insync.replicas` of `__transaction_state`."),
     "transaction.version": Key(Integer(1, 2), 2, "Finalized `transaction.version` advertised in "
                                "ApiVersions: 2 (KIP-890 part 2) or 1 (the older protocol)."),

@@ -100,7 +100,8 @@ class GroupCoordinator:
             OFFSETS_TOPIC,
             self.config.num_partitions,
             int(self.broker.config["offsets.topic.replication.factor"]),
-            {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+            {"cleanup.policy": "compact",
+             "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])},
         )
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -117,7 +118,10 @@ class GroupCoordinator:
             if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
                 return
             self.machine.begin_load(part.index, part.leader_epoch)
-            self._spawn(self._load(part, part.leader_epoch))
+            if part.log.log_end_offset == 0:  # a new partition: nothing to replay or wait for
+                self._loaded(part.index, part.leader_epoch, time.monotonic())
+            else:
+                self._spawn(self._load(part, part.leader_epoch))
         else:
             self._deliver(self.machine.unload(part.index))
             log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, part.index)
@@ -125,8 +129,11 @@ class GroupCoordinator:
     async def _load(self, part: Partition, epoch: int) -> None:
         index = part.index
         started = time.monotonic()
-        loaded = await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch))
-        if not loaded or self.machine.coordinator_epoch(index) != epoch:
+        if await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch)):
+            self._loaded(index, epoch, started)
+
+    def _loaded(self, index: int, epoch: int, started: float) -> None:
+        if self.machine.coordinator_epoch(index) != epoch:
             return
         self.machine.finish_load(index, now_ms())
         metrics.coordinator_loaded("group", started)

@@ -21,6 +21,7 @@ from broker.config import BrokerConfig, parse_http_listener
 from broker.connection import Connection
 from broker.context import now_ms
 from broker.dynamic_config import DynamicBrokerConfigs
+from broker.faults import crash_point
 from broker.group_coordinator import GroupCoordinator
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
@@ -29,6 +30,7 @@ from broker.replica_manager import ReplicaManager
 from broker.topics import TopicManager
 from broker.transaction_coordinator import TransactionCoordinator
 from coordinator.producer_ids import ProducerIdManager
+from storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager, lock_log_dirs
 
@@ -81,6 +83,7 @@ class Broker:
             dir_locks=locks,
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
+        self.cleaner = LogCleaner(self.log_manager.all_logs, _cleaner_config(config), crash_point)
         self.view: MetadataView = self._metadata_view()
         self.topics = self._topic_manager()
         self._prefetched = PrefetchedProducerIdBlocks(cluster.store) if cluster else None
@@ -145,6 +148,8 @@ class Broker:
         await self.transactions.start()
         await self.groups.start()
         await self.metrics.start()
+        if self.cleaner.config.enable:
+            self.cleaner.start(asyncio.get_running_loop())
         listener = self.config.listener
         self._server = await asyncio.start_server(self._on_connect, sock=self._socket, limit=2**16)
         advertised = self.config.advertised
@@ -214,6 +219,7 @@ class Broker:
             task.cancel()
         steps: list[tuple[str, Awaitable[Any]]] = [
             ("connections", asyncio.gather(*self._connections, return_exceptions=True)),
+            ("log cleaner", self.cleaner.stop()),
             ("metrics", self.metrics.stop()),
             ("transaction coordinator", self.transactions.stop()),
             ("group coordinator", self.groups.stop()),
@@ -228,6 +234,16 @@ class Broker:
             await _bounded(name, step)
         self.log_manager.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)
+
+
+def _cleaner_config(config: BrokerConfig) -> CleanerConfig:
+    return CleanerConfig(
+        enable=config["log.cleaner.enable"],
+        io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
+        dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+        io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
+        backoff_ms=config["log.cleaner.backoff.ms"],
+    )
 
 
 SHUTDOWN_STEP_TIMEOUT_S = 5.0

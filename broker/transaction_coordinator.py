@@ -23,7 +23,7 @@ from broker.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
-from broker.faults import crash_point
+from broker.faults import crash_point, slow_point
 from broker.internal_topics import InternalRecord, record_batch
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from coordinator.transaction import (
@@ -103,7 +103,8 @@ class TransactionCoordinator:
         result = self.broker.topics.create_internal(
             TRANSACTION_STATE_TOPIC, self.num_partitions,
             int(self.broker.config["transaction.state.log.replication.factor"]),
-            {"cleanup.policy": "compact", "segment.bytes": "104857600",
+            {"cleanup.policy": "compact",
+             "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
              "min.insync.replicas": str(self.broker.config["transaction.state.log.min.isr"])},
         )
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
@@ -120,7 +121,10 @@ class TransactionCoordinator:
             if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
                 return
             self.machine.begin_load(part.index, part.leader_epoch)
-            self._spawn(self._load(part, part.leader_epoch))
+            if part.log.log_end_offset == 0:  # a new partition: nothing to replay or wait for
+                self._loaded(part.index, part.leader_epoch, time.monotonic())
+            else:
+                self._spawn(self._load(part, part.leader_epoch))
         else:
             self.machine.unload(part.index)
             log.info("%s-%d: no longer coordinating its transactional ids",
@@ -131,8 +135,12 @@ class TransactionCoordinator:
         markers of every Prepare* transaction found."""
         index = part.index
         started = time.monotonic()
-        loaded = await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch))
-        if not loaded or self.machine.coordinator_epoch(index) != epoch:
+        await slow_point("txn-coordinator-load")
+        if await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch)):
+            self._loaded(index, epoch, started)
+
+    def _loaded(self, index: int, epoch: int, started: float) -> None:
+        if self.machine.coordinator_epoch(index) != epoch:
             return
         pending = self.machine.finish_load(index)
         metrics.coordinator_loaded("transaction", started)

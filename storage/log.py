@@ -800,6 +800,16 @@ class Log:
             self._advance_log_start(new_start)
         return len(doomed)
 
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put ``new``, the cleaned copy of the consecutive closed segments ``old``, in
+        their place (the log cleaner's swap; it has written and renamed the files)."""
+        i = self._segments.index(old[0]) if old and old[0] in self._segments else -1
+        if i < 0 or self._segments[i : i + len(old)] != old or old[-1] is self.active_segment:
+            raise ValueError(f"{self.directory.name}: segments to replace are not closed segments of the log")
+        if new.base_offset != old[0].base_offset:
+            raise ValueError(f"cleaned segment {new.base_offset} does not start at {old[0].base_offset}")
+        self._segments[i : i + len(old)] = [new]
+
     def truncate_to(self, offset: int, now_ms: int | None = None) -> None:
         """Remove everything at and after ``offset`` (follower truncation, later issues);
         producer state is reloaded from a snapshot at or below it plus replay."""

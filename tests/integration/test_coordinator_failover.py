@@ -31,8 +31,18 @@ from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
 from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.harness import gregor_command, require_java
+from tests.integration.harness import gregor_command, require_java, wait_until
 from tests.integration.shop import ProcessorRun, Shop, kill_processors
+from tests.integration.test_eos_zombie_wire import (
+    COORDINATOR_ERRORS,
+    FENCED_INSTANCE_ID,
+    ILLEGAL_GENERATION,
+    UNSTABLE_OFFSET_COMMIT,
+    Member,
+    Txn,
+    offset_fetch,
+    rebalance,
+)
 from tests.integration.wire import WireClient
 
 pytestmark = pytest.mark.integration
@@ -268,6 +278,43 @@ def test_an_abandoned_transaction_is_aborted_by_the_successor(cluster: Cluster) 
     assert not assert_all_or_nothing(values, committed_values(cluster, topic))
 
 
+def test_a_coordinator_slow_to_load_answers_load_in_progress_and_clients_retry(cluster: Cluster) -> None:
+    """The successor takes 3 s to load the partition (a slow point standing in for a large
+    one): meanwhile it answers COORDINATOR_LOAD_IN_PROGRESS; a client's InitProducerId
+    retries through it and fences the transaction the dead coordinator left open."""
+    topic = cluster.create_topic(partitions=3)
+    tid = f"slow-{uuid.uuid4().hex[:8]}"
+    p = transactional_producer(cluster, tid)
+    old = coordinator_of(cluster, TXN_STATE, tid)
+    p.begin_transaction()
+    values = produce_to_every_leader(p, topic, "s")
+    others = [b.node_id for b in cluster.brokers if b.node_id != old]
+    for node in others:
+        cluster.arm(node, "txn-coordinator-load@3")
+    try:
+        cluster.broker(old).kill9()
+        new = wait_for_new_coordinator(cluster, TXN_STATE, tid, old)
+        init = REQUESTS[22](version=3, transactional_id=tid, transaction_timeout_ms=60000,
+                            producer_id=-1, producer_epoch=-1)
+        seen = []
+        with WireClient(cluster.broker(new).port) as c:
+            deadline = time.monotonic() + 3
+            while not seen or seen[-1] not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NONE):
+                assert time.monotonic() < deadline, seen
+                seen.append(ErrorCode(c.call(init, 3).error_code))
+        assert seen[-1] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, seen
+        again = transactional_producer(cluster, tid)  # retries until the load is done
+        again.begin_transaction()
+        more = produce_to_every_leader(again, topic, "s2")
+        again.commit_transaction(60)
+    finally:
+        for node in others:
+            cluster.arm(node, "")
+    committed = committed_values(cluster, topic)
+    assert not assert_all_or_nothing(values, committed), "the fenced transaction was aborted"
+    assert assert_all_or_nothing(more, committed)
+
+
 def test_the_transactions_tool_spans_every_coordinator(cluster: Cluster) -> None:
     """`gregor transactions list` through one broker shows the open transactions of all three
     coordinators; `describe` finds each one's coordinator."""
@@ -291,6 +338,16 @@ def test_the_transactions_tool_spans_every_coordinator(cluster: Cluster) -> None
         assert tid in listed, listed
         described = gregor_transactions(cluster.brokers[1].bootstrap, "describe", "--transactional-id", tid)
         assert "Ongoing" in described, described
+    pids = {line.split()[2] for line in listed.splitlines()[1:] if line.split()[0] in by_coordinator.values()}
+    assert len(pids) == 3, listed
+    for partition in range(3):  # each partition's leader, reached through broker 3
+        shown = gregor_transactions(cluster.brokers[2].bootstrap, "describe-producers", "--topic", topic,
+                                    "--partition", str(partition))
+        assert pids <= {line.split()[0] for line in shown.splitlines()[1:]}, (pids, shown)
+    # Open for seconds, past a zero maximum timeout, but every coordinator knows them: none hang.
+    hanging = gregor_transactions(cluster.brokers[0].bootstrap, "find-hanging", "--topic", topic,
+                                  "--max-transaction-timeout", "0")
+    assert hanging.splitlines()[1:] == [], hanging
     for p in producers:
         p.abort_transaction(30)
     assert_lso_caught_up(cluster, topic)
@@ -352,6 +409,75 @@ def test_group_coordinator_killed_during_consume_transform_produce(cluster: Clus
         shop.assert_exactly_once(expect_aborted=False)
     finally:
         kill_processors()
+
+
+def find_coordinator(cluster: Cluster, key: str, key_type: int) -> int:
+    """FindCoordinator (0 group, 1 transaction) until answered: the coordinator's node id."""
+    find = REQUESTS[10](version=3, key=key, key_type=key_type)
+    with WireClient(next(b for b in cluster.brokers if b.running).port) as c:
+        return int(wait_until(lambda: (r := c.call(find, 3)).error_code == 0 and r,
+                              timeout=20, msg=f"coordinator of {key}").node_id)
+
+
+def test_group_state_and_pending_offsets_survive_the_group_coordinator(cluster: Cluster) -> None:
+    """Byte level, with the transaction coordinator elsewhere: after the group coordinator's
+    kill -9, its successor knows the static member and its generation (KIP-447 fencing:
+    ILLEGAL_GENERATION, FENCED_INSTANCE_ID), keeps a committed transactional offset, answers
+    UNSTABLE_OFFSET_COMMIT for a pending one until the COMMIT marker lands, and lets the
+    static member rejoin at its generation."""
+    topic = cluster.create_topic(partitions=3)
+    group = f"g447-{uuid.uuid4().hex[:8]}"
+    gc = find_coordinator(cluster, group, 0)
+    find_coordinator(cluster, "any", 1)  # __transaction_state exists: choose a tid led elsewhere
+    image = cluster.image()
+    tid = next(t for k in range(200) if image.partitions[
+        (TXN_STATE, coordinator_partition(t := f"g447-{k}-{uuid.uuid4().hex[:6]}", INTERNAL_PARTITIONS))
+    ].leader not in (gc, -1))
+    tc = find_coordinator(cluster, tid, 1)
+    member = Member(cluster.broker(gc).port, group, topic, instance_id="static-1")
+    try:
+        rebalance([member], {0: [0, 1, 2]})
+    finally:
+        member.close()
+    gen, mid = member.generation, member.member_id
+    with WireClient(cluster.broker(tc).port) as tcc:
+        txn = Txn(tcc, tid, tc)
+        with WireClient(cluster.broker(gc).port) as gcc:
+            txn.add_offsets(group)
+            assert txn.commit_offsets(group, topic, {1: 5}, gen, mid, "static-1", via=gcc) == {1: 0}
+            txn.end(commit=True)
+            wait_until(lambda: stable_offsets(gcc, group, topic) == {0: -1, 1: 5, 2: -1}, timeout=20,
+                       msg="the first transaction's offsets")
+            txn.add_offsets(group)
+            assert txn.commit_offsets(group, topic, {0: 10}, gen, mid, "static-1", via=gcc) == {0: 0}
+        cluster.broker(gc).kill9()
+        new_gc = wait_for_new_coordinator(cluster, OFFSETS, group, gc)
+        with WireClient(cluster.broker(new_gc).port) as g2:
+            err, got = wait_until(lambda: (r := offset_fetch(g2, group, topic, [0, 1], True))[0]
+                                  not in COORDINATOR_ERRORS and r, timeout=20, msg="the group loaded")
+            assert UNSTABLE_OFFSET_COMMIT in (err, got[0][1]), (err, got)
+            assert offset_fetch(g2, group, topic, [0, 1], False)[1] == {0: (-1, 0), 1: (5, 0)}
+            zombie = txn.commit_offsets(group, topic, {2: 99}, gen - 1, mid, "static-1", via=g2)
+            assert zombie == {2: ILLEGAL_GENERATION}, zombie
+            other = txn.commit_offsets(group, topic, {2: 98}, gen, "other-" + mid, "static-1", via=g2)
+            assert other == {2: FENCED_INSTANCE_ID}, other
+            assert txn.commit_offsets(group, topic, {2: 7}, gen, mid, "static-1", via=g2) == {2: 0}
+            txn.end(commit=True)
+            wait_until(lambda: stable_offsets(g2, group, topic) == {0: 10, 1: 5, 2: 7}, timeout=20,
+                       msg="the pending offsets after the COMMIT marker")
+    rejoined = Member(cluster.broker(new_gc).port, group, topic, instance_id="static-1")
+    try:
+        rejoined.send_join()
+        assert rejoined.finish_join().generation_id == gen, "a static member's return is no rebalance"
+    finally:
+        rejoined.close()
+
+
+def stable_offsets(c: WireClient, group: str, topic: str) -> dict[int, int] | None:
+    err, got = offset_fetch(c, group, topic, [0, 1, 2], True)
+    if err or any(e for _o, e in got.values()):
+        return None
+    return {p: o for p, (o, _e) in got.items()}
 
 
 # -- Apache Kafka's transactions system test, reproduced ---------------------------------------
