@@ -368,11 +368,13 @@ class TopicManager:
         log.info("topic %s now has %d partitions", old.name, count)
         return TopicResult(ErrorCode.NONE, None, grown)
 
-    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+    async def set_configs(self, name: str, configs: dict[str, str]) -> tuple[ErrorCode, str | None]:
+        """Replace the topic's configs; its logs use them from now on."""
         self.store.set_configs(name, configs)
         topic = self.store.topic(name)
         assert topic is not None
         self.replicas.update_config(name, self.log_config(topic))
+        return ErrorCode.NONE, None
 
 
 async def _drive(steps: Generator[None, None, None]) -> None:

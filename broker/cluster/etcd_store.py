@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -233,6 +234,13 @@ class EtcdMetadataStore:
             tx.put(self._key(f"partitions/{new.name}/{i}"), encode(s)) for i, s in sorted(states.items())
         ]
         return await self._txn([tx.value(key) == encode(old), *self._controller_guard(controller)], puts)
+
+    async def set_topic_configs(self, old: TopicRecord, configs: dict[str, str]) -> bool:
+        """`old` with new config overrides; False if the topic changed (or went) meanwhile."""
+        tx = self.client.transactions
+        key = self._key(f"topics/{old.name}")
+        new = dataclasses.replace(old, configs=dict(configs))
+        return await self._txn([tx.value(key) == encode(old)], [tx.put(key, encode(new))])
 
     async def delete_topic(self, name: str) -> None:
         await self.client.delete(self._key(f"topics/{name}"))

@@ -20,7 +20,7 @@ from typing import Any
 from broker.cluster.controller import ClusterController
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
-from broker.cluster.image import TopicRecord
+from broker.cluster.image import ClusterImage, TopicRecord
 from broker.cluster.placement import PlacementError
 from broker.config import BrokerConfig
 from broker.metadata import TopicMetadata
@@ -33,6 +33,7 @@ from protocol.messages import REQUESTS
 log = logging.getLogger(__name__)
 
 VISIBLE_TIMEOUT_S = 10.0
+CONFIG_ATTEMPTS, CONFIG_RETRY_S = 5, 0.1
 CREATE_TOPICS, CREATE_TOPICS_VERSION = 19, 5
 
 
@@ -181,6 +182,23 @@ class ClusterTopicManager(TopicManager):
             log.info("deleted topic %s", name)
             return TopicResult(ErrorCode.NONE, None, topic)
 
+    async def set_configs(self, name: str, configs: dict[str, str]) -> tuple[ErrorCode, str | None]:
+        """A compare-and-swap of the topic record in etcd (from any broker: the controller
+        does not place anything here); every broker hosting the topic applies it (roles)."""
+        def visible(image: ClusterImage) -> bool:
+            return _configs_of(image.topics.get(name)) == configs
+
+        for _ in range(CONFIG_ATTEMPTS):
+            record = self.etcd.image.topics.get(name)
+            if record is None:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
+            if await self.etcd.set_topic_configs(record, configs):
+                await self.etcd.wait_for(visible, VISIBLE_TIMEOUT_S)
+                log.info("topic %s: configs now %s", name, configs)
+                return ErrorCode.NONE, None
+            await asyncio.sleep(CONFIG_RETRY_S)  # the image is behind etcd: let it catch up
+        return ErrorCode.REQUEST_TIMED_OUT, f"Topic {name} kept changing while its configs were altered"
+
     async def _grow(self, checked: TopicResult, count: int) -> TopicResult:
         """On the controller: the new partitions placed and written to etcd at once."""
         old = checked.topic
@@ -199,3 +217,7 @@ class ClusterTopicManager(TopicManager):
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _configs_of(record: TopicRecord | None) -> dict[str, str] | None:
+    return None if record is None else record.configs

@@ -9,8 +9,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
@@ -371,3 +379,25 @@ def test_reassignment_moves_replicas_and_the_data_with_them(cluster: Cluster) ->
     produce_values(cluster.bootstrap, name, list(range(40, 60)), 2)
     got = read_values(cluster, name, 2)  # partition 0 led by c, partition 1 by b
     assert got[0] == list(range(0, 60, 2)) and got[1] == list(range(1, 60, 2))
+
+
+def test_topic_configs_altered_through_any_broker_apply_on_every_leader(cluster: Cluster) -> None:
+    """IncrementalAlterConfigs on a topic in the cluster (it used to close the connection):
+    every broker describes the new value, and each partition's leader enforces it."""
+    topic = cluster.create_topic(partitions=3)
+    admin = AdminClient({"bootstrap.servers": non_controller(cluster)})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    for b in cluster.brokers:
+        one = AdminClient({"bootstrap.servers": b.bootstrap})
+        described = one.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+        entries = next(iter(described.values())).result(30)
+        assert entries["max.message.bytes"].value == "2000", b.node_id
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "compression.type": "none",
+                  "message.timeout.ms": 10000})
+    errors: list[Any] = []
+    for partition in range(3):  # three leaders
+        p.produce(topic, b"x" * 5000, partition=partition, on_delivery=lambda err, _m: errors.append(err))
+    p.flush(30)
+    assert [e and e.code() for e in errors] == [KafkaError.MSG_SIZE_TOO_LARGE] * 3, errors
