@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
 from tests.integration.harness import (
     BrokerFactory,
@@ -27,6 +28,7 @@ from tests.integration.harness import (
     unique_topic,
     wait_until,
 )
+from tests.integration.wire import WireClient, build_batch
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +168,67 @@ def test_kill9_during_cleaning(broker_factory: BrokerFactory, monkeypatch: pytes
     assert latest(got) == latest(sent)  # the latest record of every key, tombstones kept
     assert len(got) < len(sent)
     assert "Traceback" not in b.log_text()
+
+
+def test_an_idempotent_retry_from_before_a_cleaning_is_still_deduplicated(
+    broker_factory: BrokerFactory,
+) -> None:
+    """Byte level: a producer's batch, then newer values of its key from others until the
+    cleaner has passed it, then a restart (producer state rebuilt from what cleaning kept):
+    resending the batch is answered with its first offset and writes nothing."""
+    b = broker_factory(CLEANER)
+    topic = unique_topic("compact-dedup")
+    create_compacted(b.bootstrap, topic)
+    with WireClient(b.port) as c:
+        init = c.call(REQUESTS[22](version=1, transactional_id=None, transaction_timeout_ms=60000), 1)
+        assert init.error_code == 0, init
+        batch = build_batch([b"first"], keys=[b"k"], producer_id=init.producer_id,
+                            producer_epoch=init.producer_epoch, base_sequence=0)
+        first = produce_offsets(c, topic, batch)
+        for i in range(12):
+            produce_offsets(c, topic, build_batch([b"newer-%d" % i], keys=[b"k"]))
+        wait_for_pass(b, topic, first + 1)
+        assert produce_offsets(c, topic, batch) == first, "a retry of the cleaned-over batch"
+    b.restart()
+    with WireClient(b.port) as c:
+        assert produce_offsets(c, topic, batch) == first, "the same retry after a restart"
+    values = [v for _k, v in contents(b.bootstrap, topic, "read_uncommitted")]
+    assert values.count(b"first") <= 1 and values[-1] == b"newer-11", values
+
+
+def produce_offsets(c: WireClient, topic: str, batch: bytes) -> int:
+    answer = c.produce(topic, [(0, batch)], acks=-1)
+    part = answer.responses[0].partition_responses[0]
+    assert part.error_code == 0, part
+    return int(part.base_offset)
+
+
+def test_an_open_transaction_holds_the_cleaner_back(compaction_broker: BrokerProcess) -> None:
+    """Nothing at or above an open transaction's first offset is cleaned, however much is
+    written after it (the log says why); once it is aborted, cleaning goes on past it."""
+    b = compaction_broker
+    topic = unique_topic("compact-open")
+    create_compacted(b.bootstrap, topic)
+    plain = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for i in range(6):
+        plain.produce(topic, key=b"k", value=b"before-%d" % i, partition=0)
+        plain.flush(10)
+    p = txn_producer(b.bootstrap)
+    p.begin_transaction()
+    p.produce(topic, key=b"open", value=b"pending", partition=0)
+    p.flush(10)
+    start = 6
+    for i in range(20):
+        plain.produce(topic, key=b"k", value=b"after-%d" % i, partition=0)
+        plain.flush(10)
+    wait_until(lambda: f"{topic}-0: cleaning held back at offset {start}" in b.log_text(), timeout=30,
+               msg="the cleaner reporting the open transaction")
+    assert cleaned_up_to(b, topic) <= start
+    after = [v for _k, v in contents(b.bootstrap, topic, "read_uncommitted")]
+    assert after.count(b"after-0") == 1, "nothing above the open transaction was cleaned"
+    p.abort_transaction(10)
+    plain.produce(topic, key=b"k", value=b"last", partition=0)
+    plain.flush(10)
+    wait_for_pass(b, topic, start + 2)
+    got = latest(contents(b.bootstrap, topic, "read_committed"))
+    assert b"open" not in got and got[b"k"] == b"last", got
