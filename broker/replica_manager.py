@@ -236,7 +236,11 @@ class ReplicaManager:
                 self._leadership(part, False)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
+        """A topic's new configs: its logs use them, and its leaders the new min.insync.replicas."""
         self.log_manager.update_config(topic, config)
+        for (name, _index), part in self._partitions.items():
+            if name == topic and part.leader is not None:
+                part.leader.min_isr = min(config.min_insync_replicas, len(part.leader.state.replicas))
 
     def append(
         self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT,

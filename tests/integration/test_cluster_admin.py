@@ -401,3 +401,24 @@ def test_topic_configs_altered_through_any_broker_apply_on_every_leader(cluster:
         p.produce(topic, b"x" * 5000, partition=partition, on_delivery=lambda err, _m: errors.append(err))
     p.flush(30)
     assert [e and e.code() for e in errors] == [KafkaError.MSG_SIZE_TOO_LARGE] * 3, errors
+
+
+def test_a_raised_min_insync_replicas_applies_to_the_leader_at_once(cluster: Cluster) -> None:
+    """min.insync.replicas raised to 3 on a live topic: once a follower is paused out of the
+    ISR, the unchanged leader refuses acks=all (NOT_ENOUGH_REPLICAS)."""
+    topic = cluster.create_topic(partitions=1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.insync.replicas", "3", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    state = cluster.partition(topic, 0)
+    follower = cluster.broker(next(n for n in state.replicas if n != state.leader))
+    follower.pause()
+    try:
+        cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 2)
+        with WireClient(cluster.broker(state.leader).port) as c:
+            answer = c.produce(topic, [(0, build_batch([b"x"]))], acks=-1)
+        assert partition_errors(answer) == {0: ErrorCode.NOT_ENOUGH_REPLICAS}, answer
+    finally:
+        follower.resume()
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
