@@ -72,8 +72,11 @@ def test_the_successors_expire_idle_transactional_and_producer_ids(cluster: Clus
             WireClient(cluster.broker(image.partitions[(TXN_STATE, index)].leader).port) as coordinator,
         ):
             assert producers(leader, topic, partition) == [pid], "the new leader knows the producer"
-            found = wait_until(lambda: (s := describe(coordinator, tid)).error_code not in RETRIABLE and s,
-                               timeout=10, msg="the new coordinator loaded")
+            # Loaded, and done: the victim may have died before writing CompleteCommit, which
+            # the successor then writes after re-sending the markers.
+            found = wait_until(lambda: (s := describe(coordinator, tid)).error_code not in RETRIABLE
+                               and s.transaction_state != "PrepareCommit" and s, timeout=10,
+                               msg="the new coordinator loaded")
             assert found.error_code == ErrorCode.NONE and found.transaction_state == "CompleteCommit", found
             wait_until(lambda: not producers(leader, topic, partition), timeout=20,
                        msg=f"producer id {pid} expired on the new leader")
