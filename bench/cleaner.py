@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.produce_fetch import _produce
 from protocol.errors import ErrorCode
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from storage.log import Log
@@ -70,27 +70,6 @@ def bench_in_process(records: int, keys: int, compression: int) -> tuple[float, 
     return read / elapsed / 2**20, seen / elapsed, before, after
 
 
-def _produce(bootstrap: str, topic: str, count: int, keys: int) -> float:
-    """Seconds taken by `count` idempotent acks=all keyed sends of VALUE bytes over 2 partitions."""
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-        "linger.ms": 5, "batch.size": 1_000_000, "log_level": 2,
-    })
-    payload = os.urandom(VALUE // 2).hex().encode()
-    start = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=payload, key=b"key-%08d" % (i % keys), partition=i % 2)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
-    return time.perf_counter() - start
-
-
 def bench_broker(records: int, keys: int, cleaner: bool) -> tuple[float, int]:
     """(produce MB/s, cleaning passes) on a compacted topic, cleaner on or off."""
     with tempfile.TemporaryDirectory(prefix="gregor-bench-cleaner-") as tmp:
@@ -104,7 +83,7 @@ def bench_broker(records: int, keys: int, cleaner: bool) -> tuple[float, int]:
             topic = "bench-compacted"
             config = {"cleanup.policy": "compact", "segment.bytes": str(2 * 2**20)}
             admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(10)
-            elapsed = _produce(broker.bootstrap, topic, records, keys)
+            elapsed = _produce(broker.bootstrap, topic, records, VALUE, "none", keys, partitions=2)
             text = broker.log_text()
             passes = sum(text.count(f"{topic}-{p}: cleaned") for p in (0, 1))
         finally:

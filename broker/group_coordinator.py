@@ -117,20 +117,15 @@ class GroupCoordinator:
         if leading:
             if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
                 return
-            self.machine.begin_load(part.index, part.leader_epoch)
-            if part.log.log_end_offset == 0:  # a new partition: nothing to replay or wait for
-                self._loaded(part.index, part.leader_epoch, time.monotonic())
-            else:
-                self._spawn(self._load(part, part.leader_epoch))
+            index, epoch = part.index, part.leader_epoch
+            self.machine.begin_load(index, epoch)
+            work = self.log.start_load(part, lambda r: self._replay_loaded(r, index, epoch),
+                                       lambda started: self._loaded(index, epoch, started))
+            if work is not None:
+                self._spawn(work)
         else:
             self._deliver(self.machine.unload(part.index))
             log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, part.index)
-
-    async def _load(self, part: Partition, epoch: int) -> None:
-        index = part.index
-        started = time.monotonic()
-        if await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch)):
-            self._loaded(index, epoch, started)
 
     def _loaded(self, index: int, epoch: int, started: float) -> None:
         if self.machine.coordinator_epoch(index) != epoch:

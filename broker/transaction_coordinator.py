@@ -23,7 +23,7 @@ from broker.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
-from broker.faults import crash_point, slow_point
+from broker.faults import crash_point
 from broker.internal_topics import InternalRecord, record_batch
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from coordinator.transaction import (
@@ -120,26 +120,20 @@ class TransactionCoordinator:
         if leading:
             if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
                 return
-            self.machine.begin_load(part.index, part.leader_epoch)
-            if part.log.log_end_offset == 0:  # a new partition: nothing to replay or wait for
-                self._loaded(part.index, part.leader_epoch, time.monotonic())
-            else:
-                self._spawn(self._load(part, part.leader_epoch))
+            index, epoch = part.index, part.leader_epoch
+            self.machine.begin_load(index, epoch)
+            work = self.log.start_load(part, lambda r: self._replay_loaded(r, index, epoch),
+                                       lambda started: self._loaded(index, epoch, started))
+            if work is not None:
+                self._spawn(work)
         else:
             self.machine.unload(part.index)
             log.info("%s-%d: no longer coordinating its transactional ids",
                      TRANSACTION_STATE_TOPIC, part.index)
 
-    async def _load(self, part: Partition, epoch: int) -> None:
-        """Replay one led partition (its leader epoch is the coordinator epoch), then send the
-        markers of every Prepare* transaction found."""
-        index = part.index
-        started = time.monotonic()
-        await slow_point("txn-coordinator-load")
-        if await self.log.load(part, lambda r: self._replay_loaded(r, index, epoch)):
-            self._loaded(index, epoch, started)
-
     def _loaded(self, index: int, epoch: int, started: float) -> None:
+        """Replayed: coordinate the partition's ids and send the markers of every Prepare*
+        transaction found."""
         if self.machine.coordinator_epoch(index) != epoch:
             return
         pending = self.machine.finish_load(index)

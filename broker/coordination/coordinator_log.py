@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
+from broker.faults import slow_point
 from broker.internal_topics import InternalRecord, read_records
 from broker.replica_manager import NotLeader, Partition, ReplicaManager, replicated
 from protocol.errors import ErrorCode
@@ -62,6 +65,26 @@ class CoordinatorLog:
             return Written(ErrorCode(appended.error), coordinator_epoch=epoch)
         [error] = await replicated([(part, appended.last_offset + 1)], self.timeout_s)
         return Written(error, appended.base_offset, epoch)
+
+    def start_load(
+        self, part: Partition, replay: Callable[[InternalRecord], object], loaded: Callable[[float], None],
+    ) -> Coroutine[Any, Any, None] | None:
+        """Load a partition led from a new epoch, then call `loaded(started)`. A new (empty)
+        partition has nothing to replay or wait for: it is loaded at once, so the request that
+        created it does not find it loading. Otherwise the work to run as a background task."""
+        started = time.monotonic()
+        if part.log.log_end_offset == 0:
+            loaded(started)
+            return None
+        return self._load_then(part, replay, loaded, started)
+
+    async def _load_then(
+        self, part: Partition, replay: Callable[[InternalRecord], object], loaded: Callable[[float], None],
+        started: float,
+    ) -> None:
+        await slow_point(f"{self.topic}-load")
+        if await self.load(part, replay):
+            loaded(started)
 
     async def load(self, part: Partition, replay: Callable[[InternalRecord], object]) -> bool:
         """Replay the partition's committed records, from its start to the log end found on

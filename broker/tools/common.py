@@ -5,6 +5,7 @@ broker of a cluster (they are forwarded)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -12,13 +13,38 @@ from typing import Any, TextIO, TypeVar
 
 from kafka.errors import KafkaError, for_code
 
-from broker.tools.transactions import ToolError
-
 T = TypeVar("T")
 RETRY_FOR_S = 15.0
 RETRY_BACKOFF_S = 0.2
 
-__all__ = ["ToolError", "call", "check", "connect", "describe_error", "key_values", "matching", "progress"]
+Command = Callable[[Any, argparse.Namespace, TextIO], None]
+
+
+class ToolError(Exception):
+    """An expected failure: printed as one line on stderr, exit code 1."""
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="broker(s) to connect to, comma-separated")
+    parser.add_argument("--timeout-ms", type=int, default=30_000, help="request and connect timeout")
+
+
+def run_command(label: str, client_id: str, command: Command, args: argparse.Namespace,
+                out: TextIO, err: TextIO) -> int:
+    """Connect, run one command, close; a ToolError is one line `gregor <label>: ...` on
+    stderr and exit code 1. The process exit code."""
+    try:
+        admin = connect(args.bootstrap_server, args.timeout_ms, client_id)
+        try:
+            command(admin, args, out)
+        finally:
+            admin.close()
+    except ToolError as exc:
+        out.flush()
+        print(f"gregor {label}: {exc}", file=err)
+        return 1
+    return 0
 
 
 def connect(bootstrap: str, timeout_ms: int, client_id: str) -> Any:

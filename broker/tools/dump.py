@@ -28,8 +28,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
+from coordinator.transaction.state import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from protocol import group_log, transaction_log
 from protocol.record_batch import (
     Compression,
@@ -54,8 +55,8 @@ from storage.index import OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY, AbortedTxn, Corru
 from storage.log import parse_partition_dir
 from storage.snapshot import SNAPSHOT_SUFFIX, CorruptSnapshotError, decode_snapshot
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+T = TypeVar("T")
+
 OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
 # Order of a segment's files in a partition dir, as an operator reads them.
 SUFFIX_ORDER = (".log", ".index", ".timeindex", ".txnindex", SNAPSHOT_SUFFIX)
@@ -157,7 +158,7 @@ def _control_fields(key: bytes | None, value: bytes | None) -> Entry:
 def _data_fields(record: Any, topic: str | None, options: Options) -> Entry:
     if options.decode_internal and topic == TRANSACTION_STATE_TOPIC:
         return decode_transaction_record(record.key, record.value, record.offset)
-    if options.decode_internal and topic == CONSUMER_OFFSETS_TOPIC:
+    if options.decode_internal and topic == GROUP_METADATA_TOPIC:
         return decode_offsets_record(record.key, record.value, record.offset)
     return {"key": _text(record.key), "payload": _text(record.value)}
 
@@ -355,21 +356,23 @@ def _first_sequence(last_sequence: int, offset_delta: int) -> int:
 
 
 def dump_leader_epochs(path: Path, options: Options) -> FileDump:
-    try:
-        entries = LeaderEpochCheckpointFile(path).read()
-    except CorruptCheckpointError as exc:
-        raise DumpError(str(exc).removeprefix(f"{path}: ")) from None
+    entries = _checkpoint(path, LeaderEpochCheckpointFile(path).read)
     return FileDump(path, "leader-epoch-checkpoint",
                     [{"epoch": e.epoch, "startOffset": e.start_offset} for e in entries])
 
 
 def dump_offset_checkpoint(path: Path, options: Options) -> FileDump:
-    try:
-        offsets = OffsetCheckpointFile(path).read()
-    except CorruptCheckpointError as exc:
-        raise DumpError(str(exc).removeprefix(f"{path}: ")) from None
+    offsets = _checkpoint(path, OffsetCheckpointFile(path).read)
     return FileDump(path, "offset-checkpoint",
                     [{"topic": t, "partition": p, "offset": o} for (t, p), o in offsets.items()])
+
+
+def _checkpoint(path: Path, read: Callable[[], T]) -> T:
+    """A checkpoint file's content, read by the storage code; a corrupt one is a DumpError."""
+    try:
+        return read()
+    except CorruptCheckpointError as exc:
+        raise DumpError(str(exc).removeprefix(f"{path}: ")) from None
 
 
 def dump_meta_properties(path: Path, options: Options) -> FileDump:

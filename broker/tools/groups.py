@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from broker.tools.common import ToolError, call, connect, progress
+from broker.tools.common import Command, ToolError, add_connection_args, call, progress, run_command
 from broker.tools.transactions import format_table
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete")
@@ -324,7 +324,7 @@ def _error_name(name: str) -> str:
             "NonEmptyGroupError": "GroupNotEmptyException"}.get(name, name)
 
 
-COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], None]] = {
+COMMANDS: dict[str, Command] = {
     "list": _cmd_list, "describe": _cmd_describe, "reset-offsets": _cmd_reset, "delete": _cmd_delete,
 }
 
@@ -338,9 +338,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                        "(like kafka-consumer-groups.sh)",
         description="List, describe, reset the offsets of and delete consumer groups.",
     )
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="broker(s) to connect to, comma-separated")
-    parser.add_argument("--timeout-ms", type=int, default=30_000, help="request and connect timeout")
+    add_connection_args(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     for name in ACTIONS:
         action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
@@ -367,15 +365,5 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the parsed `gregor groups ...` command; the process exit code."""
-    try:
-        admin = connect(args.bootstrap_server, args.timeout_ms, "gregor-groups")
-        try:
-            COMMANDS[args.action](admin, args, out)
-        finally:
-            admin.close()
-    except ToolError as exc:
-        out.flush()
-        print(f"gregor groups: {exc}", file=err)
-        return 1
-    return 0
+    return run_command("groups", "gregor-groups", COMMANDS[args.action], args, out, err)
 

@@ -21,11 +21,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, TextIO
 
-from broker.tools.common import ToolError, call, check, connect, key_values, matching, progress
+from broker.tools.common import (
+    Command,
+    ToolError,
+    add_connection_args,
+    call,
+    check,
+    key_values,
+    matching,
+    progress,
+    run_command,
+)
 
 ACTIONS = ("create", "list", "describe", "alter", "delete")
 
@@ -176,7 +186,7 @@ def _cmd_delete(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
         progress(out, done, len(names), "Deleted topics")
 
 
-COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], None]] = {
+COMMANDS: dict[str, Command] = {
     "create": _cmd_create, "list": _cmd_list, "describe": _cmd_describe, "alter": _cmd_alter,
     "delete": _cmd_delete,
 }
@@ -190,9 +200,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "topics", help="create, list, describe, alter and delete topics (like kafka-topics.sh)",
         description="Create, list, describe, alter and delete topics.",
     )
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="broker(s) to connect to, comma-separated")
-    parser.add_argument("--timeout-ms", type=int, default=30_000, help="request and connect timeout")
+    add_connection_args(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     for name in ACTIONS:
         action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
@@ -216,13 +224,4 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the parsed `gregor topics ...` command; the process exit code."""
-    try:
-        admin = connect(args.bootstrap_server, args.timeout_ms, "gregor-topics")
-        try:
-            COMMANDS[args.action](admin, args, out)
-        finally:
-            admin.close()
-    except ToolError as exc:
-        print(f"gregor topics: {exc}", file=err)
-        return 1
-    return 0
+    return run_command("topics", "gregor-topics", COMMANDS[args.action], args, out, err)

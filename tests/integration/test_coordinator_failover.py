@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, KafkaException, Producer, TopicPartition
@@ -86,6 +87,24 @@ def transactional_producer(cluster: Cluster, tid: str, timeout_ms: int = 60000) 
     })
     p.init_transactions(60)
     return p
+
+
+class OpenTransaction(NamedTuple):
+    topic: str
+    tid: str
+    producer: Producer
+    coordinator: int
+    values: list[str]
+
+
+def open_transaction(cluster: Cluster, tag: str, timeout_ms: int = 60000) -> OpenTransaction:
+    """A new 3-partition topic and a transaction left open with records on every partition."""
+    topic = cluster.create_topic(partitions=3)
+    tid = f"{tag}-{uuid.uuid4().hex[:8]}"
+    p = transactional_producer(cluster, tid, timeout_ms)
+    coordinator = coordinator_of(cluster, TXN_STATE, tid)
+    p.begin_transaction()
+    return OpenTransaction(topic, tid, p, coordinator, produce_to_every_leader(p, topic, tag))
 
 
 def coordinator_of(cluster: Cluster, topic: str, key: str) -> int:
@@ -159,12 +178,7 @@ def assert_all_or_nothing(values: list[str], committed: list[str]) -> bool:
 
 
 def test_coordinator_killed_while_the_transaction_is_ongoing(cluster: Cluster) -> None:
-    topic = cluster.create_topic(partitions=3)
-    tid = f"ongoing-{uuid.uuid4().hex[:8]}"
-    p = transactional_producer(cluster, tid)
-    old = coordinator_of(cluster, TXN_STATE, tid)
-    p.begin_transaction()
-    first = produce_to_every_leader(p, topic, "a")
+    topic, tid, p, old, first = open_transaction(cluster, "ongoing")
     cluster.broker(old).kill9()
     new = wait_for_new_coordinator(cluster, TXN_STATE, tid, old)
     try:
@@ -188,13 +202,8 @@ def test_coordinator_killed_while_committing_commits_everywhere(cluster: Cluster
     """Killed right after PrepareCommit is replicated, or after writing its own partition's
     marker (others may or may not have theirs): the successor finds PrepareCommit and
     completes the commit on every partition; commit_transaction succeeds after retrying."""
-    topic = cluster.create_topic(partitions=3)
+    topic, tid, p, old, values = open_transaction(cluster, "commit")
     assert {cluster.partition(topic, i).leader for i in range(3)} == {1, 2, 3}
-    tid = f"commit-{uuid.uuid4().hex[:8]}"
-    p = transactional_producer(cluster, tid)
-    old = coordinator_of(cluster, TXN_STATE, tid)
-    p.begin_transaction()
-    values = produce_to_every_leader(p, topic, "c")
     cluster.arm(old, point)
     p.commit_transaction(60)
     assert cluster.broker(old).proc is not None and cluster.broker(old).proc.wait(10) == -9
@@ -223,14 +232,8 @@ def test_a_deposed_coordinator_answers_nothing_with_success(cluster: Cluster) ->
     """Paused until another broker coordinates the id, then resumed: the old coordinator's
     EndTxn answer is an error, the successor commits, and a marker carrying the old
     coordinator epoch is refused by the partitions (TRANSACTION_COORDINATOR_FENCED)."""
-    topic = cluster.create_topic(partitions=3)
-    tid = f"deposed-{uuid.uuid4().hex[:8]}"
-    p = transactional_producer(cluster, tid)
-    old = coordinator_of(cluster, TXN_STATE, tid)
-    index = coordinator_partition(tid, INTERNAL_PARTITIONS)
-    old_epoch = cluster.partition(TXN_STATE, index).leader_epoch
-    p.begin_transaction()
-    values = produce_to_every_leader(p, topic, "d")
+    topic, tid, p, old, values = open_transaction(cluster, "deposed")
+    old_epoch = cluster.partition(TXN_STATE, coordinator_partition(tid, INTERNAL_PARTITIONS)).leader_epoch
     state = describe_transaction(cluster.broker(old).port, tid)
     assert state.error_code == ErrorCode.NONE and state.transaction_state == "Ongoing", state
     pid, epoch = state.producer_id, state.producer_epoch
@@ -266,12 +269,7 @@ def test_a_deposed_coordinator_answers_nothing_with_success(cluster: Cluster) ->
 def test_an_abandoned_transaction_is_aborted_by_the_successor(cluster: Cluster) -> None:
     """The producer goes away mid-transaction and its coordinator dies: the new coordinator
     aborts the transaction when its timeout passes, so the LSO catches up."""
-    topic = cluster.create_topic(partitions=3)
-    tid = f"abandoned-{uuid.uuid4().hex[:8]}"
-    p = transactional_producer(cluster, tid, timeout_ms=3000)
-    old = coordinator_of(cluster, TXN_STATE, tid)
-    p.begin_transaction()
-    values = produce_to_every_leader(p, topic, "x")
+    topic, tid, _p, old, values = open_transaction(cluster, "abandoned", timeout_ms=3000)
     cluster.broker(old).kill9()
     wait_for_new_coordinator(cluster, TXN_STATE, tid, old)
     assert_lso_caught_up(cluster, topic)  # the successor aborted the abandoned transaction
@@ -282,15 +280,10 @@ def test_a_coordinator_slow_to_load_answers_load_in_progress_and_clients_retry(c
     """The successor takes 3 s to load the partition (a slow point standing in for a large
     one): meanwhile it answers COORDINATOR_LOAD_IN_PROGRESS; a client's InitProducerId
     retries through it and fences the transaction the dead coordinator left open."""
-    topic = cluster.create_topic(partitions=3)
-    tid = f"slow-{uuid.uuid4().hex[:8]}"
-    p = transactional_producer(cluster, tid)
-    old = coordinator_of(cluster, TXN_STATE, tid)
-    p.begin_transaction()
-    values = produce_to_every_leader(p, topic, "s")
+    topic, tid, _p, old, values = open_transaction(cluster, "slow")
     others = [b.node_id for b in cluster.brokers if b.node_id != old]
     for node in others:
-        cluster.arm(node, "txn-coordinator-load@3")
+        cluster.arm(node, "__transaction_state-load@3")
     try:
         cluster.broker(old).kill9()
         new = wait_for_new_coordinator(cluster, TXN_STATE, tid, old)
