@@ -26,6 +26,7 @@ from protocol.record_batch import (
     Compression,
     TimestampType,
     build_batch,
+    encode_record,
 )
 from storage.validator import XERIAL_HEADER, _Scratch
 
@@ -59,33 +60,10 @@ class BatchDecoder:
             raise UndecodableBatchError(f"batch at offset {header.base_offset}: {exc}") from exc
 
 
-def _varint(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _bytes_field(data: bytes | None) -> bytes:
-    return b"\x01" if data is None else _varint(len(data)) + data  # 0x01 = zigzag(-1)
-
-
-def encode_record(rec: Any, base_offset: int, base_timestamp: int) -> bytes:
-    body = b"".join(
-        (
-            b"\x00",
-            _varint(rec.timestamp - base_timestamp),
-            _varint(rec.offset - base_offset),
-            _bytes_field(rec.key),
-            _bytes_field(rec.value),
-            _varint(len(rec.headers)),
-            *(_bytes_field(k.encode()) + _bytes_field(v) for k, v in rec.headers),
-        )
-    )
-    return _varint(len(body)) + body
+def _reencode(rec: Any, base_offset: int, base_timestamp: int) -> bytes:
+    """A decoded record written again, relative to its new batch's base."""
+    return encode_record(rec.offset - base_offset, rec.timestamp - base_timestamp, rec.key, rec.value,
+                         rec.headers)
 
 
 def compress(data: bytes, codec: int) -> bytes:
@@ -114,7 +92,7 @@ def rebuild_batch(header: BatchHeader, retained: list[Any], delete_horizon_ms: i
         max_ts = header.max_timestamp
     else:
         max_ts = max(r.timestamp for r in retained)
-    plain = b"".join(encode_record(r, base, base_ts) for r in retained)
+    plain = b"".join(_reencode(r, base, base_ts) for r in retained)
     kept_bits = COMPRESSION_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
     attributes = header.attributes & kept_bits
     if delete_horizon_ms is not None:
