@@ -332,6 +332,10 @@ KEYS: dict[str, Key] = {
     "transaction.state.log.min.isr": Key(_POSITIVE, 1, "`min.insync.replicas` of `__transaction_state`."),
     "transaction.version": Key(Integer(1, 2), 2, "Finalized `transaction.version` advertised in "
                                "ApiVersions: 2 (KIP-890 part 2) or 1 (the older protocol)."),
+    "transaction.partition.verification.enable": Key(Boolean(), True, "Check a producer's first "
+                                                      "transactional batch for a partition with its "
+                                                      "transaction coordinator before appending it "
+                                                      "(KIP-890)."),
     "transaction.max.timeout.ms": Key(_POSITIVE, 900000, "Largest transaction timeout a producer may "
                                       "ask for."),
     "request.timeout.ms": Key(_POSITIVE, 30000, "How long a transaction coordinator write may wait to "

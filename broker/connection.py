@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics, request_log
-from broker.context import RequestContext
+from broker.context import AppendTurn, RequestContext
 from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.handlers.registry import ApiHandler
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 100
+PRODUCE = 0
 
 
 class CloseConnection(Exception):
@@ -71,6 +72,8 @@ class Connection:
         self.requests = 0
         # Set by the first request whose handler fails: nothing behind it runs.
         self.failed: str | None = None
+        # The newest produce request: the next one appends after it (AppendTurn).
+        self.last_produce: AppendTurn | None = None
 
     async def run(self) -> None:
         try:
@@ -144,8 +147,11 @@ class Connection:
                 f"cannot decode {handler.request.__name__} v{header.api_version} "
                 f"(client {header.client_id!r}): {exc}; frame starts {bytes(payload[:48]).hex()}"
             ) from None
-        ctx = RequestContext(self.broker, header, self.host)
-        answer = not (handler.api_key == 0 and request.acks == 0)  # acks=0: no response
+        turn = None
+        if handler.api_key == PRODUCE:
+            turn = self.last_produce = AppendTurn(self.last_produce)
+        ctx = RequestContext(self.broker, header, self.host, turn)
+        answer = not (handler.api_key == PRODUCE and request.acks == 0)  # acks=0: no response
         return asyncio.create_task(self._respond(ctx, handler, request, answer, received))
 
     def _parse_header(self, payload: bytes) -> tuple[RequestHeader, ApiHandler | None]:
@@ -168,6 +174,15 @@ class Connection:
         self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool, received: float
     ) -> list[Any]:
         """The framed response, [] when none is sent; raises when the handler fails."""
+        try:
+            return await self._handle(ctx, handler, request, answer, received)
+        finally:
+            if ctx.turn is not None:
+                ctx.turn.done()
+
+    async def _handle(
+        self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool, received: float
+    ) -> list[Any]:
         if self.failed is not None:
             return []  # an earlier request failed: the connection closes before this one
         header = ctx.header

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,11 +17,36 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class AppendTurn:
+    """A produce request's place among the produce requests of its connection. Kafka reads
+    a connection's next request only after answering the last, so a producer's pipelined
+    batches append in the order sent. Here requests run concurrently, and one whose
+    transaction check waits (on the coordinator) must not be overtaken by a later one:
+    `reached` waits until every earlier produce request of the connection has appended or
+    ended; `done` lets the next one append."""
+
+    __slots__ = ("_before", "finished")
+
+    def __init__(self, before: AppendTurn | None) -> None:
+        self._before = None if before is None or before.finished.done() else before.finished
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def reached(self) -> None:
+        if self._before is not None and not self._before.done():
+            await self._before
+        self._before = None
+
+    def done(self) -> None:
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     broker: Broker
     header: RequestHeader
     client_host: str
+    turn: AppendTurn | None = None  # produce requests only
 
     @property
     def version(self) -> int:

@@ -12,9 +12,10 @@ InjectedFault (a stand-in for a handler bug) instead of killing the process.
 GREGOR_CRASH_POINTS_FILE names a file a test writes later: on SIGUSR1 the broker
 arms the crash points it lists (same syntax), so a test can choose the broker
 that must die (say, the current coordinator of a transactional id) while the
-cluster runs. An item `name@SECONDS` in that file arms a slow point instead: each
-time the broker reaches it, it waits that long there (a partition slow to load),
-without holding up anything else.
+cluster runs. An item `name@SECONDS` (in the file or in GREGOR_CRASH_POINTS) arms
+a slow point instead: each time the broker reaches it, it waits that long there
+(a partition slow to load, a slow transaction log write), without holding up
+anything else.
 """
 
 from __future__ import annotations
@@ -35,8 +36,21 @@ def _parse(text: str) -> dict[str, int]:
     return points
 
 
-_POINTS = _parse(os.environ.get("GREGOR_CRASH_POINTS", ""))
+_POINTS: dict[str, int] = {}
+_SLOW: dict[str, float] = {}
 _HITS: dict[str, int] = {}
+
+
+def _arm(text: str) -> None:
+    points = _parse(text)
+    _POINTS.clear()
+    _POINTS.update({k: v for k, v in points.items() if "@" not in k})
+    _SLOW.clear()
+    _SLOW.update({k.split("@")[0]: float(k.split("@")[1]) for k in points if "@" in k})
+    _HITS.clear()
+
+
+_arm(os.environ.get("GREGOR_CRASH_POINTS", ""))
 
 
 def install_crash_point_file() -> None:
@@ -48,22 +62,14 @@ def install_crash_point_file() -> None:
     def arm(_signum: int, _frame: object) -> None:
         try:
             with open(path) as f:
-                points = _parse(f.read())
+                _arm(f.read())
         except OSError as exc:
             log.warning("crash points file %s: %s", path, exc)
             return
-        _POINTS.clear()
-        _POINTS.update({k: int(v) for k, v in points.items() if "@" not in k})
-        _SLOW.clear()
-        _SLOW.update({k.split("@")[0]: float(k.split("@")[1]) for k in points if "@" in k})
-        _HITS.clear()
         armed = [f"{k}:{v}" for k, v in _POINTS.items()] + [f"{k}@{v:g}" for k, v in _SLOW.items()]
         log.warning("crash points armed: %s", ",".join(armed) or "none")
 
     signal.signal(signal.SIGUSR1, arm)
-
-
-_SLOW: dict[str, float] = {}
 
 
 async def slow_point(name: str) -> None:

@@ -22,7 +22,7 @@ from protocol.record_batch import BatchHeader
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
-from storage.producer_state import AppendOrigin
+from storage.producer_state import AppendOrigin, Verification
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +120,10 @@ def _replication_error(part: Partition, future: asyncio.Future[None]) -> ErrorCo
 
 
 class ReplicaManager:
-    def __init__(self, log_manager: LogManager, node_id: int) -> None:
+    def __init__(self, log_manager: LogManager, node_id: int, verify_transactions: bool = True) -> None:
         self.log_manager = log_manager
         self.node_id = node_id
+        self.verify_transactions = verify_transactions
         self._partitions: dict[TopicPartition, Partition] = {}
         # Cluster mode: where ISR proposals go (an AlterPartition to the metadata store).
         self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
@@ -160,6 +161,7 @@ class ReplicaManager:
             topic, index, config
         )
         log_.auto_advance_high_watermark = False  # the partition owns it
+        log_.verify_transactions = self.verify_transactions
         part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
         part.advance_high_watermark()
         self._partitions[(topic, index)] = part
@@ -175,6 +177,7 @@ class ReplicaManager:
         if log_ is None:
             log_ = self.log_manager.create_log(topic, index, config)
         log_.auto_advance_high_watermark = False
+        log_.verify_transactions = self.verify_transactions
         log_.update_high_watermark(self._checkpointed_hw.get((topic, index), 0))
         part = Partition(topic, index, log_, -1)
         self._partitions[(topic, index)] = part
@@ -244,12 +247,17 @@ class ReplicaManager:
 
     def append(
         self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT,
-        header: BatchHeader | None = None,
+        header: BatchHeader | None = None, verification: Verification | None = None,
     ) -> AppendResult:
-        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin, header)
+        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin, header, verification)
         if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result
+
+    def start_verification(self, part: Partition, header: BatchHeader, now_ms: int) -> Verification | None:
+        """A client's transactional batch is about to be checked with its coordinator: the
+        guard to append it with, None when its producer has a transaction open here."""
+        return part.log.start_verification(header, now_ms)
 
     def append_txn_marker(
         self, part: Partition, producer_id: int, producer_epoch: int, commit: bool,

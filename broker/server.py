@@ -82,7 +82,8 @@ class Broker:
             now_ms=now_ms(),
             dir_locks=locks,
         )
-        self.replicas = ReplicaManager(self.log_manager, config.node_id)
+        self.replicas = ReplicaManager(self.log_manager, config.node_id,
+                                       bool(config["transaction.partition.verification.enable"]))
         self.cleaner = LogCleaner(self.log_manager.all_logs, _cleaner_config(config), crash_point)
         self.view: MetadataView = self._metadata_view()
         self.topics = self._topic_manager()

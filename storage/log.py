@@ -39,6 +39,7 @@ from storage.producer_state import (
     ProducerStateInfo,
     ProducerStateLoad,
     ProducerStateManager,
+    Verification,
     validate_data_batch,
     validate_end_txn_marker,
 )
@@ -170,6 +171,9 @@ class Log:
         self._policy_config: LogConfig | None = None
         # Single replica: the high watermark follows the log end offset.
         self.auto_advance_high_watermark = True
+        # Kafka's transaction.partition.verification.enable (the broker turns it on): a
+        # client's transactional batch that opens a transaction needs its check's guard.
+        self.verify_transactions = False
         self.update_high_watermark(self.log_end_offset)
 
     # -- opening and recovery ----------------------------------------------
@@ -369,11 +373,14 @@ class Log:
         now_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         header: BatchHeader | None = None,
+        verification: Verification | None = None,
     ) -> AppendResult:
         """Validate one batch (storage.validator: header, then every record), assign
         offsets, append it. ``header`` is the caller's parsed view of ``records``, if any.
         A coordinator's own batch (origin COORDINATOR: transactional offset commits)
-        carries no sequence numbers, so only its producer epoch is checked, as in Kafka."""
+        carries no sequence numbers, so only its producer epoch is checked, as in Kafka.
+        A client's transactional batch that opens a transaction here needs the
+        ``verification`` guard of its check with the coordinator (`start_verification`)."""
         checked = check_header(records, self.config.max_message_bytes, origin, header)
         if isinstance(checked, Rejected):
             return self._rejected(checked)
@@ -403,7 +410,9 @@ class Log:
             header = replace(received, base_offset=base, partition_leader_epoch=leader_epoch)
         entry = None
         if current is not None:
-            outcome = validate_data_batch(current, header, origin)
+            outcome = self._verified(header, origin, verification) or validate_data_batch(
+                current, header, origin
+            )
             if isinstance(outcome, AppendError):
                 log.info("%s: producer %d: %s", self.directory.name, header.producer_id, outcome.message)
                 return AppendResult(
@@ -415,6 +424,21 @@ class Log:
         if self.auto_advance_high_watermark:
             self.update_high_watermark(self.log_end_offset)
         return AppendResult(ErrorCode.NONE, base, header.last_offset, append_time, self._log_start_offset)
+
+    def _verified(
+        self, header: BatchHeader, origin: AppendOrigin, verification: Verification | None
+    ) -> AppendError | None:
+        if not self.verify_transactions or origin is not AppendOrigin.CLIENT or not header.is_transactional:
+            return None
+        return self.producer_state.check_verified(header, verification)
+
+    def start_verification(self, header: BatchHeader, now_ms: int) -> Verification | None:
+        """See ProducerStateManager.start_verification; None too when verification is off."""
+        if not self.verify_transactions:
+            return None
+        return self.producer_state.start_verification(
+            header.producer_id, header.base_sequence, header.producer_epoch, now_ms
+        )
 
     def _rejected(self, rejected: Rejected) -> AppendResult:
         return AppendResult(
@@ -567,6 +591,8 @@ class Log:
                 segment.truncate_to(header.base_offset)
             raise
         self.producer_state.map_end_offset = header.next_offset
+        if header.is_transactional:
+            self.producer_state.end_verification(header.producer_id)
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush(now_ms=now_ms)
 

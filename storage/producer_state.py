@@ -302,6 +302,29 @@ def _check_sequence(current: ProducerStateEntry, header: BatchHeader) -> AppendE
     )
 
 
+class Verification:
+    """Kafka's VerificationStateEntry: a transactional producer's first batch for this
+    partition is being checked with its transaction coordinator. The object is the guard
+    the append must present: any transactional batch or marker of the producer ends it, so
+    a check answered before an abort cannot open a transaction after the abort's marker.
+    It keeps the lowest sequence seen meanwhile: a later batch cannot be appended before an
+    earlier one whose check failed with a retriable error and is being retried."""
+
+    __slots__ = ("epoch", "lowest_seq", "started_ms")
+
+    def __init__(self, sequence: int, epoch: int, now_ms: int) -> None:
+        self.lowest_seq = sequence
+        self.epoch = epoch
+        self.started_ms = now_ms
+
+    def saw(self, sequence: int, epoch: int) -> None:
+        """A lower sequence of the same epoch, or any sequence of a newer epoch."""
+        if epoch == self.epoch and sequence < self.lowest_seq:
+            self.lowest_seq = sequence
+        elif epoch > self.epoch:
+            self.epoch, self.lowest_seq = epoch, sequence
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerStateLoad:
     """How producer state was rebuilt at open / truncation (for logs and tests)."""
@@ -328,6 +351,9 @@ class ProducerStateManager:
         # Completed transactions whose marker is not yet below the high watermark:
         # first offset -> (producer id, marker offset). They still hold the LSO back.
         self._unreplicated: dict[int, tuple[int, int]] = {}
+        # Producers whose first transactional batch here is being checked with their
+        # coordinator (leader only; in memory, as in Kafka).
+        self._verifying: dict[int, Verification] = {}
 
     # -- queries ------------------------------------------------------------
 
@@ -485,11 +511,54 @@ class ProducerStateManager:
         return None
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for ``expiration_ms`` without an open transaction."""
+        """Forget producers idle for ``expiration_ms`` without an open transaction, and
+        checks started that long ago whose batch never came."""
         expired = [pid for pid, e in self._producers.items() if _is_expired(e, now_ms, expiration_ms)]
         for pid in expired:
             del self._producers[pid]
+        self._verifying = {
+            pid: v for pid, v in self._verifying.items() if now_ms - v.started_ms < expiration_ms
+        }
         return len(expired)
+
+    # -- transaction verification (KIP-890) ------------------------------------
+
+    def start_verification(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int
+    ) -> Verification | None:
+        """Before a client's transactional batch is checked with its coordinator: the guard
+        to append it with, or None when the producer has a transaction open here already
+        (nothing to check: the coordinator knows the partition is in it)."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and entry.has_ongoing_txn:
+            return None
+        pending = self._verifying.get(producer_id)
+        if pending is None:
+            pending = self._verifying[producer_id] = Verification(sequence, epoch, now_ms)
+        pending.saw(sequence, epoch)
+        return pending
+
+    def check_verified(self, header: BatchHeader, guard: Verification | None) -> AppendError | None:
+        """A client's transactional batch may open a transaction here only with the guard of
+        the check that allowed it, and may not overtake a lower sequence still being checked."""
+        pid = header.producer_id
+        entry = self._producers.get(pid)
+        pending = self._verifying.get(pid)
+        if not (entry is not None and entry.has_ongoing_txn) and (pending is None or pending is not guard):
+            return AppendError(ErrorCode.INVALID_TXN_STATE,
+                               f"producer {pid}: record was not part of an ongoing transaction")
+        if pending is not None and header.base_sequence > pending.lowest_seq:
+            return AppendError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"out of order sequence {header.base_sequence} from producer {pid}: "
+                f"sequence {pending.lowest_seq} is still being checked",
+            )
+        return None
+
+    def end_verification(self, producer_id: int) -> None:
+        """A transactional batch or marker of the producer was appended: the transaction
+        is open (or over), so its check is done."""
+        self._verifying.pop(producer_id, None)
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         self._drop_unreplicated_below(log_start_offset)

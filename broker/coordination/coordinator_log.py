@@ -56,6 +56,7 @@ class CoordinatorLog:
         """Append `batch` to partition `index` and wait until it is replicated: NONE;
         NOT_LEADER_OR_FOLLOWER when this broker does not (or no longer) lead it;
         REQUEST_TIMED_OUT or NOT_ENOUGH_REPLICAS(_AFTER_APPEND) when the outcome is open."""
+        await slow_point(f"{self.topic}-write")
         part = self.leader(index)
         if part is None:
             return Written(ErrorCode.NOT_LEADER_OR_FOLLOWER)

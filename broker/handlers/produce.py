@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import ProduceResponse
@@ -15,6 +15,7 @@ from broker.transaction_coordinator import produce_error
 from coordinator.transaction import TxnOperation
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
+from storage.producer_state import Verification
 from storage.validator import RecordError
 
 if TYPE_CHECKING:
@@ -71,36 +72,54 @@ def _target(ctx: RequestContext, topic_data: Any, part_data: Any) -> Target | An
     return Target(index, part, part_data.records, _header(part_data.records))
 
 
+@dataclass(slots=True)
+class Checked:
+    """What the transaction checks of one request found: per partition the error to answer
+    (absent: none), and the guard to append with where the check opened the transaction."""
+
+    errors: dict[tuple[str, int], ErrorCode] = field(default_factory=dict)
+    guards: dict[tuple[str, int], Verification] = field(default_factory=dict)
+
+
 async def _transaction_checks(
     ctx: RequestContext, transactional_id: str | None, targets: list[Target]
-) -> dict[tuple[str, int], ErrorCode]:
+) -> Checked:
     """KIP-890: a transactional batch must go to a partition of the ongoing transaction,
     so a late write after an abort cannot open a hanging transaction. Produce v12+
     (transaction version 2) adds the partition itself; older clients must have added it.
-    Asked of the transaction coordinator at once, on this broker or over the network."""
+    As in Kafka, only a producer's first batch of a transaction here is checked (with the
+    transaction coordinator, on this broker or over the network), under a guard that a
+    marker in between voids."""
+    found = Checked()
     if transactional_id is None:
-        return {}
+        return found
     by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for t in targets:
         if t.header is not None and t.header.is_transactional:
-            key = (t.header.producer_id, t.header.producer_epoch)
-            by_producer.setdefault(key, []).append((t.part.topic, t.part.index))
+            guard = ctx.broker.replicas.start_verification(t.part, t.header, ctx.now_ms())
+            if guard is not None:
+                tp = (t.part.topic, t.part.index)
+                found.guards[tp] = guard
+                by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)
     operation = TxnOperation.ADD_PARTITION if ctx.version >= FIRST_TV2_PRODUCE else TxnOperation.DEFAULT_ERROR
-    checks: dict[tuple[str, int], ErrorCode] = {}
     for (pid, epoch), tps in by_producer.items():
-        found = await ctx.broker.transactions.check_writes(transactional_id, pid, epoch, tps, operation)
-        checks.update({tp: produce_error(error) for tp, error in found.items()})
-    return checks
+        answers = await ctx.broker.transactions.check_writes(transactional_id, pid, epoch, tps, operation)
+        found.errors.update(
+            {tp: produce_error(error) for tp, error in answers.items() if error != ErrorCode.NONE}
+        )
+    return found
 
 
-def _append(ctx: RequestContext, t: Target, check: ErrorCode, acks: int, pending: Pending) -> Any:
+def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending: Pending) -> Any:
     index, part = t.index, t.part
-    if check != ErrorCode.NONE:
+    tp = (part.topic, index)
+    if tp in checked.errors:
         metrics.produce_failed(part.topic)
-        return _error(index, check, "partition is not part of the ongoing transaction")
+        return _error(index, checked.errors[tp], "partition is not part of the ongoing transaction")
     if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
-    result = ctx.broker.replicas.append(part, t.records, ctx.now_ms(), header=t.header)
+    result = ctx.broker.replicas.append(part, t.records, ctx.now_ms(), header=t.header,
+                                        verification=checked.guards.get(tp))
     if result.error != ErrorCode.NONE:
         metrics.produce_failed(part.topic)
         log.info("rejected produce to %s-%d: %s %s", part.topic, index,
@@ -142,16 +161,19 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         ])
     prepared = [[_target(ctx, t, p) for p in t.partition_data] for t in request.topic_data]
     targets = [x for per_topic in prepared for x in per_topic if isinstance(x, Target)]
-    checks = await _transaction_checks(ctx, request.transactional_id, targets)
+    checked = await _transaction_checks(ctx, request.transactional_id, targets)
+    if ctx.turn is not None:  # the connection's earlier produce requests append first
+        await ctx.turn.reached()
     pending: Pending = []
     responses = [
         _topic_response(topic_data, [
-            _append(ctx, x, checks.get((x.part.topic, x.part.index), ErrorCode.NONE), acks, pending)
-            if isinstance(x, Target) else x
+            _append(ctx, x, checked, acks, pending) if isinstance(x, Target) else x
             for x in per_topic
         ])
         for topic_data, per_topic in zip(request.topic_data, prepared, strict=True)
     ]
+    if ctx.turn is not None:
+        ctx.turn.done()
     if pending:
         await _until_replicated(pending, request.timeout_ms)
     return R(responses=responses, throttle_time_ms=0)

@@ -42,7 +42,6 @@ class Shop:
         self.invoices = unique_topic("invoices")
         self.shipments = unique_topic("shipments")
         self.group = unique_topic("shop")
-        self.n = purchases
         admin = AdminClient({"bootstrap.servers": bootstrap})
         futures = admin.create_topics([
             NewTopic(self.purchases, self.purchase_partitions, replication),
@@ -51,14 +50,21 @@ class Shop:
         ], operation_timeout=20)
         for f in futures.values():
             f.result(timeout=30)
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
+        self.batch_size = batch_size
+        self.n = 0
+        self.add_purchases(purchases)
+
+    def add_purchases(self, count: int) -> None:
+        """`count` more purchases, numbered on from the last."""
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "acks": "all",
                       "enable.idempotence": True})
-        for i in range(purchases):
+        for i in range(self.n, self.n + count):
             p.produce(self.purchases, f"purchase-{i}".encode(), key=str(i).encode(),
                       partition=i % self.purchase_partitions)
-            if i % batch_size == batch_size - 1:
+            if i % self.batch_size == self.batch_size - 1:
                 p.poll(0)
         assert p.flush(60) == 0
+        self.n += count
 
     def processor(
         self, txn_id: str, env: dict[str, str] | None = None, java: str | None = None, **opts: Any

@@ -49,7 +49,10 @@ from tests.integration.wire import WireClient
 pytestmark = pytest.mark.integration
 
 INTERNAL_PARTITIONS = 5
-RECORDS = 20_000  # Kafka's TransactionsTest copies 100,000; a fifth keeps the suite short
+# Kafka's TransactionsTest copies 100,000 records; here 10,000 at first, then more keep coming
+# while brokers (or copiers) are bounced, so the copier is never idle when a bounce waits on it.
+RECORDS = 10_000
+FEED_CHUNK, FEED_INTERVAL_S = 300, 0.3
 TXN_STATE, OFFSETS = "__transaction_state", "__consumer_offsets"
 DESCRIBE_TRANSACTIONS, WRITE_TXN_MARKERS = 65, 27
 OVERRIDES = {
@@ -533,9 +536,9 @@ def test_transactions_system_test(cluster: Cluster, client: str, bounce: str) ->
     """Kafka's TransactionsTest: a 2-partition input copied by a transactional copier
     (consume -> produce -> sendOffsetsToTransaction -> commit, 500-750 records per
     transaction) into 3-partition outputs while brokers are bounced (kill -9 or clean) or
-    the copier is; a read_committed reader runs throughout. No duplicates, output == input,
-    the reader never saw a record the final output lacks, per-partition order, the group's
-    offsets at the input's end, LSO == HW."""
+    the copier is, the input growing meanwhile; a read_committed reader runs throughout.
+    No duplicates, output == input, the reader never saw a record the final output lacks,
+    per-partition order, the group's offsets at the input's end, LSO == HW."""
     java = None if client == "confluent" else client
     if java:
         require_java(java)
@@ -554,8 +557,17 @@ def test_transactions_system_test(cluster: Cluster, client: str, bounce: str) ->
     def committed() -> int:
         return sum(len(r.of("committed")) for r in runs)
 
+    feeding = threading.Event()
+
+    def feed() -> None:
+        while not feeding.is_set():
+            shop.add_purchases(FEED_CHUNK)
+            feeding.wait(FEED_INTERVAL_S)
+
+    feeder = threading.Thread(target=feed, daemon=True)
     try:
         runs[-1].wait_event("committed", 2, timeout=90)
+        feeder.start()
         if bounce == "copier":
             for _ in range(3):
                 before = committed()
@@ -568,15 +580,18 @@ def test_transactions_system_test(cluster: Cluster, client: str, bounce: str) ->
             events = ["copier killed 3 times"]
         else:
             events = bounce_brokers(cluster, committed, hard=bounce == "hard")
+        feeding.set()
+        feeder.join(30)
         for _ in range(5):
             if runs[-1].wait(240) == 0:
                 break
             runs.append(copier())
         assert runs[-1].proc.returncode == 0 and runs[-1].of("done"), runs[-1].transcript()
     finally:
+        feeding.set()
         reader.stop()
         kill_processors()
-    print(f"{client}/{bounce}: {events}; copier runs {len(runs)}, "
+    print(f"{client}/{bounce}: {events}; {shop.n} records; copier runs {len(runs)}, "
           f"transactions {committed()}, errors {[e.get('name') for r in runs for e in r.of('txn_error')]}")
 
     shop.assert_exactly_once(expect_aborted=False)

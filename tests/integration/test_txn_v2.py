@@ -43,10 +43,11 @@ from tests.integration.harness import (
     wait_until,
 )
 from tests.integration.tcp_proxy import KafkaProxy
-from tests.integration.wire import WireClient, build_batch, create_topic, produce_request
+from tests.integration.wire import WireClient, build_batch, create_topic, encode_body, produce_request
 
 FIND_COORDINATOR, LIST_OFFSETS, OFFSET_FETCH, ADD_OFFSETS, TXN_COMMIT, DESCRIBE_TXNS = 10, 2, 9, 25, 28, 65
-NONE, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 0, 47, 48
+NONE, NOT_ENOUGH_REPLICAS, OUT_OF_ORDER_SEQUENCE = 0, 19, 45
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 47, 48
 UNSTABLE_OFFSET_COMMIT, PRODUCER_FENCED, TRANSACTION_ABORTABLE = 88, 90, 120
 OFFSETS_TOPIC, TXN_STATE = "__consumer_offsets", "__transaction_state"
 OVERRIDES = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
@@ -88,14 +89,21 @@ class Txn:
         self.seq: dict[str, int] = {}
 
     def produce(self, topic: str, value: bytes, version: int = 12, epoch: int | None = None) -> int:
-        """Produce v12 (the Java client's v13 names the topic by id, otherwise the same)."""
+        """Produce v12 (the Java client's v13 names the topic by id, otherwise the same),
+        retried as clients do while the previous transaction's markers are being written
+        (CONCURRENT_TRANSACTIONS, which Produce answers as NOT_ENOUGH_REPLICAS)."""
         epoch = self.epoch if epoch is None else epoch
         seq = self.seq.get(topic, 0)
         batch = build_batch([value], producer_id=self.pid, producer_epoch=epoch, base_sequence=seq,
                             transactional=True)
-        answer = self.c.call(produce_request(topic, [(0, batch)], acks=-1, version=version,
-                                             transactional_id=self.tid), version)
-        error = int(answer.responses[0].partition_responses[0].error_code)
+        request = produce_request(topic, [(0, batch)], acks=-1, version=version, transactional_id=self.tid)
+
+        def attempt() -> tuple[int] | None:
+            answer = self.c.call(request, version)
+            error = int(answer.responses[0].partition_responses[0].error_code)
+            return None if error == NOT_ENOUGH_REPLICAS else (error,)
+
+        [error] = wait_until(attempt, timeout=10, msg=f"produce to {topic} past NOT_ENOUGH_REPLICAS")
         if error == NONE:
             self.seq[topic] = seq + 1
         return error
@@ -287,6 +295,72 @@ def test_old_produce_version_still_needs_add_partitions(client: WireClient) -> N
     assert client.log_end_offset(topic) == 0  # nothing appended
 
 
+def test_pipelined_produce_appends_in_request_order(
+    broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka reads a connection's next request only after answering the last, so a producer's
+    pipelined batches append in the order it sent them. Here requests are handled concurrently,
+    and Produce v12 adding a partition waits on a transaction log write (slowed down here, as a
+    replicated write is in a cluster): a later request that adds nothing must not append first,
+    or its sequence jumps ahead and the earlier batch can never be appended."""
+    monkeypatch.setenv("GREGOR_CRASH_POINTS", f"{TXN_STATE}-write@0.4")
+    b = broker_factory(OVERRIDES)
+    with WireClient(b.port) as c:
+        p, q = new_topic(c, "order-p"), new_topic(c, "order-q")
+        txn = Txn(c, "order-id")
+        assert txn.produce(p, b"p0") == NONE  # p is in the transaction, sequence 0 appended
+
+        def batch(value: bytes, seq: int) -> bytes:
+            return build_batch([value], producer_id=txn.pid, producer_epoch=txn.epoch,
+                               base_sequence=seq, transactional=True)
+
+        cls = REQUESTS[0]
+        data = cls.TopicProduceData
+        first = cls(transactional_id=txn.tid, acks=-1, timeout_ms=5000, topic_data=[
+            data(name=p, partition_data=[data.PartitionProduceData(index=0, records=batch(b"p1", 1))]),
+            data(name=q, partition_data=[data.PartitionProduceData(index=0, records=batch(b"q0", 0))]),
+        ])  # q joins the transaction: a (slow) transaction log write before appending
+        second = produce_request(p, [(0, batch(b"p2", 2))], acks=-1, version=12, transactional_id=txn.tid)
+        ids = [c.send_request(0, 12, encode_body(m, 12)) for m in (first, second)]
+        answers = [c.recv_response(0, 12, cid) for cid in ids]
+        errors = [(t.name, r.error_code) for a in answers for t in a.responses for r in t.partition_responses]
+        assert errors == [(p, NONE), (q, NONE), (p, NONE)]
+        assert txn.end(commit=True).error_code == NONE
+    assert [v for _, v in _records(b.partition_dir(p, 0))] == [b"p0", b"p1", b"p2"]
+
+
+def test_a_later_batch_cannot_overtake_one_whose_check_is_retried(
+    broker_factory: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's VerificationStateEntry: the first batch for partition r gets a retriable error
+    from its check (the coordinator is busy adding another partition); a later batch's check
+    then passes, but it is refused (OUT_OF_ORDER_SEQUENCE_NUMBER) until the first is appended.
+    Otherwise the later sequence would open r's transaction and the first could never follow."""
+    monkeypatch.setenv("GREGOR_CRASH_POINTS", f"{TXN_STATE}-write@0.4")
+    b = broker_factory(OVERRIDES)
+    with WireClient(b.port) as c:
+        q, r = new_topic(c, "busy-q"), new_topic(c, "busy-r")
+        txn = Txn(c, "busy-id")
+
+        def request(topic: str, value: bytes, seq: int) -> Any:
+            batch = build_batch([value], producer_id=txn.pid, producer_epoch=txn.epoch,
+                                base_sequence=seq, transactional=True)
+            return produce_request(topic, [(0, batch)], acks=-1, version=12, transactional_id=txn.tid)
+
+        def error_of(answer: Any) -> int:
+            return int(answer.responses[0].partition_responses[0].error_code)
+
+        # q's add is a (slow) transaction log write; r's check meanwhile finds the id busy
+        pipelined = (request(q, b"q0", 0), request(r, b"r0", 0))
+        ids = [c.send_request(0, 12, encode_body(m, 12)) for m in pipelined]
+        assert [error_of(c.recv_response(0, 12, cid)) for cid in ids] == [NONE, NOT_ENOUGH_REPLICAS]
+        assert error_of(c.call(request(r, b"r1", 1), 12)) == OUT_OF_ORDER_SEQUENCE  # r0 first
+        assert error_of(c.call(request(r, b"r0", 0), 12)) == NONE  # the retry
+        assert error_of(c.call(request(r, b"r1", 1), 12)) == NONE
+        assert txn.end(commit=True).error_code == NONE
+    assert [v for _, v in _records(b.partition_dir(r, 0))] == [b"r0", b"r1"]
+
+
 # -- TxnOffsetCommit ------------------------------------------------------------------------------
 
 
@@ -359,7 +433,9 @@ def test_txn_offset_commit_v5_of_a_fenced_epoch(client: WireClient) -> None:
     assert txn.produce(topic, b"output") == NONE
     assert txn.end(commit=True).error_code == NONE
     assert txn.commit_offsets(group, topic, 4, epoch=old_epoch) == INVALID_PRODUCER_EPOCH
-    assert txn.describe().transaction_state == "CompleteCommit"  # no transaction was opened
+    # no transaction was opened (the commit's markers may still be on their way)
+    wait_until(lambda: txn.describe().transaction_state == "CompleteCommit", timeout=10, msg="CompleteCommit")
+    assert txn.describe().transaction_state == "CompleteCommit"
     assert fetched_offset(client, group, topic, require_stable=False) == (-1, NONE)
 
 

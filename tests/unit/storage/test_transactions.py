@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import ErrorCode
-from protocol.record_batch import ControlType, iter_batches, parse_control_batch
+from protocol.record_batch import BatchHeader, ControlType, iter_batches, parse_control_batch
 from storage.index import AbortedTxn
 from storage.log import Log
 from storage.log_config import LogConfig
@@ -423,3 +423,74 @@ def test_manager_refuses_inconsistent_transaction_updates(tmp_path: Path) -> Non
     ps.on_high_watermark_updated(10)
     assert ps.first_unstable_offset() == 7
     assert ps.last_stable_offset_after(CompletedTxn(B, 7, 11, False)) == 12
+
+
+# -- transaction verification (KIP-890): the guard and the lowest sequence ----------------
+
+
+def txn_batch(pid: int, seq: int, epoch: int = 0) -> bytes:
+    return make_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                      transactional=True, timestamp=NOW)
+
+
+def verified_log(tmp_path: Path) -> Log:
+    log = open_log(tmp_path)
+    log.verify_transactions = True
+    return log
+
+
+def header_of(batch: bytes) -> BatchHeader:
+    return BatchHeader.parse(batch)
+
+
+def test_a_transaction_opens_only_with_the_guard_of_its_check(tmp_path: Path) -> None:
+    log = verified_log(tmp_path)
+    first = txn_batch(A, 0)
+    # no check started: refused
+    assert log.append_as_leader(first, 0, NOW).error == ErrorCode.INVALID_TXN_STATE
+    guard = log.start_verification(header_of(first), NOW)
+    assert guard is not None
+    assert log.append_as_leader(first, 0, NOW, verification=guard).error == ErrorCode.NONE
+    # the transaction is open: later batches need no check (and get no guard)
+    second = txn_batch(A, 1)
+    assert log.start_verification(header_of(second), NOW) is None
+    assert log.append_as_leader(second, 0, NOW).error == ErrorCode.NONE
+
+
+def test_a_marker_between_check_and_append_voids_the_guard(tmp_path: Path) -> None:
+    """The check was answered before the coordinator aborted; the abort's marker landed
+    first: the late batch must not open a transaction nobody will ever end."""
+    log = verified_log(tmp_path)
+    batch = txn_batch(A, 0)
+    guard = log.start_verification(header_of(batch), NOW)
+    assert log.append_txn_marker(A, 0, False, 0, 0, NOW).error == ErrorCode.NONE
+    result = log.append_as_leader(batch, 0, NOW, verification=guard)
+    assert result.error == ErrorCode.INVALID_TXN_STATE
+    assert log.ongoing_transactions() == []
+
+
+def test_a_later_sequence_waits_for_a_lower_one_still_being_checked(tmp_path: Path) -> None:
+    """Sequence 0's check failed with a retriable error and is retried; sequence 5's check
+    passed: 5 must not be appended first (a new producer's first sequence is otherwise free,
+    and 0 could then never be appended)."""
+    log = verified_log(tmp_path)
+    low, high = txn_batch(A, 0, epoch=1), txn_batch(A, 5, epoch=1)
+    log.start_verification(header_of(low), NOW)  # its check failed: no append
+    guard = log.start_verification(header_of(high), NOW)
+    result = log.append_as_leader(high, 0, NOW, verification=guard)
+    assert result.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    guard = log.start_verification(header_of(low), NOW)
+    assert log.append_as_leader(low, 0, NOW, verification=guard).error == ErrorCode.NONE
+    # a newer epoch starts over from its own sequence
+    newer = txn_batch(B, 3, epoch=1)
+    log.start_verification(header_of(newer), NOW)
+    guard = log.start_verification(header_of(txn_batch(B, 0, epoch=2)), NOW)
+    assert log.append_as_leader(txn_batch(B, 0, epoch=2), 0, NOW, verification=guard).error == ErrorCode.NONE
+
+
+def test_checks_whose_batch_never_came_expire_with_idle_producers(tmp_path: Path) -> None:
+    log = verified_log(tmp_path)
+    log.start_verification(header_of(txn_batch(A, 4)), NOW)
+    log.producer_state.remove_expired_producers(NOW + 1000, 1000)
+    guard = log.start_verification(header_of(txn_batch(A, 9)), NOW + 1000)
+    assert log.append_as_leader(txn_batch(A, 9), 0, NOW, verification=guard).error == ErrorCode.NONE
