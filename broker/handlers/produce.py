@@ -116,6 +116,8 @@ def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending
     if tp in checked.errors:
         metrics.produce_failed(part.topic)
         return _error(index, checked.errors[tp], "partition is not part of the ongoing transaction")
+    if not part.is_leader:  # lost while the request waited for its checks or its turn
+        return _error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no longer the partition's leader")
     if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
     result = ctx.broker.replicas.append(part, t.records, ctx.now_ms(), header=t.header,
