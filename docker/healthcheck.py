@@ -16,7 +16,8 @@ def listener_port() -> int:
     from broker.config import load_config
 
     overrides = [
-        f"{env_key(name[len(PREFIX):])}={value}" for name, value in os.environ.items() if name.startswith(PREFIX)
+        f"{env_key(name[len(PREFIX):])}={value}"
+        for name, value in os.environ.items() if name.startswith(PREFIX)
     ]
     config = load_config(Path(os.environ.get("GREGOR_CONFIG_FILE", "/etc/gregor/broker.yaml")), overrides)
     return config.listener.port

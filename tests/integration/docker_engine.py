@@ -96,7 +96,8 @@ def import_base_image() -> str:
     """BASE_IMAGE in the engine, imported from the cached debootstrap tar when missing."""
     if not (DEPS / "bookworm-minbase.tar").exists():
         pytest.fail(f"no base root file system in {DEPS}: run `make docker-deps`")
-    done = subprocess.run(["bash", str(SCRIPT), "import", str(DEPS), BASE_IMAGE], capture_output=True, text=True)
+    done = subprocess.run(["bash", str(SCRIPT), "import", str(DEPS), BASE_IMAGE],
+                          capture_output=True, text=True)
     assert done.returncode == 0, f"docker import failed: {done.stderr}"
     return BASE_IMAGE
 

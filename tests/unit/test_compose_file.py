@@ -66,7 +66,8 @@ def test_compose_accepts_the_file_and_each_broker_gets_a_valid_config() -> None:
         assert service["init"] is True and service["restart"] == "unless-stopped"
         assert service["network_mode"] == "service:net"
         assert "gregor-healthcheck" in " ".join(service["healthcheck"]["test"])
-        assert any(v["type"] == "volume" and v["target"] == "/var/lib/gregor/data" for v in service["volumes"])
+        data = [v for v in service["volumes"] if v["target"] == "/var/lib/gregor/data"]
+        assert [v["type"] for v in data] == ["volume"]
         broker = broker_config(service)
         node_ids.add(broker.node_id)
         # One listener: the address advertised is the one published on the host's loopback.
@@ -111,5 +112,7 @@ def test_entrypoint_turns_variables_into_overrides(fake_gregor: Path) -> None:
     assert args[:3] == ["broker", "--config", "/etc/x.yaml"]
     assert args[-2:] == ["--log-level", "DEBUG"]
     pairs = {args[i + 1] for i, a in enumerate(args) if a == "--override"}
-    assert pairs == {"node.id=7", "advertised.listeners=PLAINTEXT://host name:9092", "some_underscore-dash=a b"}
+    assert pairs == {
+        "node.id=7", "advertised.listeners=PLAINTEXT://host name:9092", "some_underscore-dash=a b",
+    }
     assert env_key("SOME__UNDERSCORE___DASH") == "some_underscore-dash"  # the healthcheck agrees
