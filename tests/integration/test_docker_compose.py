@@ -143,10 +143,11 @@ def leaders(cluster: ComposeCluster, topic: str) -> dict[int, int]:
     return {i: p.leader for i, p in metadata.topics[topic].partitions.items() if p.leader > 0}
 
 
-def transaction_coordinator(cluster: ComposeCluster, tid: str) -> int:
-    """FindCoordinator (key type 1) until answered: the node id of the transaction coordinator."""
+def transaction_coordinator(cluster: ComposeCluster, tid: str, via: int = 1) -> int:
+    """FindCoordinator (key type 1) sent to broker `via` until answered: the node id of the
+    transaction coordinator."""
     find = REQUESTS[FIND_COORDINATOR](version=3, key=tid, key_type=1)
-    with WireClient(cluster.ports[1]) as c:
+    with WireClient(cluster.ports[via]) as c:
         answer = wait_until(lambda: (r := c.call(find, 3)).error_code == 0 and r, timeout=30,
                             msg=f"coordinator of {tid}")
     return int(answer.node_id)
@@ -254,7 +255,7 @@ def test_exactly_once_through_a_docker_kill_of_the_coordinator_and_leader(cluste
         first_after = wait_commits(loop, killed_at, 5, f"with {service} killed")
         state = cluster.state(service)
         assert not state["Running"] and state["ExitCode"] == 137, state
-        new = transaction_coordinator(cluster, tid)
+        new = transaction_coordinator(cluster, tid, via=next(n for n in BROKERS if n != victim))
         assert new != victim and victim not in leaders(cluster, topic).values()
 
         cluster.compose("start", service)
