@@ -84,7 +84,7 @@ case "$ACTION" in
         install_packages
         install_compose "${3:-python3}"
         build_rootfs
-        touch "$DEST/.installed"
+        touch "$DEST/.compose" "$DEST/.installed"
         ;;
     compose)
         mkdir -p "$DEST"
