@@ -16,6 +16,7 @@ import json
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class ComposeCluster:
     env: dict[str, str]
     files: list[Path]
     ports: dict[int, int]  # node id -> published (and advertised) port
+    metrics_ports: dict[int, int]
 
     @property
     def bootstrap(self) -> str:
@@ -96,13 +98,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeCluster
     with running_engine(tmp / "dockerd.log"):
         base = import_base_image()
         ports = {n: free_port() for n in BROKERS}
+        metrics_ports = {n: free_port() for n in BROKERS}
         env = compose_env(
             GREGOR_BASE_IMAGE=base, GREGOR_DEBIAN_IMAGE=base, GREGOR_EXTRA_CA_CERTS=local_ca_certs(),
             **{f"GREGOR_BROKER_{n}_PORT": str(p) for n, p in ports.items()},
-            **{f"GREGOR_METRICS_{n}_PORT": str(free_port()) for n in BROKERS},
+            **{f"GREGOR_METRICS_{n}_PORT": str(p) for n, p in metrics_ports.items()},
         )
         files = [ROOT / "docker-compose.yml", override_file(tmp / "test-settings.yml")]
-        c = ComposeCluster(f"gregor-it-{uuid.uuid4().hex[:6]}", env, files, ports)
+        c = ComposeCluster(f"gregor-it-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
         try:
             c.compose("build", timeout=600)
             c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
@@ -124,6 +127,8 @@ def test_up_creates_the_example_topics_across_three_brokers(cluster: ComposeClus
         assert all(sorted(p.replicas) == list(BROKERS) for p in partitions)
     for n in BROKERS:
         assert cluster.state(f"broker-{n}")["Health"]["Status"] == "healthy"
+        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_ports[n]}/metrics", timeout=10) as r:
+            assert b"kafka_network_requestmetrics_requests_total" in r.read()
 
 
 # -- exactly once through a docker kill ------------------------------------------------------
@@ -278,3 +283,17 @@ def test_exactly_once_through_a_docker_kill_of_the_coordinator_and_leader(cluste
     print(f"{service} killed: {len(loop.committed) // 9} transactions committed, "
           f"{len(loop.aborted) // 9} aborted; first commit {first_after - killed_at:.1f} s after the kill; "
           f"coordinator {victim} -> {new}")
+
+
+def test_sigterm_stops_a_broker_cleanly(cluster: ComposeCluster) -> None:
+    """`compose stop`: SIGTERM reaches the broker (init, exec form), which shuts down cleanly and
+    comes back healthy with its data."""
+    cluster.compose("stop", "--timeout", "30", "broker-2")
+    state = cluster.state("broker-2")
+    assert not state["Running"] and state["ExitCode"] == 0, state
+    assert "broker 2 stopped cleanly" in cluster.logs("broker-2", 20)
+    cluster.compose("start", "broker-2")
+    wait_until(lambda: cluster.state("broker-2")["Health"]["Status"] == "healthy", timeout=60,
+               interval=0.5, msg="broker-2 healthy again")
+    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("orders", timeout=20)
+    assert 2 in metadata.brokers
