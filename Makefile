@@ -5,12 +5,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed .deps/java4/.installed
 ETCD := .deps/etcd/.installed
+DOCKER_DEPS := .deps/docker/.installed
+COMPOSE := .deps/docker/.compose
 CONFIG ?= config/broker.yaml
 DATA ?= data
 
 ARGS ?=
 
-.PHONY: run kcat cluster cluster-stop test unit integration lint bench venv java-deps etcd clean clean-data
+.PHONY: run kcat cluster cluster-stop test unit integration lint bench venv java-deps etcd docker-deps clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +36,16 @@ $(ETCD): scripts/etcd.sh
 
 etcd: $(ETCD)
 
+# The docker-compose tests: Docker Compose v2 (unit test), and Debian's docker.io and
+# debootstrap plus a cached debootstrap base image (integration test); scripts/docker-engine.sh.
+$(COMPOSE): scripts/docker-engine.sh | $(STAMP)
+	bash scripts/docker-engine.sh compose .deps/docker $(PY)
+
+$(DOCKER_DEPS): scripts/docker-engine.sh | $(STAMP)
+	bash scripts/docker-engine.sh install .deps/docker $(PY)
+
+docker-deps: $(STAMP) $(DOCKER_DEPS)
+
 # ARGS: more `gregor broker` options, e.g. ARGS="--override listeners=PLAINTEXT://127.0.0.1:9093".
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG) $(ARGS)
@@ -49,13 +61,13 @@ cluster: $(STAMP) $(ETCD)
 cluster-stop:
 	bash scripts/cluster.sh stop $(VENV) .deps/etcd/etcd
 
-test: $(STAMP) $(JAVA_DEPS) $(ETCD)
+test: $(STAMP) $(JAVA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS)
 	$(PY) -m pytest -q tests
 
-unit: $(STAMP)
+unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(ETCD)
+integration: $(STAMP) $(JAVA_DEPS) $(ETCD) $(DOCKER_DEPS)
 	$(PY) -m pytest -q tests/integration
 
 lint: $(STAMP)

@@ -1,0 +1,118 @@
+"""docker-compose.yml is accepted by Docker Compose (`compose config`, no engine needed), and
+what it gives each broker is a valid Gregor config; the image's entrypoint turns
+GREGOR_OVERRIDE_* variables into --override options with Kafka's image naming."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.config import load_config
+from tests.integration.docker_engine import compose_command
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKERS = ("broker-1", "broker-2", "broker-3")
+PREFIX = "GREGOR_OVERRIDE_"
+
+
+def compose_config(**env: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [*compose_command(), "-f", str(ROOT / "docker-compose.yml"), "-p", "gregor-unit", "config",
+         "--format", "json"],
+        capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT, timeout=60,
+    )
+    assert done.returncode == 0, f"compose config refused docker-compose.yml: {done.stderr}"
+    config: dict[str, Any] = json.loads(done.stdout)
+    return config
+
+
+def healthcheck_module() -> Any:
+    """docker/healthcheck.py, whose env_key() reads the variables as the entrypoint does."""
+    spec = importlib.util.spec_from_file_location("gregor_healthcheck", ROOT / "docker" / "healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+env_key = healthcheck_module().env_key
+
+
+def broker_config(service: dict[str, Any]) -> Any:
+    overrides = [f"{env_key(k[len(PREFIX):])}={v}" for k, v in service["environment"].items()
+                 if k.startswith(PREFIX)]
+    return load_config(ROOT / "docker" / "cluster.yaml", overrides)
+
+
+def published(config: dict[str, Any]) -> set[tuple[str, int, int]]:
+    return {(p["host_ip"], int(p["published"]), int(p["target"])) for p in config["services"]["net"]["ports"]}
+
+
+def test_compose_accepts_the_file_and_each_broker_gets_a_valid_config() -> None:
+    config = compose_config()
+    services = config["services"]
+    assert set(services) == {"net", "etcd", *BROKERS, "topics"}
+    ports = published(config)
+    node_ids = set()
+    for name in BROKERS:
+        service = services[name]
+        assert service["init"] is True and service["restart"] == "unless-stopped"
+        assert service["network_mode"] == "service:net"
+        assert "gregor-healthcheck" in " ".join(service["healthcheck"]["test"])
+        data = [v for v in service["volumes"] if v["target"] == "/var/lib/gregor/data"]
+        assert [v["type"] for v in data] == ["volume"]
+        broker = broker_config(service)
+        node_ids.add(broker.node_id)
+        # One listener: the address advertised is the one published on the host's loopback.
+        assert broker.advertised.host == "127.0.0.1"
+        assert ("127.0.0.1", broker.advertised.port, broker.listener.port) in ports
+        assert broker.advertised.port == broker.listener.port
+        assert broker["metadata.store"].startswith("etcd://127.0.0.1:2379")
+        assert broker["default.replication.factor"] == 3 and broker["min.insync.replicas"] == 2
+    assert node_ids == {1, 2, 3}
+    assert all(p[0] == "127.0.0.1" for p in ports), "only the host's loopback is published"
+
+
+def test_ports_and_base_image_are_settable() -> None:
+    config = compose_config(GREGOR_BROKER_2_PORT="19193", GREGOR_BASE_IMAGE="local-base:1")
+    assert ("127.0.0.1", 19193, 19193) in published(config)
+    broker = broker_config(config["services"]["broker-2"])
+    assert broker.listener.port == 19193 and broker.advertised.port == 19193
+    assert config["services"]["net"]["build"]["args"]["BASE"] == "local-base:1"
+
+
+@pytest.fixture
+def fake_gregor(tmp_path: Path) -> Path:
+    """A `gregor` on PATH that prints its arguments, one a line."""
+    script = tmp_path / "gregor"
+    script.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return tmp_path
+
+
+def test_entrypoint_turns_variables_into_overrides(fake_gregor: Path) -> None:
+    env = {
+        "PATH": f"{fake_gregor}:/usr/bin:/bin",
+        "GREGOR_CONFIG_FILE": "/etc/x.yaml",
+        "GREGOR_OVERRIDE_NODE_ID": "7",
+        "GREGOR_OVERRIDE_ADVERTISED_LISTENERS": "PLAINTEXT://host name:9092",
+        "GREGOR_OVERRIDE_SOME__UNDERSCORE___DASH": "a b",
+    }
+    done = subprocess.run(["sh", str(ROOT / "docker" / "entrypoint.sh"), "--log-level", "DEBUG"],
+                          capture_output=True, text=True, env=env, timeout=30)
+    assert done.returncode == 0, done.stderr
+    args = done.stdout.splitlines()
+    assert args[:3] == ["broker", "--config", "/etc/x.yaml"]
+    assert args[-2:] == ["--log-level", "DEBUG"]
+    pairs = {args[i + 1] for i, a in enumerate(args) if a == "--override"}
+    assert pairs == {
+        "node.id=7", "advertised.listeners=PLAINTEXT://host name:9092", "some_underscore-dash=a b",
+    }
+    assert env_key("SOME__UNDERSCORE___DASH") == "some_underscore-dash"  # the healthcheck agrees
