@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,21 +151,44 @@ class Dirs:
 
 @dataclass(frozen=True)
 class Listeners:
-    """One PLAINTEXT listener, `PLAINTEXT://host:port` (a one-item YAML list is fine)."""
+    """Named listeners, `NAME://host:port`, comma-separated or a YAML list, each name once.
+    The names' protocols come from `listener.security.protocol.map` (checked across keys)."""
 
     optional: bool = False
-    expected: str = "one listener of the form PLAINTEXT://host:port"
+    expected: str = "listeners of the form NAME://host:port, e.g. PLAINTEXT://127.0.0.1:9092"
 
     def __call__(self, value: Any) -> str:
         items = _items(value)
         if items is None or (not items and not self.optional):
             raise ValueError(self.expected)
-        if len(items) > 1:
-            raise ValueError(self.expected, "several listeners are not supported yet")
+        names: set[str] = set()
         for item in items:
             problem = listener_problem(item)
             if problem:
                 raise ValueError(self.expected, problem)
+            name = listener_name(item)
+            if name in names:
+                raise ValueError(self.expected, f"listener {name} named twice")
+            names.add(name)
+        return ",".join(items)
+
+
+@dataclass(frozen=True)
+class ProtocolMap:
+    """`NAME:PROTOCOL` pairs; Gregor serves PLAINTEXT only."""
+
+    expected: str = "NAME:PLAINTEXT pairs, comma-separated"
+
+    def __call__(self, value: Any) -> str:
+        items = _items(value)
+        if not items:
+            raise ValueError(self.expected)
+        for item in items:
+            name, sep, protocol = item.partition(":")
+            if not sep or not _LISTENER_NAME.fullmatch(name):
+                raise ValueError(self.expected, f"{item!r} is not NAME:PROTOCOL")
+            if protocol.upper() != "PLAINTEXT":
+                raise ValueError(self.expected, f"{protocol.upper()}: only PLAINTEXT listeners are supported")
         return ",".join(items)
 
 
@@ -222,9 +246,17 @@ _NON_NEGATIVE_LONG = _long(0)
 KEYS: dict[str, Key] = {
     "node.id": Key(_NON_NEGATIVE, 1, "This broker's id; must match `meta.properties` in the log dirs."),
     "listeners": Key(Listeners(), "PLAINTEXT://127.0.0.1:9092",
-                     "Where the broker listens: one `PLAINTEXT://host:port`."),
+                     "Where the broker listens: `NAME://host:port`, one or more (e.g. one for other "
+                     "containers, one for the host)."),
     "advertised.listeners": Key(Listeners(optional=True), "",
-                                "The address clients are told to connect to; empty: `listeners`."),
+                                "The addresses clients are told to connect to, by listener name: a client "
+                                "gets the brokers' addresses of the listener it connected to; empty: "
+                                "`listeners`."),
+    "listener.security.protocol.map": Key(ProtocolMap(), "PLAINTEXT:PLAINTEXT",
+                                          "Each listener name's protocol (`NAME:PLAINTEXT`; a listener "
+                                          "named PLAINTEXT needs no entry)."),
+    "inter.broker.listener.name": Key(Text(), "", "The listener other brokers connect to (replication, "
+                                      "forwarding, markers); empty: the first of `listeners`."),
     "log.dirs": Key(Dirs(), "./data", "Data directories (comma-separated or a YAML list); each is locked "
                     "by one broker at a time (`.lock`)."),
     "log.dir": Key(Dirs(), "", "Used when `log.dirs` is not set (Kafka's precedence)."),
@@ -408,23 +440,44 @@ class BrokerConfig:
         return [Path(p.strip()) for p in str(raw).split(",") if p.strip()]
 
     @property
+    def listeners(self) -> dict[str, Listener]:
+        """Where the broker listens, by listener name, in the order configured."""
+        return parse_listeners("listeners", self.values["listeners"])
+
+    @property
+    def advertised_listeners(self) -> dict[str, Listener]:
+        raw = self.values["advertised.listeners"]
+        return parse_listeners("advertised.listeners", raw) if raw else self.listeners
+
+    @property
+    def inter_broker_listener(self) -> str:
+        return str(self.values["inter.broker.listener.name"]).upper() or next(iter(self.listeners))
+
+    @property
     def listener(self) -> Listener:
-        return parse_listener("listeners", self.values["listeners"])
+        """The inter-broker listener."""
+        return self.listeners[self.inter_broker_listener]
 
     @property
     def advertised(self) -> Listener:
-        raw = self.values["advertised.listeners"]
-        return parse_listener("advertised.listeners", raw) if raw else self.listener
+        """The inter-broker listener's advertised address (what the broker registers)."""
+        return self.advertised_listeners[self.inter_broker_listener]
+
+
+_LISTENER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def listener_name(text: str) -> str:
+    return text.split("://", 1)[0].upper()
 
 
 def listener_problem(text: str) -> str | None:
     """What is wrong with one listener string, or None."""
     if "://" not in text:
-        return f"no scheme: write PLAINTEXT://{text}"
-    url = urlparse(text)
-    if url.scheme.upper() != "PLAINTEXT":
-        return f"{url.scheme.upper()}: only PLAINTEXT listeners are supported"
-    return _port_problem(url)
+        return f"no listener name: write PLAINTEXT://{text}"
+    if not _LISTENER_NAME.fullmatch(text.split("://", 1)[0]):
+        return f"{text.split('://', 1)[0]!r} is not a listener name"
+    return _port_problem(urlparse(text))
 
 
 def _port_problem(url: ParseResult) -> str | None:
@@ -458,14 +511,16 @@ def parse_http_listener(text: str) -> Listener | None:
     return Listener(url.hostname or "0.0.0.0", url.port)
 
 
-def parse_listener(key: str, text: str) -> Listener:
-    first = text.split(",")[0].strip()
-    problem = listener_problem(first)
-    if problem:
-        raise ConfigError(f"{key}: {first!r}: {problem}")
-    url = urlparse(first)
-    assert url.port is not None
-    return Listener(url.hostname or "0.0.0.0", url.port)
+def parse_listeners(key: str, text: str) -> dict[str, Listener]:
+    found: dict[str, Listener] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        problem = listener_problem(item)
+        if problem:
+            raise ConfigError(f"{key}: {item!r}: {problem}")
+        url = urlparse(item)
+        assert url.port is not None
+        found[listener_name(item)] = Listener(url.hostname or "0.0.0.0", url.port)
+    return found
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -513,7 +568,7 @@ def build_config(raw: Mapping[str, Any], overrides: Mapping[str, str] = {}) -> B
 
 def _check(config: BrokerConfig) -> None:
     """Rules that involve more than one key."""
-    config.listener  # noqa: B018 - parse errors surface here
+    _check_listeners(config)
     dirs = [d.resolve() for d in config.log_dirs]
     if len(set(dirs)) < len(dirs):
         raise ConfigError(f"log.dirs names the same directory twice: {', '.join(map(str, config.log_dirs))}")
@@ -522,11 +577,32 @@ def _check(config: BrokerConfig) -> None:
         raise ConfigError(
             f"group.max.session.timeout.ms ({high}) must be \u2265 group.min.session.timeout.ms ({low})"
         )
-    if config.advertised.host in ("0.0.0.0", "::"):
-        raise ConfigError(
-            f"advertised.listeners: clients cannot connect to {config.advertised.host}; "
-            "set advertised.listeners to an address they can reach"
-        )
+
+
+def _check_listeners(config: BrokerConfig) -> None:
+    """Every listener's name has a protocol, every advertised one exists, the inter-broker
+    one is advertised, and nothing advertises an address no client can reach."""
+    names = list(config.listeners)
+    mapped = {item.split(":")[0].upper() for item in str(config["listener.security.protocol.map"]).split(",")}
+    for name in names:
+        if name in ("SSL", "SASL_PLAINTEXT", "SASL_SSL") and name not in mapped:
+            raise ConfigError(f"listeners: {name}: only PLAINTEXT listeners are supported")
+        if name != "PLAINTEXT" and name not in mapped:
+            raise ConfigError(f"listeners: {name} has no protocol in listener.security.protocol.map "
+                              f"(add {name}:PLAINTEXT)")
+    advertised = config.advertised_listeners
+    for name, at in advertised.items():
+        if name not in names:
+            raise ConfigError(f"advertised.listeners: {name} is not one of listeners ({', '.join(names)})")
+        if at.host in ("0.0.0.0", "::"):
+            raise ConfigError(
+                f"advertised.listeners: clients cannot connect to {at.host}; "
+                "set advertised.listeners to an address they can reach"
+            )
+    inter = config.inter_broker_listener
+    if inter not in names or inter not in advertised:
+        raise ConfigError(f"inter.broker.listener.name: {inter} is not an advertised listener "
+                          f"({', '.join(advertised)})")
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

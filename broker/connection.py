@@ -57,9 +57,11 @@ class Acks0Failed(Exception):
 
 class Connection:
     def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        listener: str = "PLAINTEXT",
     ) -> None:
         self.broker = broker
+        self.listener = listener  # the name of the listener the client connected to
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
@@ -150,7 +152,7 @@ class Connection:
         turn = None
         if handler.api_key == PRODUCE:
             turn = self.last_produce = AppendTurn(self.last_produce)
-        ctx = RequestContext(self.broker, header, self.host, turn)
+        ctx = RequestContext(self.broker, header, self.host, turn, self.listener)
         answer = not (handler.api_key == PRODUCE and request.acks == 0)  # acks=0: no response
         return asyncio.create_task(self._respond(ctx, handler, request, answer, received))
 

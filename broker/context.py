@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from protocol.headers import RequestHeader
 
 if TYPE_CHECKING:
+    from broker.cluster.view import BrokerInfo
     from broker.server import Broker
 
 
@@ -47,6 +48,12 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     turn: AppendTurn | None = None  # produce requests only
+    listener: str = "PLAINTEXT"  # the listener the request came in on
+
+    def brokers(self) -> list[BrokerInfo]:
+        """The live brokers at the addresses of this request's listener (Metadata,
+        DescribeCluster, FindCoordinator): a client on the host gets host addresses."""
+        return [b for b in (x.on(self.listener) for x in self.broker.view.brokers()) if b is not None]
 
     @property
     def version(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -66,8 +67,10 @@ class Broker:
         dirs = config.log_dirs
         holder = f"pid={os.getpid()} node.id={config.node_id} listener={config['listeners']}"
         locks = lock_log_dirs(dirs, holder)  # before anything reads or writes the dirs
-        listener = config.listener
-        self._socket = bind_listener(config["listeners"], listener.host, listener.port)
+        self._sockets = {
+            name: bind_listener(f"{name}://{at.host}:{at.port}", at.host, at.port)
+            for name, at in config.listeners.items()
+        }
         metrics_socket = _bind_metrics(config["metrics.listener"])
         self.store = LocalMetadataStore(dirs[0])
         self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
@@ -95,7 +98,7 @@ class Broker:
         self.authorizer: Authorizer = AllowAllAuthorizer()
         self.transactions = TransactionCoordinator(self)
         self.groups = GroupCoordinator(self)
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
         self.metrics = BrokerMetrics(self, metrics_socket)
@@ -126,13 +129,16 @@ class Broker:
             store = self.cluster.store
             return ClusterView(lambda: store.image)
         ad = self.config.advertised
-        me = BrokerInfo(self.node_id, ad.host, ad.port, self.config["broker.rack"] or None)
+        me = BrokerInfo(self.node_id, ad.host, ad.port, self.config["broker.rack"] or None, self._endpoints())
 
         def epoch_of(topic: str, index: int) -> int:
             part = self.replicas.partition(topic, index)
             return part.leader_epoch if part is not None else 0
 
         return SingleNodeView(me, epoch_of)
+
+    def _endpoints(self) -> tuple[tuple[str, str, int], ...]:
+        return tuple((name, at.host, at.port) for name, at in self.config.advertised_listeners.items())
 
     @property
     def connection_count(self) -> int:
@@ -151,29 +157,41 @@ class Broker:
         await self.metrics.start()
         if self.cleaner.config.enable:
             self.cleaner.start(asyncio.get_running_loop())
-        listener = self.config.listener
-        self._server = await asyncio.start_server(self._on_connect, sock=self._socket, limit=2**16)
-        advertised = self.config.advertised
+        for name, sock in self._sockets.items():
+            on_connect = functools.partial(self._on_connect, name)
+            self._servers.append(await asyncio.start_server(on_connect, sock=sock, limit=2**16))
         log.info(
-            "broker %d serving on %s:%d (advertised %s:%d), cluster %s, data in %s",
-            self.node_id, listener.host, listener.port, advertised.host, advertised.port,
+            "broker %d serving on %s, cluster %s, data in %s", self.node_id, self._describe_listeners(),
             self.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
         )
+
+    def _describe_listeners(self) -> str:
+        """e.g. "127.0.0.1:9092 (advertised 127.0.0.1:9092)", names added when there are several."""
+        listeners, advertised = self.config.listeners, self.config.advertised_listeners
+        parts = []
+        for name, at in listeners.items():
+            ad = advertised.get(name)
+            shown = f"{at.host}:{at.port} (advertised {ad.host}:{ad.port})" if ad else f"{at.host}:{at.port}"
+            parts.append(shown if len(listeners) == 1 else f"{name} {shown}")
+        return ", ".join(parts)
 
     async def _join_cluster(self, cluster: ClusterMembership) -> None:
         """Register, reserve producer ids, then take the partitions the image gives this broker."""
         advertised = self.config.advertised
-        await cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None)
+        await cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None,
+                               self._endpoints())
         assert self._prefetched is not None and self.roles is not None
         await self._prefetched.start()
         self.roles.start()
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connect(
+        self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         metrics.connection_opened()
-        connection = Connection(self, reader, writer)
+        connection = Connection(self, reader, writer, listener)
         if connection.debug:
             request_log.opened(connection.peer)
         try:
@@ -214,8 +232,8 @@ class Broker:
     async def stop(self) -> None:
         """Each step is bounded, so a stuck one cannot keep the logs from closing cleanly."""
         log.info("broker %d shutting down", self.node_id)
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         steps: list[tuple[str, Awaitable[Any]]] = [

@@ -36,11 +36,14 @@ class BrokerRegistration:
     port: int
     rack: str | None = None
     incarnation: str = ""  # new for every process start, as Kafka's incarnation id
+    # Every advertised listener: (name, host, port); host/port above are the inter-broker one.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "node_id": self.node_id, "host": self.host, "port": self.port,
             "rack": self.rack, "incarnation": self.incarnation,
+            "endpoints": [list(e) for e in self.endpoints],
         }
 
     @classmethod
@@ -48,6 +51,7 @@ class BrokerRegistration:
         return cls(
             NodeId(int(data["node_id"])), str(data["host"]), int(data["port"]),
             data.get("rack"), str(data.get("incarnation", "")),
+            tuple((str(n), str(h), int(p)) for n, h, p in data.get("endpoints", [])),
         )
 
 

@@ -51,9 +51,12 @@ class ClusterMembership:
             )
         return cls(store, NodeId(node_id), cluster_id, balancing)
 
-    async def register(self, host: str, port: int, rack: str | None) -> None:
-        """Register under a lease (NodeIdInUse if taken), then take part in controller elections."""
-        registration = BrokerRegistration(self.node_id, host, port, rack, uuid.uuid4().hex)
+    async def register(
+        self, host: str, port: int, rack: str | None, endpoints: tuple[tuple[str, str, int], ...] = ()
+    ) -> None:
+        """Register under a lease (NodeIdInUse if taken), then take part in controller elections.
+        `host`/`port`: where other brokers connect; `endpoints`: every advertised listener."""
+        registration = BrokerRegistration(self.node_id, host, port, rack, uuid.uuid4().hex, endpoints)
         await self.store.register(registration)
         log.info("broker %d registered in cluster %s (%s:%d, rack %s)",
                  self.node_id, self.cluster_id, host, port, rack)

@@ -16,12 +16,29 @@ from broker.cluster.image import NO_LEADER, ClusterImage
 NO_CONTROLLER = -1
 
 
+Endpoint = tuple[str, str, int]  # listener name, advertised host, port
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
+    """A broker as clients see it: `host`/`port` of its inter-broker listener, and every
+    advertised listener in `endpoints`."""
+
     node_id: int
     host: str
     port: int
     rack: str | None
+    endpoints: tuple[Endpoint, ...] = ()
+
+    def on(self, listener: str) -> BrokerInfo | None:
+        """The broker as a client connected to `listener` must reach it: that listener's
+        address; None when the broker does not advertise it (Kafka leaves it out)."""
+        if not self.endpoints:
+            return self
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return BrokerInfo(self.node_id, host, port, self.rack)
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +88,10 @@ class ClusterView:
 
     def brokers(self) -> list[BrokerInfo]:
         image = self._image()
-        return [BrokerInfo(r.node_id, r.host, r.port, r.rack) for _, r in sorted(image.brokers.items())]
+        return [
+            BrokerInfo(r.node_id, r.host, r.port, r.rack, r.endpoints)
+            for _, r in sorted(image.brokers.items())
+        ]
 
     def controller_id(self) -> int:
         controller = self._image().controller

@@ -23,10 +23,10 @@ D = DescribeClusterResponse
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _brokers(broker: Broker) -> list[Any]:
+def _brokers(ctx: RequestContext) -> list[Any]:
     return [
         M.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-        for b in broker.view.brokers()
+        for b in ctx.brokers()
     ]
 
 
@@ -92,7 +92,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         _add_topic_operations(ctx, topics)
     asks_cluster = 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations
     return M(
-        throttle_time_ms=0, brokers=_brokers(broker), cluster_id=broker.cluster_id,
+        throttle_time_ms=0, brokers=_brokers(ctx), cluster_id=broker.cluster_id,
         controller_id=broker.view.controller_id(), topics=topics, error_code=ErrorCode.NONE,
         authorized_operations=cluster_operations(ctx) if asks_cluster else NOT_PROVIDED,
     )
@@ -114,7 +114,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         authorized_operations=cluster_operations(ctx) if asks else NOT_PROVIDED,
         cluster_id=broker.cluster_id, controller_id=broker.view.controller_id(),
         brokers=[D.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
-                                         rack=b.rack, is_fenced=False) for b in broker.view.brokers()],
+                                         rack=b.rack, is_fenced=False) for b in ctx.brokers()],
     )
 
 

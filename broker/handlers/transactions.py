@@ -48,7 +48,7 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCod
     topic, index = edge.coordinator_partition(key)
     info = ctx.broker.view.partition(topic, index)
     leader = info.leader if info is not None else -1
-    found = next((b for b in ctx.broker.view.brokers() if b.node_id == leader), None)
+    found = next((b for b in ctx.brokers() if b.node_id == leader), None)
     return (ErrorCode.NONE, found) if found is not None else (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
 
 

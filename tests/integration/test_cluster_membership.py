@@ -15,10 +15,13 @@ import pytest
 from broker.cluster.address import EtcdAddress
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ClusterImage
+from protocol.messages import REQUESTS
 from tests.integration.etcd import EtcdProcess
-from tests.integration.harness import BrokerFactory, BrokerProcess, BrokerStartError, free_port
+from tests.integration.harness import BrokerFactory, BrokerProcess, BrokerStartError, free_port, wait_until
+from tests.integration.wire import WireClient
 
 SESSION_MS = 2000
+FIND_COORDINATOR, DESCRIBE_CLUSTER = 10, 60
 DEATH_S = 10.0
 
 
@@ -133,3 +136,44 @@ async def test_brokers_stay_registered_across_an_etcd_restart(
             await store.close()
     finally:
         server.close()
+
+
+async def test_each_listener_tells_its_own_addresses(
+    broker_factory: BrokerFactory, store_url: str, observer: EtcdMetadataStore
+) -> None:
+    """Two listeners per broker, as Kafka's container images have: INTERNAL (other brokers,
+    other containers) and HOST (advertised under another name). A client gets the brokers'
+    addresses of the listener it connected to, in Metadata, DescribeCluster and
+    FindCoordinator; the brokers replicate over the inter-broker listener."""
+    host_ports = {1: free_port(), 2: free_port()}
+    brokers = []
+    for node, host in host_ports.items():
+        internal = free_port()
+        brokers.append(broker_factory(cluster_overrides(store_url, **{
+            "listeners": f"INTERNAL://127.0.0.1:{internal},HOST://127.0.0.1:{host}",
+            "advertised.listeners": f"INTERNAL://127.0.0.1:{internal},HOST://localhost:{host}",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,HOST:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "default.replication.factor": 2,
+        }), node_id=node, port=internal))
+    image = await until(observer, lambda i: set(i.brokers) == {1, 2})
+    assert image.brokers[2].port == brokers[1].port  # other brokers connect to INTERNAL
+    views = {
+        brokers[0].port: {(b.node_id, "127.0.0.1", b.port) for b in brokers},
+        host_ports[1]: {(node, "localhost", port) for node, port in host_ports.items()},
+    }
+    for port, expected in views.items():
+        with WireClient(port) as c:
+            assert {(b.node_id, b.host, b.port) for b in c.metadata(None, version=9).brokers} == expected
+            described = c.call(REQUESTS[DESCRIBE_CLUSTER](include_cluster_authorized_operations=False), 0)
+            assert {(b.broker_id, b.host, b.port) for b in described.brokers} == expected
+            ask = REQUESTS[FIND_COORDINATOR](key_type=0, coordinator_keys=["g"])
+            found = wait_until(
+                lambda c=c, ask=ask: (f := c.call(ask, 4).coordinators[0]).error_code == 0 and f, msg="coordinator"
+            )
+            assert (found.node_id, found.host, found.port) in expected
+    # replicated over INTERNAL: a topic of replication factor 2 gets an ISR of both
+    topic = f"two-listeners-{uuid.uuid4().hex[:6]}"
+    with WireClient(host_ports[1]) as c:
+        assert c.metadata([topic], version=4, auto_create=True).topics[0].error_code in (0, 5)
+    await until(observer, lambda i: any(t == topic and len(s.isr) == 2 for (t, _), s in i.partitions.items()))

@@ -45,6 +45,24 @@ def test_listener_and_advertised_listener() -> None:
     assert one_item_list.listener.port == 9095
 
 
+def test_named_listeners_one_per_network() -> None:
+    """As Kafka's images: one listener for the containers' network, one for the host; other
+    brokers use the inter-broker one."""
+    config = build_config({
+        "listeners": "INTERNAL://0.0.0.0:19092,EXTERNAL://0.0.0.0:9092",
+        "advertised.listeners": "INTERNAL://broker-1:19092,EXTERNAL://127.0.0.1:9192",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+    })
+    assert list(config.listeners) == ["INTERNAL", "EXTERNAL"]
+    assert (config.advertised.host, config.advertised.port) == ("broker-1", 19092)
+    assert config.advertised_listeners["EXTERNAL"].port == 9192
+    # without inter.broker.listener.name: the first listener
+    first = build_config({"listeners": "A://127.0.0.1:1,B://127.0.0.1:2",
+                          "listener.security.protocol.map": "A:PLAINTEXT,B:PLAINTEXT"})
+    assert first.inter_broker_listener == "A" and first.listener.port == 1
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -55,14 +73,22 @@ def test_listener_and_advertised_listener() -> None:
         ({"num.partitions": True}, "num.partitions must be an integer \u2265 1, got True"),
         ({"num.partitions": 2**31}, "num.partitions must be an integer \u2265 1 and \u2264 2147483647"),
         ({"auto.create.topics.enable": "perhaps"}, "auto.create.topics.enable must be true or false"),
-        ({"listeners": "SSL://127.0.0.1:9093"},
-         "listeners must be one listener of the form PLAINTEXT://host:port, got 'SSL://127.0.0.1:9093' "
+        ({"listeners": "SSL://127.0.0.1:9093"}, "listeners: SSL: only PLAINTEXT listeners are supported"),
+        ({"listener.security.protocol.map": "PLAINTEXT:SSL"},
+         "listener.security.protocol.map must be NAME:PLAINTEXT pairs, comma-separated, got 'PLAINTEXT:SSL' "
          "(SSL: only PLAINTEXT listeners are supported)"),
         ({"listeners": "PLAINTEXT://127.0.0.1"}, "got 'PLAINTEXT://127.0.0.1' (no port)"),
-        ({"listeners": "127.0.0.1:9092"}, "got '127.0.0.1:9092' (no scheme: write PLAINTEXT://127.0.0.1:9092)"),
-        ({"listeners": ["PLAINTEXT://a:1", "PLAINTEXT://b:2"]}, "(several listeners are not supported yet)"),
-        ({"listeners": {"PLAINTEXT": 1}}, "listeners must be one listener of the form PLAINTEXT://host:port, "
-                                          "got a YAML mapping"),
+        ({"listeners": "127.0.0.1:9092"},
+         "got '127.0.0.1:9092' (no listener name: write PLAINTEXT://127.0.0.1:9092)"),
+        ({"listeners": ["PLAINTEXT://a:1", "PLAINTEXT://b:2"]}, "(listener PLAINTEXT named twice)"),
+        ({"listeners": "PLAINTEXT://a:1,HOST://b:2"},
+         "listeners: HOST has no protocol in listener.security.protocol.map (add HOST:PLAINTEXT)"),
+        ({"advertised.listeners": "OTHER://a:1", "listener.security.protocol.map": "OTHER:PLAINTEXT"},
+         "advertised.listeners: OTHER is not one of listeners (PLAINTEXT)"),
+        ({"inter.broker.listener.name": "REPLICATION"},
+         "inter.broker.listener.name: REPLICATION is not an advertised listener (PLAINTEXT)"),
+        ({"listeners": {"PLAINTEXT": 1}}, "listeners must be listeners of the form NAME://host:port, "
+                                          "e.g. PLAINTEXT://127.0.0.1:9092, got a YAML mapping"),
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "clients cannot connect to 0.0.0.0"),
         ({"log.message.timestamp.type": "Tomorrow"},
          "log.message.timestamp.type must be one of CreateTime, LogAppendTime, got 'Tomorrow'"),
