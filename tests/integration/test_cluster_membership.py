@@ -169,7 +169,8 @@ async def test_each_listener_tells_its_own_addresses(
             assert {(b.broker_id, b.host, b.port) for b in described.brokers} == expected
             ask = REQUESTS[FIND_COORDINATOR](key_type=0, coordinator_keys=["g"])
             found = wait_until(
-                lambda c=c, ask=ask: (f := c.call(ask, 4).coordinators[0]).error_code == 0 and f, msg="coordinator"
+                lambda c=c, ask=ask: (f := c.call(ask, 4).coordinators[0]).error_code == 0 and f,
+                msg="coordinator",
             )
             assert (found.node_id, found.host, found.port) in expected
     # replicated over INTERNAL: a topic of replication factor 2 gets an ISR of both
