@@ -51,41 +51,47 @@ def broker_config(service: dict[str, Any]) -> Any:
     return load_config(ROOT / "docker" / "cluster.yaml", overrides)
 
 
-def published(config: dict[str, Any]) -> set[tuple[str, int, int]]:
-    return {(p["host_ip"], int(p["published"]), int(p["target"])) for p in config["services"]["net"]["ports"]}
+def published(service: dict[str, Any]) -> set[tuple[str, int, int]]:
+    return {(p["host_ip"], int(p["published"]), int(p["target"])) for p in service["ports"]}
 
 
 def test_compose_accepts_the_file_and_each_broker_gets_a_valid_config() -> None:
     config = compose_config()
     services = config["services"]
-    assert set(services) == {"net", "etcd", *BROKERS, "topics"}
-    ports = published(config)
+    assert set(services) == {"etcd", *BROKERS, "topics"}
     node_ids = set()
     for name in BROKERS:
         service = services[name]
         assert service["init"] is True and service["restart"] == "unless-stopped"
-        assert service["network_mode"] == "service:net"
         assert "gregor-healthcheck" in " ".join(service["healthcheck"]["test"])
         data = [v for v in service["volumes"] if v["target"] == "/var/lib/gregor/data"]
         assert [v["type"] for v in data] == ["volume"]
         broker = broker_config(service)
         node_ids.add(broker.node_id)
-        # One listener: the address advertised is the one published on the host's loopback.
-        assert broker.advertised.host == "127.0.0.1"
-        assert ("127.0.0.1", broker.advertised.port, broker.listener.port) in ports
-        assert broker.advertised.port == broker.listener.port
-        assert broker["metadata.store"].startswith("etcd://127.0.0.1:2379")
+        # Two listeners: INTERNAL for the compose network (the brokers' own), HOST published
+        # on the host's loopback and advertised with the host's address.
+        advertised = broker.advertised_listeners
+        assert broker.inter_broker_listener == "INTERNAL"
+        assert (advertised["INTERNAL"].host, advertised["INTERNAL"].port) == (name, 19092)
+        host = broker.listeners["HOST"]
+        assert published(service) >= {("127.0.0.1", advertised["HOST"].port, host.port)}
+        assert advertised["HOST"].host == "127.0.0.1" and advertised["HOST"].port == host.port
+        assert all(p[0] == "127.0.0.1" for p in published(service)), "only the host's loopback is published"
+        assert broker["metadata.store"].startswith("etcd://etcd:2379")
         assert broker["default.replication.factor"] == 3 and broker["min.insync.replicas"] == 2
     assert node_ids == {1, 2, 3}
-    assert all(p[0] == "127.0.0.1" for p in ports), "only the host's loopback is published"
+    assert services["topics"]["environment"]["BOOTSTRAP"] == ",".join(f"{b}:19092" for b in BROKERS)
 
 
 def test_ports_and_base_image_are_settable() -> None:
-    config = compose_config(GREGOR_BROKER_2_PORT="19193", GREGOR_BASE_IMAGE="local-base:1")
-    assert ("127.0.0.1", 19193, 19193) in published(config)
-    broker = broker_config(config["services"]["broker-2"])
-    assert broker.listener.port == 19193 and broker.advertised.port == 19193
-    assert config["services"]["net"]["build"]["args"]["BASE"] == "local-base:1"
+    config = compose_config(GREGOR_BROKER_2_PORT="19193", GREGOR_BASE_IMAGE="local-base:1",
+                            GREGOR_ADVERTISED_HOST="laptop.example")
+    service = config["services"]["broker-2"]
+    assert ("127.0.0.1", 19193, 19193) in published(service)
+    broker = broker_config(service)
+    host = broker.advertised_listeners["HOST"]
+    assert broker.listeners["HOST"].port == 19193 and (host.host, host.port) == ("laptop.example", 19193)
+    assert service["build"]["args"]["BASE"] == "local-base:1"
 
 
 @pytest.fixture
