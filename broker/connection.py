@@ -10,7 +10,8 @@ only after answering the previous one). Tasks start in request order and a
 handler runs synchronously until its first wait, so a request that fails
 before waiting on anything has run alone: every request behind it sees the
 failure and does nothing; one that fails after waiting stops those not yet
-started.
+started. Produce requests append in request order even when one waits on a
+transaction check (AppendTurn), as a producer's sequence numbers require.
 """
 
 from __future__ import annotations
