@@ -549,13 +549,19 @@ def test_transactions_system_test(cluster: Cluster, client: str, bounce: str) ->
     rng = random.Random(n)
 
     def copier() -> ProcessorRun:
+        # idle_exit: longer than the feeder may pause while a bounce moves its partitions
         return shop.processor(txn_id, java=java, batch=rng.randint(500, 750), max_seconds=240,
-                              api_timeout=30, session_timeout_ms=6000, txn_timeout_ms=20000)
+                              api_timeout=30, session_timeout_ms=6000, txn_timeout_ms=20000,
+                              idle_exit=8.0)
 
     runs = [copier()]
 
     def committed() -> int:
         return sum(len(r.of("committed")) for r in runs)
+
+    def progress() -> int:
+        assert runs[-1].proc.poll() is None, f"the copier ended\n{runs[-1].transcript()}"
+        return committed()
 
     feeding = threading.Event()
 
@@ -579,7 +585,7 @@ def test_transactions_system_test(cluster: Cluster, client: str, bounce: str) ->
                 runs.append(copier())
             events = ["copier killed 3 times"]
         else:
-            events = bounce_brokers(cluster, committed, hard=bounce == "hard")
+            events = bounce_brokers(cluster, progress, hard=bounce == "hard")
         feeding.set()
         feeder.join(30)
         for _ in range(5):

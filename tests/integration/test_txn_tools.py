@@ -1,9 +1,11 @@
 """KIP-664 admin tooling: `gregor transactions list|describe|describe-producers|find-hanging|abort`.
 
 A hanging transaction is crafted at the byte level: a producer id no
-coordinator knows appends a *transactional* batch (Produce without a
-transactional id skips the KIP-890 verification, as in Kafka), so no marker
-will ever come. Its first offset pins the LSO until `abort` writes one.
+coordinator knows appends a *transactional* batch, so no marker will ever come.
+Its first offset pins the LSO until `abort` writes one. KIP-890's verification
+refuses such a write (a test below shows it), so the brokers of these tests run
+with `transaction.partition.verification.enable: false`, as the brokers on which
+hanging transactions happened did.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from protocol.messages import REQUESTS
 from tests.integration import wire
 from tests.integration.harness import (
+    BrokerFactory,
     BrokerProcess,
     gregor_command,
     require_java,
@@ -27,10 +30,16 @@ from tests.integration.harness import (
 )
 
 pytestmark = pytest.mark.integration
+UNVERIFIED = {"transaction.partition.verification.enable": False}
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 HANGING_HEADER = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
                   "StartOffset", "LastTimestamp", "Duration(min)"]
+
+
+@pytest.fixture
+def broker(broker_factory: BrokerFactory) -> BrokerProcess:
+    return broker_factory(UNVERIFIED)
 
 
 # -- helpers -------------------------------------------------------------------------
@@ -118,6 +127,23 @@ def craft_hanging(broker: BrokerProcess, topic: str) -> tuple[int, int]:
 
 
 # -- 1. a hanging transaction: found, pins the LSO, aborted ------------------------------
+
+
+def test_verification_refuses_the_write_that_would_hang(broker_factory: BrokerFactory) -> None:
+    """With KIP-890 verification (the default) no coordinator-unknown transactional batch
+    is appended: Produce without a transactional id gets INVALID_TXN_STATE, as in Kafka
+    (a transactional id whose transaction lacks the partition: test_txn_v2), and the LSO
+    stays at the log end."""
+    b = broker_factory()
+    topic = unique_topic("verified")
+    with wire.WireClient(b.port) as c:
+        c.metadata([topic], auto_create=True)
+        pid, epoch = init_idempotent_producer(c)
+        batch = wire.build_batch([b"x"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                 transactional=True)
+        answer = c.produce(topic, [(0, batch)], version=9)
+        assert wire.partition_errors(answer) == {0: 48}  # INVALID_TXN_STATE
+        assert list_offset(c, topic, READ_COMMITTED) == list_offset(c, topic, READ_UNCOMMITTED) == 0
 
 
 def test_hanging_transaction_found_and_aborted(broker: BrokerProcess) -> None:
