@@ -8,7 +8,9 @@ ETCD := .deps/etcd/.installed
 CONFIG ?= config/broker.yaml
 DATA ?= data
 
-.PHONY: run cluster cluster-stop test unit integration lint bench venv java-deps etcd clean clean-data
+ARGS ?=
+
+.PHONY: run kcat cluster cluster-stop test unit integration lint bench venv java-deps etcd clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +34,13 @@ $(ETCD): scripts/etcd.sh
 
 etcd: $(ETCD)
 
+# ARGS: more `gregor broker` options, e.g. ARGS="--override listeners=PLAINTEXT://127.0.0.1:9093".
 run: $(STAMP)
-	$(VENV)/bin/gregor broker --config $(CONFIG)
+	$(VENV)/bin/gregor broker --config $(CONFIG) $(ARGS)
+
+# kcat (the README's examples) from Debian's packages, unless it is there.
+kcat:
+	command -v kcat >/dev/null || (apt-get update -qq && apt-get install -y -qq kcat)
 
 # etcd and three brokers in the background (config/broker-{1,2,3}.yaml; data in cluster-data/).
 cluster: $(STAMP) $(ETCD)
@@ -60,6 +67,8 @@ bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.produce_validation
 	$(PY) -m bench.append_micro
 	$(PY) -m bench.cluster
+	$(PY) -m bench.transactions_cluster
+	$(PY) -m bench.cleaner
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:

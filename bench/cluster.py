@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.produce_fetch import _produce
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, running_cluster
 
 
 def _topic(cluster: Cluster, name: str, rf: int) -> str:
@@ -51,26 +51,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=100_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gregor-bench-cluster-") as tmp:
-        cluster = Cluster(Path(tmp), overrides={"log.segment.bytes": 1 << 30})
-        try:
-            cluster.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
-            rates = {}
-            for rf in (3, 1):
-                topic = _topic(cluster, f"bench-rf{rf}", rf)
-                rates[rf] = args.records / _produce(cluster.bootstrap, topic, args.records, 1024)
-                print(f"cluster produce, replication factor {rf}, acks=all, 1 KiB: "
-                      f"{rates[rf]:,.0f} records/s")
-            print(f"replication factor 3 runs at {rates[3] / rates[1]:.0%} of replication factor 1")
-            failover = _failover_s(cluster, _topic(cluster, "bench-failover", 3))
-            print(f"leader kill -9 -> first acks=all acknowledgement on the new leader: {failover:.2f} s "
-                  f"(broker.session.timeout.ms 2000)")
-        except BaseException:
-            for b in cluster.brokers:
-                print(f"--- broker {b.node_id} log tail ---\n{b.log_tail(15)}")
-            raise
-        finally:
-            cluster.close()
+    with (
+        tempfile.TemporaryDirectory(prefix="gregor-bench-cluster-") as tmp,
+        running_cluster(Path(tmp), True, overrides={"log.segment.bytes": 1 << 30}) as cluster,
+    ):
+        rates = {}
+        for rf in (3, 1):
+            topic = _topic(cluster, f"bench-rf{rf}", rf)
+            rates[rf] = args.records / _produce(cluster.bootstrap, topic, args.records, 1024)
+            print(f"cluster produce, replication factor {rf}, acks=all, 1 KiB: "
+                  f"{rates[rf]:,.0f} records/s")
+        print(f"replication factor 3 runs at {rates[3] / rates[1]:.0%} of replication factor 1")
+        failover = _failover_s(cluster, _topic(cluster, "bench-failover", 3))
+        print(f"leader kill -9 -> first acks=all acknowledgement on the new leader: {failover:.2f} s "
+              f"(broker.session.timeout.ms 2000)")
 
 
 if __name__ == "__main__":

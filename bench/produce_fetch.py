@@ -20,8 +20,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.integration.harness import BrokerProcess
 
 
-def _produce(bootstrap: str, topic: str, count: int, size: int, compression: str = "lz4") -> float:
-    """Idempotent acks=all sends of `count` records of `size` bytes over 4 partitions; seconds taken."""
+def _produce(
+    bootstrap: str, topic: str, count: int, size: int, compression: str = "lz4", keys: int = 1000,
+    partitions: int = 4,
+) -> float:
+    """Idempotent acks=all sends of `count` records of `size` bytes, `keys` distinct keys, over
+    `partitions` partitions; seconds taken."""
     producer = Producer({
         "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
         "compression.type": compression, "linger.ms": 5, "batch.size": 1_000_000,
@@ -31,7 +35,7 @@ def _produce(bootstrap: str, topic: str, count: int, size: int, compression: str
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, value=payload, key=str(i % 1000).encode(), partition=i % 4)
+                producer.produce(topic, value=payload, key=str(i % keys).encode(), partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.01)

@@ -2,6 +2,9 @@
 
     gregor broker --config FILE [--override key=value ...] [--log-level LEVEL]
     gregor transactions --bootstrap-server HOST:PORT list|describe|describe-producers|find-hanging|abort
+    gregor dump [--print-data] [--decode-internal] [--json] PATH ...
+    gregor topics --bootstrap-server HOST:PORT --create|--list|--describe|--alter|--delete ...
+    gregor groups --bootstrap-server HOST:PORT --list|--describe|--reset-offsets|--delete ...
     gregor config-docs [--readme README.md]
     gregor --version
 
@@ -15,15 +18,18 @@ import logging
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import uvloop
-
-from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
-from broker.cluster.membership import ClusterIdMismatch, ClusterMembership
-from broker.config import BrokerConfig, ConfigError, config_docs, load_config, with_config_docs
+from broker.tools import dump as dump_tool
+from broker.tools import groups as groups_tool
+from broker.tools import topics as topics_tool
 from broker.tools import transactions as transactions_tool
-from storage.dir_lock import LogDirLockedError, LogDirUnusableError
-from storage.log_manager import InconsistentMetaPropertiesError
+
+if TYPE_CHECKING:
+    from broker.cluster.membership import ClusterMembership
+    from broker.config import BrokerConfig
+
+# The broker's own modules are imported where they are used, so the tools start quickly.
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 START_UP_FAILED = 2
@@ -59,10 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     docs = sub.add_parser("config-docs", help="print the table of configuration keys (Markdown)")
     docs.add_argument("--readme", type=Path, help="rewrite the key table inside this README instead")
     transactions_tool.add_parser(sub)
+    dump_tool.add_parser(sub)
+    topics_tool.add_parser(sub)
+    groups_tool.add_parser(sub)
     return parser
 
 
 async def _run_broker(config_path: Path, overrides: list[str]) -> None:
+    from broker.config import load_config
     from broker.server import Broker
 
     config = load_config(config_path, overrides)
@@ -79,15 +89,23 @@ async def _run_broker(config_path: Path, overrides: list[str]) -> None:
 
 async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     """With `metadata.store: etcd://...`: the cluster id from etcd, before the data dir opens."""
+    from broker.cluster.controller import LeaderBalancing
+    from broker.cluster.membership import ClusterMembership
+
     if config["metadata.store"] == "local":
         return None
     return await ClusterMembership.join(
         config["metadata.store"], config.node_id, config["cluster.id"],
         config["broker.session.timeout.ms"], config["metadata.store.connect.attempts"],
+        LeaderBalancing(
+            config["auto.leader.rebalance.enable"], config["leader.imbalance.check.interval.seconds"]
+        ),
     )
 
 
 def _config_docs(readme: Path | None) -> int:
+    from broker.config import config_docs, with_config_docs
+
     if readme is None:
         sys.stdout.write(config_docs())
         return 0
@@ -97,7 +115,12 @@ def _config_docs(readme: Path | None) -> int:
 
 def _start_up_error(exc: Exception) -> str | None:
     """The one line to print for an expected start-up failure; None for a bug."""
+    from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
+    from broker.cluster.membership import ClusterIdMismatch
+    from broker.config import ConfigError
     from broker.server import ListenerError
+    from storage.dir_lock import LogDirLockedError, LogDirUnusableError
+    from storage.log_manager import InconsistentMetaPropertiesError
 
     if isinstance(exc, ConfigError):
         return f"configuration error: {exc}"
@@ -114,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "transactions":
         return transactions_tool.run(args)
+    if args.command == "dump":
+        return dump_tool.run(args)
+    if args.command == "topics":
+        return topics_tool.run(args)
+    if args.command == "groups":
+        return groups_tool.run(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(
@@ -121,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    import uvloop
+
+    from broker.faults import install_crash_point_file
+
+    install_crash_point_file()
     try:
         uvloop.run(_run_broker(args.config, args.override))
     except KeyboardInterrupt:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 import yaml
 
@@ -50,6 +50,29 @@ class Integer:
 
 def _long(minimum: int) -> Integer:
     return Integer(minimum, LONG_MAX)
+
+
+@dataclass(frozen=True)
+class Double:
+    minimum: float
+    maximum: float = float("inf")
+
+    @property
+    def expected(self) -> str:
+        if self.maximum == float("inf"):
+            return f"a number \u2265 {self.minimum:g}"
+        return f"a number from {self.minimum:g} to {self.maximum:g}"
+
+    def __call__(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(self.expected)
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            raise ValueError(self.expected) from None
+        if not self.minimum <= number <= self.maximum:
+            raise ValueError(self.expected)
+        return number
 
 
 @dataclass(frozen=True)
@@ -143,6 +166,22 @@ class Listeners:
             if problem:
                 raise ValueError(self.expected, problem)
         return ",".join(items)
+
+
+@dataclass(frozen=True)
+class HttpListener:
+    """Empty (off) or `http://host:port`: where Prometheus scrapes the metrics."""
+
+    expected: str = "empty (no endpoint) or http://host:port"
+
+    def __call__(self, value: Any) -> str:
+        text = Text()(value).strip()
+        if not text:
+            return ""
+        problem = http_listener_problem(text)
+        if problem:
+            raise ValueError(self.expected, problem)
+        return text
 
 
 @dataclass(frozen=True)
@@ -241,17 +280,41 @@ KEYS: dict[str, Key] = {
                                       "Timestamp kept in stored batches (topic: "
                                       "`message.timestamp.type`)."),
     "log.cleanup.policy": Key(ChoiceList(("delete", "compact")), "delete",
-                              "Default `cleanup.policy` of topics."),
+                              "Default `cleanup.policy` of topics (`compact`, `delete` or both; the "
+                              "internal topics are always `compact`)."),
+    "log.cleaner.enable": Key(Boolean(), True, "Run the log cleaner (compaction of `compact` topics)."),
+    "log.cleaner.backoff.ms": Key(_NON_NEGATIVE_LONG, 15000, "How long the cleaner sleeps when no log "
+                                  "needs cleaning."),
+    "log.cleaner.io.max.bytes.per.second": Key(Double(1), 1.7976931348623157e308, "Bound on the "
+                                               "cleaner's reads plus writes."),
+    "log.cleaner.dedupe.buffer.size": Key(_long(1), 134217728, "Memory for the cleaner's key map "
+                                          "(an entry costs about 128 bytes here)."),
+    "log.cleaner.io.buffer.load.factor": Key(Double(0.01, 1), 0.9, "Share of the key map filled "
+                                             "before a pass stops early."),
+    "log.cleaner.min.cleanable.ratio": Key(Double(0, 1), 0.5, "Dirty share of a log above which it is "
+                                           "cleaned (topic: `min.cleanable.dirty.ratio`)."),
+    "log.cleaner.delete.retention.ms": Key(_NON_NEGATIVE_LONG, 86400000, "How long tombstones and "
+                                           "removable transaction markers stay after the cleaner first "
+                                           "sees them (topic: `delete.retention.ms`)."),
+    "log.cleaner.min.compaction.lag.ms": Key(_NON_NEGATIVE_LONG, 0, "Records younger than this are not "
+                                             "cleaned (topic: `min.compaction.lag.ms`)."),
+    "log.cleaner.max.compaction.lag.ms": Key(_POSITIVE_LONG, LONG_MAX, "A log with dirty records older "
+                                             "than this is cleaned whatever its dirty ratio (topic: "
+                                             "`max.compaction.lag.ms`)."),
     "compression.type": Key(Choice(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
                             "producer", "Default `compression.type` of topics."),
     "offsets.topic.num.partitions": Key(_POSITIVE, 50, "Partitions of `__consumer_offsets` (fixed once "
                                         "it exists)."),
     "offsets.topic.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
                                             "`__consumer_offsets`."),
+    "offsets.topic.segment.bytes": Key(Integer(14), 104857600, "`segment.bytes` of "
+                                       "`__consumer_offsets` (small segments are cleaned sooner)."),
     "offsets.retention.minutes": Key(_POSITIVE, 10080, "How long the committed offsets of an empty "
                                      "group are kept."),
     "offsets.retention.check.interval.ms": Key(_POSITIVE_LONG, 600000, "How often expired offsets are "
                                                "removed."),
+    "offsets.commit.timeout.ms": Key(_POSITIVE, 5000, "How long a group coordinator write may wait to "
+                                     "be replicated before the request fails (COORDINATOR_NOT_AVAILABLE)."),
     "offset.metadata.max.bytes": Key(_NON_NEGATIVE, 4096, "Largest metadata string of a committed offset."),
     "group.min.session.timeout.ms": Key(_NON_NEGATIVE, 6000, "Smallest session timeout a consumer may "
                                         "ask for."),
@@ -264,11 +327,15 @@ KEYS: dict[str, Key] = {
                                                 "(fixed once it exists)."),
     "transaction.state.log.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
                                                     "`__transaction_state`."),
+    "transaction.state.log.segment.bytes": Key(Integer(14), 104857600, "`segment.bytes` of "
+                                               "`__transaction_state`."),
     "transaction.state.log.min.isr": Key(_POSITIVE, 1, "`min.insync.replicas` of `__transaction_state`."),
     "transaction.version": Key(Integer(1, 2), 2, "Finalized `transaction.version` advertised in "
                                "ApiVersions: 2 (KIP-890 part 2) or 1 (the older protocol)."),
     "transaction.max.timeout.ms": Key(_POSITIVE, 900000, "Largest transaction timeout a producer may "
                                       "ask for."),
+    "request.timeout.ms": Key(_POSITIVE, 30000, "How long a transaction coordinator write may wait to "
+                              "be replicated before the request fails (COORDINATOR_NOT_AVAILABLE)."),
     "transactional.id.expiration.ms": Key(_POSITIVE, 604800000, "How long an idle transactional id is "
                                           "kept."),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(
@@ -280,17 +347,35 @@ KEYS: dict[str, Key] = {
     "metadata.store": Key(StoreAddress(), "local", "Where cluster metadata lives: `local` (a file in the "
                           "first log dir) or etcd (cluster mode)."),
     "broker.rack": Key(Text(), "", "This broker's rack, for rack-aware replica placement."),
+    "auto.leader.rebalance.enable": Key(Boolean(), True, "The controller moves leadership back to "
+                                        "each partition's preferred (first) replica once it is in the "
+                                        "ISR again, every `leader.imbalance.check.interval.seconds` "
+                                        "(cluster mode)."),
+    "leader.imbalance.check.interval.seconds": Key(_POSITIVE_LONG, 300, "How often the controller "
+                                                   "looks for partitions not led by their preferred "
+                                                   "replica."),
+    "leader.imbalance.per.broker.percentage": Key(_NON_NEGATIVE, 10, "Accepted as Kafka's; as "
+                                                  "Kafka's KRaft controller, Gregor's ignores it and "
+                                                  "rebalances every imbalanced partition."),
     "broker.session.timeout.ms": Key(_POSITIVE, 9000, "Lease of this broker's registration in etcd: "
                                      "after it, the broker counts as gone."),
     "metadata.store.connect.attempts": Key(_POSITIVE, 30, "etcd connection attempts at start-up, 1 s "
                                            "apart."),
+    "metrics.listener": Key(HttpListener(), "", "Where the Prometheus endpoint listens "
+                            "(`http://host:port`, path `/metrics`); empty: no endpoint."),
+    "transaction.hanging.check.interval.ms": Key(_POSITIVE_LONG, 60000, "How often the partitions this "
+                                                 "broker leads are searched for hanging transactions."),
+    "transaction.hanging.margin.ms": Key(_NON_NEGATIVE_LONG, 60000, "A transaction open on a partition "
+                                         "for longer than `transaction.max.timeout.ms` plus this, that "
+                                         "no coordinator knows, is hanging."),
+    "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "
+                                                 "(an ABORT marker, as `gregor transactions abort`); "
+                                                 "otherwise only report them."),
 }
 
 # Kafka keys Gregor does not implement yet: refused with the reason rather than accepted and
 # ignored (README lists them next to the table).
-RESERVED: dict[str, str] = {
-    "metrics.listener": "Gregor has no metrics endpoint yet",
-}
+RESERVED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -335,13 +420,38 @@ def listener_problem(text: str) -> str | None:
     url = urlparse(text)
     if url.scheme.upper() != "PLAINTEXT":
         return f"{url.scheme.upper()}: only PLAINTEXT listeners are supported"
+    return _port_problem(url)
+
+
+def _port_problem(url: ParseResult) -> str | None:
     try:
         port = url.port
     except ValueError:
         return "invalid port"
-    if port is None:
-        return "no port"
+    return "no port" if port is None else None
+
+
+def http_listener_problem(text: str) -> str | None:
+    """What is wrong with a `metrics.listener` value, or None."""
+    if "://" not in text:
+        return f"no scheme: write http://{text}"
+    url = urlparse(text)
+    if url.scheme.lower() != "http":
+        return f"{url.scheme}: only http is served"
+    if problem := _port_problem(url):
+        return problem
+    if url.path not in ("", "/", "/metrics"):
+        return f"the path is always /metrics, not {url.path}"
     return None
+
+
+def parse_http_listener(text: str) -> Listener | None:
+    """`metrics.listener` as host and port; None when empty (no endpoint)."""
+    if not text:
+        return None
+    url = urlparse(text)
+    assert url.port is not None
+    return Listener(url.hostname or "0.0.0.0", url.port)
 
 
 def parse_listener(key: str, text: str) -> Listener:
@@ -478,8 +588,9 @@ def config_docs() -> str:
     for key, spec in KEYS.items():
         accepted = _expected(spec.parse).replace("|", "\\|")
         lines.append(f"| `{key}` | {_default_text(spec)} | {accepted} | {spec.doc} |")
-    reserved = ", ".join(f"`{key}` ({reason})" for key, reason in RESERVED.items())
-    lines += ["", f"Refused as not supported yet: {reserved}."]
+    if RESERVED:
+        reserved = ", ".join(f"`{key}` ({reason})" for key, reason in RESERVED.items())
+        lines += ["", f"Refused as not supported yet: {reserved}."]
     return "\n".join(lines) + "\n"
 
 

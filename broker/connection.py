@@ -20,7 +20,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker import request_log
+from broker import metrics, request_log
 from broker.context import RequestContext
 from broker.faults import fail_point
 from broker.handlers import api_versions
@@ -82,15 +82,30 @@ class Connection:
 
     async def _serve(self) -> None:
         sender = asyncio.create_task(self._send_loop())
+        shutdown = False
         try:
             await self._read_loop()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except CloseConnection as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+        except asyncio.CancelledError:
+            shutdown = True
+            self._abandon(sender)
+            raise
         finally:
-            await self.responses.put(None)
-            await self._finish(sender)
+            if not shutdown:
+                await self.responses.put(None)
+                await self._finish(sender)
+
+    def _abandon(self, sender: asyncio.Task[None]) -> None:
+        """Broker shutdown: requests in flight (one may wait for replication) get no answer,
+        as when a Kafka broker stops; the client retries elsewhere."""
+        sender.cancel()
+        while not self.responses.empty():
+            task = self.responses.get_nowait()
+            if task is not None:
+                _discard(task)
 
     async def _finish(self, sender: asyncio.Task[None]) -> None:
         try:
@@ -117,6 +132,7 @@ class Connection:
             await self.responses.put(self._dispatch(payload))
 
     def _dispatch(self, payload: bytes) -> asyncio.Task[list[Any]]:
+        received = time.monotonic()
         header, handler = self._parse_header(payload)
         if handler is None:
             return asyncio.create_task(self._unsupported_api_versions(header))
@@ -130,7 +146,7 @@ class Connection:
             ) from None
         ctx = RequestContext(self.broker, header, self.host)
         answer = not (handler.api_key == 0 and request.acks == 0)  # acks=0: no response
-        return asyncio.create_task(self._respond(ctx, handler, request, answer))
+        return asyncio.create_task(self._respond(ctx, handler, request, answer, received))
 
     def _parse_header(self, payload: bytes) -> tuple[RequestHeader, ApiHandler | None]:
         try:
@@ -149,13 +165,13 @@ class Connection:
             raise CloseConnection(f"bad request header: {exc}") from None
 
     async def _respond(
-        self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool
+        self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool, received: float
     ) -> list[Any]:
         """The framed response, [] when none is sent; raises when the handler fails."""
         if self.failed is not None:
             return []  # an earlier request failed: the connection closes before this one
         header = ctx.header
-        started = time.monotonic() if self.debug else 0.0
+        started = time.monotonic()
         try:
             fail_point(f"request-{header.api_key}")
             response = await handler.handle(ctx, request)
@@ -163,6 +179,7 @@ class Connection:
         except Exception:
             self.failed = f"{handler.request.__name__} v{header.api_version} failed"
             raise
+        metrics.request_done(header.api_key, header.api_version, received, started, response)
         if self.debug:
             self._log_request(header, handler, started, response if answer else None)
         if body is None:

@@ -8,10 +8,18 @@ point is a dictionary lookup.
 
 GREGOR_FAIL_POINTS works the same way for fail points: reaching one raises
 InjectedFault (a stand-in for a handler bug) instead of killing the process.
+
+GREGOR_CRASH_POINTS_FILE names a file a test writes later: on SIGUSR1 the broker
+arms the crash points it lists (same syntax), so a test can choose the broker
+that must die (say, the current coordinator of a transactional id) while the
+cluster runs. An item `name@SECONDS` in that file arms a slow point instead: each
+time the broker reaches it, it waits that long there (a partition slow to load),
+without holding up anything else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -29,6 +37,41 @@ def _parse(text: str) -> dict[str, int]:
 
 _POINTS = _parse(os.environ.get("GREGOR_CRASH_POINTS", ""))
 _HITS: dict[str, int] = {}
+
+
+def install_crash_point_file() -> None:
+    """Tests only: SIGUSR1 arms the crash points in $GREGOR_CRASH_POINTS_FILE."""
+    path = os.environ.get("GREGOR_CRASH_POINTS_FILE")
+    if not path:
+        return
+
+    def arm(_signum: int, _frame: object) -> None:
+        try:
+            with open(path) as f:
+                points = _parse(f.read())
+        except OSError as exc:
+            log.warning("crash points file %s: %s", path, exc)
+            return
+        _POINTS.clear()
+        _POINTS.update({k: int(v) for k, v in points.items() if "@" not in k})
+        _SLOW.clear()
+        _SLOW.update({k.split("@")[0]: float(k.split("@")[1]) for k in points if "@" in k})
+        _HITS.clear()
+        armed = [f"{k}:{v}" for k, v in _POINTS.items()] + [f"{k}@{v:g}" for k, v in _SLOW.items()]
+        log.warning("crash points armed: %s", ",".join(armed) or "none")
+
+    signal.signal(signal.SIGUSR1, arm)
+
+
+_SLOW: dict[str, float] = {}
+
+
+async def slow_point(name: str) -> None:
+    """Tests only: wait here as long as the armed `name@SECONDS` says (not at all unarmed)."""
+    seconds = _SLOW.get(name)
+    if seconds:
+        log.warning("slow point %s reached: waiting %.1f s", name, seconds)
+        await asyncio.sleep(seconds)
 
 
 def crash_point(name: str) -> None:

@@ -2,7 +2,9 @@
 
 Operations ask the machine for a Result, append its records to the group's
 `__consumer_offsets` partition (as a transactional batch for TxnOffsetCommit),
-replay them, and answer. Parked JoinGroup/SyncGroup requests wait on futures
+wait until they are replicated (the CoordinatorLog), replay them, and answer;
+the handlers call these operations, never the machine. Partitions load in the
+background as this broker becomes their leader. Parked JoinGroup/SyncGroup requests wait on futures
 that completions resolve; the machine's deadlines arm one loop timer.
 """
 
@@ -10,18 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from broker import metrics
 from broker.context import now_ms
-from broker.internal_topics import read_records, record_batch
+from broker.coordination.coordinator_log import CoordinatorLog
+from broker.internal_topics import InternalRecord, record_batch
 from coordinator.group import (
     Completion,
+    DescribedGroup,
     GroupConfig,
     GroupCoordinatorMachine,
     JoinRequest,
     JoinResponse,
     Kind,
+    LeaveMember,
+    LeaveResponse,
+    ListedGroup,
+    OffsetCommitInput,
+    OffsetDeleteResult,
+    OffsetFetchResult,
     Result,
     SyncRequest,
     SyncResponse,
@@ -30,7 +42,6 @@ from coordinator.transaction import append_error_to_coordinator_error
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
 from protocol.record_batch import ControlType
-from storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
     from broker.replica_manager import Partition
@@ -40,6 +51,8 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 NO_PRODUCER = (-1, -1)
 WaiterKey = tuple[str, str, Kind]
+TopicPartition = tuple[str, int]
+_K = TypeVar("_K")
 
 
 def group_config(config: Any) -> GroupConfig:
@@ -59,133 +72,130 @@ class GroupCoordinator:
         self.broker = broker
         self.config = group_config(broker.config)
         self.machine = GroupCoordinatorMachine(self.config)
+        self.log = CoordinatorLog(broker.replicas, OFFSETS_TOPIC,
+                                  int(broker.config["offsets.commit.timeout.ms"]) / 1000)
         broker.replicas.leadership_listeners.append(self.on_leadership)
         self._waiters: dict[WaiterKey, asyncio.Future[Any]] = {}
-        self._loaded = False
-        self._loaded_epochs: dict[int, int] = {}  # partition -> leader epoch it was loaded at
+        self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._expiry: asyncio.Task[None] | None = None
 
     # -- loading -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.broker.topics.get(OFFSETS_TOPIC) is not None:
-            self._load()
         self._expiry = asyncio.create_task(self._expire_offsets_loop())
 
     def coordinator_partition(self, key: str) -> tuple[str, int]:
         """The internal partition whose leader coordinates `key` (FindCoordinator)."""
         return OFFSETS_TOPIC, self.machine.partition_for(key)
 
-    def ensure_loaded(self) -> ErrorCode:
-        if self._loaded:
+    def partition_for(self, group_id: str) -> int:
+        return self.machine.partition_for(group_id)
+
+    def ensure_topic(self) -> ErrorCode:
+        """FindCoordinator and the group APIs: create `__consumer_offsets` on first use."""
+        if self.broker.topics.get(OFFSETS_TOPIC) is not None:
             return ErrorCode.NONE
-        if self.broker.topics.get(OFFSETS_TOPIC) is None:
-            result = self.broker.topics.create_internal(
-                OFFSETS_TOPIC,
-                self.config.num_partitions,
-                int(self.broker.config["offsets.topic.replication.factor"]),
-                {"cleanup.policy": "compact", "segment.bytes": "104857600"},
-            )
-            if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        self._load()
+        result = self.broker.topics.create_internal(
+            OFFSETS_TOPIC,
+            self.config.num_partitions,
+            int(self.broker.config["offsets.topic.replication.factor"]),
+            {"cleanup.policy": "compact",
+             "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])},
+        )
+        if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
 
-    def _load(self) -> None:
-        """Every partition of the topic this broker leads and has not loaded at its epoch."""
-        for index in range(self.config.num_partitions):
-            part = self.broker.replicas.led_partition(OFFSETS_TOPIC, index)
-            if part is not None:
-                self._load_partition(part)
-        self._loaded = True
-        log.info("loaded %d groups from %s", len(self.machine.groups), OFFSETS_TOPIC)
-        self._arm_timer()
-
-    def _load_partition(self, part: Partition) -> None:
-        index = part.index
-        if self._loaded_epochs.get(index) == part.leader_epoch:
-            return
-        self.machine.begin_load(index, part.leader_epoch)
-        for record in read_records(part):
-            try:
-                self._replay_loaded(index, record)
-            except ValueError as exc:  # start-up never fails on what the log holds
-                log.warning("%s-%d: skipping unreadable record at offset %d: %s",
-                            OFFSETS_TOPIC, index, record.offset, exc)
-        self.machine.finish_load(index, now_ms())
-        self._loaded_epochs[index] = part.leader_epoch
-
     def on_leadership(self, part: Partition, leading: bool) -> None:
-        """Coordinators follow the leadership of their `__consumer_offsets` partitions; groups
-        of a partition lost are unloaded and their parked requests answered NOT_COORDINATOR."""
+        """Coordinators follow the leadership of their `__consumer_offsets` partitions: a
+        partition led from a new epoch loads in the background (COORDINATOR_LOAD_IN_PROGRESS
+        for its groups meanwhile); groups of a partition lost are unloaded and their parked
+        requests answered NOT_COORDINATOR."""
         if part.topic != OFFSETS_TOPIC:
             return
         if leading:
-            self._loaded = True  # the topic exists and this broker coordinates some of it
-            self._load_partition(part)
-            self._arm_timer()
-            log.info("%s-%d: now coordinating its groups (epoch %d)", OFFSETS_TOPIC, part.index,
-                     part.leader_epoch)
+            if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
+                return
+            index, epoch = part.index, part.leader_epoch
+            self.machine.begin_load(index, epoch)
+            work = self.log.start_load(part, lambda r: self._replay_loaded(r, index, epoch),
+                                       lambda started: self._loaded(index, epoch, started))
+            if work is not None:
+                self._spawn(work)
         else:
-            self._loaded_epochs.pop(part.index, None)
             self._deliver(self.machine.unload(part.index))
             log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, part.index)
 
-    def _replay_loaded(self, index: int, record: Any) -> None:
+    def _loaded(self, index: int, epoch: int, started: float) -> None:
+        if self.machine.coordinator_epoch(index) != epoch:
+            return
+        self.machine.finish_load(index, now_ms())
+        metrics.coordinator_loaded("group", started)
+        self._arm_timer()
+        log.info("%s-%d: now coordinating its groups (coordinator epoch %d, loaded in %.0f ms)",
+                 OFFSETS_TOPIC, index, epoch, (time.monotonic() - started) * 1000)
+
+    def _replay_loaded(self, record: InternalRecord, index: int, epoch: int) -> None:
+        if self.machine.coordinator_epoch(index) != epoch:
+            return
         if record.control is not None:
             self.machine.complete_transaction(index, record.producer_id, record.control == ControlType.COMMIT)
         elif record.key is not None:
             pid = record.producer_id if record.transactional else -1
             self.machine.replay(record.key, record.value, offset=record.offset, producer_id=pid)
 
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self._expiry is not None:
             self._expiry.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         for future in self._waiters.values():
             if not future.done():
                 future.cancel()
 
     # -- persisting results ------------------------------------------------------------------
 
-    def persist(self, result: Result[Any], producer: tuple[int, int] = NO_PRODUCER) -> ErrorCode:
-        """Append the result's records to their groups' partitions, replay them, deliver
-        completions, re-arm the timer; the append error, if any."""
-        completions = list(result.completions)
-        error = ErrorCode.NONE
+    async def persist(self, result: Result[Any], producer: tuple[int, int] = NO_PRODUCER) -> ErrorCode:
+        """Append the result's records to their groups' partitions, wait until they are
+        replicated, replay them, deliver completions, re-arm the timer; the append error, if any."""
         by_group: dict[str, list[tuple[bytes, bytes | None]]] = {}
         for key, value in result.records:
             by_group.setdefault(_group_of(key), []).append((key, value))
-        for group_id, records in by_group.items():
-            error = self._append(group_id, tuple(records), producer, completions) or error
-        self._deliver(completions)
+        self._deliver(result.completions)
+        errors = await asyncio.gather(
+            *(self._append(group_id, tuple(records), producer) for group_id, records in by_group.items())
+        )
         self._arm_timer()
-        return error
+        return next((e for e in errors if e != ErrorCode.NONE), ErrorCode.NONE)
 
-    def _append(
-        self,
-        group_id: str,
-        records: tuple[tuple[bytes, bytes | None], ...],
-        producer: tuple[int, int],
-        completions: list[Completion],
+    async def _append(
+        self, group_id: str, records: tuple[tuple[bytes, bytes | None], ...], producer: tuple[int, int]
     ) -> ErrorCode:
         now = now_ms()
-        part = self.broker.replicas.led_partition(OFFSETS_TOPIC, self.machine.partition_for(group_id))
+        index = self.machine.partition_for(group_id)
         pid, epoch = producer
-        error = ErrorCode.NOT_COORDINATOR
-        if part is not None:
-            batch = record_batch(list(records), now, pid, epoch, transactional=pid >= 0)
-            appended = self.broker.replicas.append(part, batch, now, AppendOrigin.COORDINATOR)
-            error = ErrorCode(appended.error)
-        if error != ErrorCode.NONE:
-            completions.extend(self.machine.write_failed(records, error, now))
-            return append_error_to_coordinator_error(error)
+        batch = record_batch(list(records), now, pid, epoch, transactional=pid >= 0)
+        written = await self.log.write(index, batch, now)
+        epoch_now = self.machine.coordinator_epoch(index)
+        if written.coordinator_epoch >= 0 and epoch_now != written.coordinator_epoch:
+            return ErrorCode.NOT_COORDINATOR  # unloaded meanwhile: parked requests were answered
+        if written.error != ErrorCode.NONE:
+            self._deliver(self.machine.write_failed(records, written.error, now_ms()))
+            return append_error_to_coordinator_error(written.error)
+        completions: list[Completion] = []
         for i, (key, value) in enumerate(records):
-            completions.extend(
-                self.machine.replay(key, value, offset=appended.base_offset + i, producer_id=pid, now_ms=now)
-            )
+            completions.extend(self.machine.replay(
+                key, value, offset=written.base_offset + i, producer_id=pid, now_ms=now_ms()
+            ))
+        self._deliver(completions)
         return ErrorCode.NONE
 
     def _deliver(self, completions: Iterable[Completion]) -> None:
@@ -216,14 +226,13 @@ class GroupCoordinator:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.persist(self.machine.on_timer(now_ms()))
+        self._spawn(self.persist(self.machine.on_timer(now_ms())))
 
     async def _expire_offsets_loop(self) -> None:
         interval = int(self.broker.config["offsets.retention.check.interval.ms"]) / 1000
         while True:
             await asyncio.sleep(interval)
-            if self._loaded:
-                self.persist(self.machine.expire_offsets(now_ms()))
+            self._spawn(self.persist(self.machine.expire_offsets(now_ms())))
 
     # -- operations with parked answers -------------------------------------------------------
 
@@ -233,6 +242,7 @@ class GroupCoordinator:
         if not isinstance(answer, JoinResponse):
             return JoinResponse(answer)
         if answer.error == ErrorCode.NONE and answer.member_id == answer.leader:
+            metrics.rebalance_completed()
             log.info("group %s: generation %d with %d members, leader %s, protocol %s",
                      request.group_id, answer.generation_id, len(answer.members), answer.leader,
                      answer.protocol_name)
@@ -249,17 +259,78 @@ class GroupCoordinator:
         parked = None
         if result.response is None:
             parked = self._park((group_id, result.awaits or "", kind))
-        error = self.persist(result)
+        error = await self.persist(result)
         if parked is None:
             return result.response if error == ErrorCode.NONE else error
         return await parked
 
+    # -- the other group APIs ------------------------------------------------------------------
+
+    async def heartbeat(
+        self, group_id: str, member_id: str, generation: int, instance_id: str | None
+    ) -> ErrorCode:
+        result = self.machine.heartbeat(group_id, member_id, generation, now_ms(), instance_id)
+        await self.persist(result)
+        return _response(result)
+
+    async def leave_group(self, group_id: str, members: Sequence[LeaveMember]) -> LeaveResponse:
+        result = self.machine.leave_group(group_id, members, now_ms())
+        await self.persist(result)
+        return _response(result)
+
+    def describe_groups(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
+        return self.machine.describe_groups(group_ids)
+
+    def list_groups(self, states: Iterable[str]) -> tuple[ErrorCode, list[ListedGroup]]:
+        return self.machine.list_groups(states)
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        result = self.machine.delete_groups(group_ids)
+        return _or_append_error(_response(result), await self.persist(result))
+
+    async def offset_commit(
+        self, group_id: str, generation: int, member_id: str,
+        offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
+    ) -> dict[TopicPartition, ErrorCode]:
+        result = self.machine.offset_commit(group_id, generation, member_id, offsets, now_ms(), **options)
+        return _or_append_error(_response(result), await self.persist(result))
+
+    async def txn_offset_commit(
+        self, transactional_id: str, group_id: str, producer: tuple[int, int],
+        offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
+    ) -> dict[TopicPartition, ErrorCode]:
+        result = self.machine.txn_offset_commit(
+            transactional_id, group_id, *producer, offsets, now_ms(), **options
+        )
+        return _or_append_error(_response(result), await self.persist(result, producer))
+
+    def offset_fetch(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool
+    ) -> OffsetFetchResult:
+        return self.machine.offset_fetch(group_id, partitions, require_stable)
+
+    async def offset_delete(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
+        result = self.machine.offset_delete(group_id, partitions)
+        error = await self.persist(result)
+        response = _response(result)
+        return response if error == ErrorCode.NONE else OffsetDeleteResult(error, response.partitions)
+
     # -- markers ---------------------------------------------------------------------------
 
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
-        """A COMMIT/ABORT marker landed in `__consumer_offsets`-`partition`."""
-        if self._loaded:
-            self.machine.complete_transaction(partition, producer_id, commit)
+        """A COMMIT/ABORT marker in `__consumer_offsets`-`partition` is replicated."""
+        self.machine.complete_transaction(partition, producer_id, commit)
+
+
+def _response(result: Result[_K]) -> _K:
+    """The answer of a result that always carries one (every operation but Join/Sync)."""
+    assert result.response is not None
+    return result.response
+
+
+def _or_append_error(errors: dict[_K, ErrorCode], append_error: ErrorCode) -> dict[_K, ErrorCode]:
+    """Per-entry answers, all replaced by the append error when the records were not written."""
+    return errors if append_error == ErrorCode.NONE else dict.fromkeys(errors, append_error)
 
 
 def _group_of(key: bytes) -> str:

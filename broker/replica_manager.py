@@ -163,6 +163,7 @@ class ReplicaManager:
         part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
         part.advance_high_watermark()
         self._partitions[(topic, index)] = part
+        self._leadership(part, True)
         return part
 
     def _hosted(self, topic: str, index: int, config: LogConfig) -> Partition:
@@ -235,7 +236,11 @@ class ReplicaManager:
                 self._leadership(part, False)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
+        """A topic's new configs: its logs use them, and its leaders the new min.insync.replicas."""
         self.log_manager.update_config(topic, config)
+        for (name, _index), part in self._partitions.items():
+            if name == topic and part.leader is not None:
+                part.leader.min_isr = min(config.min_insync_replicas, len(part.leader.state.replicas))
 
     def append(
         self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT,
@@ -265,7 +270,8 @@ class ReplicaManager:
         part.leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
         part.advance_high_watermark()
         if self.isr_changes is not None:
-            proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+            hw = part.log.high_watermark
+            proposed = part.leader.proposal(hw, now_ms, self.replica_lag_ms, fetched_by=NodeId(node))
             if proposed is not None:
                 self.isr_changes(part, proposed)
 

@@ -50,18 +50,25 @@ def api_name(request_class: Any) -> str:
 
 def error_summary(response: Any) -> str:
     """The error codes anywhere in a response: `NONE`, or e.g. `UNKNOWN_TOPIC_OR_PARTITION x2`."""
-    counts: Counter[int] = Counter()
-    if isinstance(response, DataContainer):
-        _collect(response, counts)
+    counts = error_codes(response)
+    del counts[0]
     if not counts:
         return "NONE"
     return ", ".join(f"{_code_name(code)} x{n}" if n > 1 else _code_name(code) for code, n in counts.items())
 
 
+def error_codes(response: Any) -> Counter[int]:
+    """How often each `error_code` (NONE too) appears in a response, at any depth."""
+    counts: Counter[int] = Counter()
+    if isinstance(response, DataContainer):
+        _collect(response, counts)
+    return counts
+
+
 def _collect(message: DataContainer, counts: Counter[int]) -> None:
     for name in message.fields:
         value = getattr(message, name, None)
-        if name == "error_code" and isinstance(value, int) and value != 0:
+        if name == "error_code" and isinstance(value, int):
             counts[value] += 1
         elif isinstance(value, list):
             for item in value:

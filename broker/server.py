@@ -3,30 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 import socket
+from collections.abc import Awaitable
+from typing import Any
 
-from broker import request_log
+from broker import metrics, request_log
 from broker.authorizer import AllowAllAuthorizer, Authorizer
 from broker.cluster.membership import ClusterMembership
 from broker.cluster.producer_ids import PrefetchedProducerIdBlocks
 from broker.cluster.roles import ClusterRoles
 from broker.cluster.topics import ClusterTopicManager
 from broker.cluster.view import BrokerInfo, ClusterView, MetadataView, SingleNodeView
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, parse_http_listener
 from broker.connection import Connection
 from broker.context import now_ms
 from broker.dynamic_config import DynamicBrokerConfigs
+from broker.faults import crash_point
 from broker.group_coordinator import GroupCoordinator
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
+from broker.metrics.service import BrokerMetrics
 from broker.replica_manager import ReplicaManager
 from broker.topics import TopicManager
 from broker.transaction_coordinator import TransactionCoordinator
 from coordinator.producer_ids import ProducerIdManager
+from storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager, lock_log_dirs
 
@@ -37,7 +41,7 @@ class ListenerError(Exception):
     """The listener's address cannot be bound (in use, not local, unresolvable)."""
 
 
-def bind_listener(name: str, host: str, port: int) -> socket.socket:
+def bind_listener(name: str, host: str, port: int, key: str = "listeners") -> socket.socket:
     """Bind and listen now (connections wait in the backlog until serving starts), so
     that a busy port stops start-up before any log recovery."""
     try:
@@ -45,7 +49,13 @@ def bind_listener(name: str, host: str, port: int) -> socket.socket:
         return socket.create_server((host, port), family=family, backlog=1024)
     except OSError as exc:
         reason = (exc.strerror or str(exc)).split(" (while attempting")[0].lower()
-        raise ListenerError(f"cannot listen on {name} (listeners): {reason}") from None
+        raise ListenerError(f"cannot listen on {name} ({key}): {reason}") from None
+
+
+def _bind_metrics(text: str) -> socket.socket | None:
+    """`metrics.listener`, bound before log recovery like `listeners`; None when unset."""
+    at = parse_http_listener(text)
+    return bind_listener(text, at.host, at.port, "metrics.listener") if at is not None else None
 
 
 class Broker:
@@ -58,6 +68,7 @@ class Broker:
         locks = lock_log_dirs(dirs, holder)  # before anything reads or writes the dirs
         listener = config.listener
         self._socket = bind_listener(config["listeners"], listener.host, listener.port)
+        metrics_socket = _bind_metrics(config["metrics.listener"])
         self.store = LocalMetadataStore(dirs[0])
         self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
         config = self.config = self.dynamic_configs.config  # explicit: a live view with dynamic keys
@@ -72,6 +83,7 @@ class Broker:
             dir_locks=locks,
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id)
+        self.cleaner = LogCleaner(self.log_manager.all_logs, _cleaner_config(config), crash_point)
         self.view: MetadataView = self._metadata_view()
         self.topics = self._topic_manager()
         self._prefetched = PrefetchedProducerIdBlocks(cluster.store) if cluster else None
@@ -85,6 +97,7 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._stopping = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
+        self.metrics = BrokerMetrics(self, metrics_socket)
 
     def _topic_overrides(self) -> dict[str, dict[str, str]]:
         if self.cluster is not None:
@@ -121,6 +134,10 @@ class Broker:
         return SingleNodeView(me, epoch_of)
 
     @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    @property
     def cluster_id(self) -> str:
         return str(self.log_manager.cluster_id)
 
@@ -130,6 +147,9 @@ class Broker:
             await self._join_cluster(self.cluster)
         await self.transactions.start()
         await self.groups.start()
+        await self.metrics.start()
+        if self.cleaner.config.enable:
+            self.cleaner.start(asyncio.get_running_loop())
         listener = self.config.listener
         self._server = await asyncio.start_server(self._on_connect, sock=self._socket, limit=2**16)
         advertised = self.config.advertised
@@ -151,6 +171,7 @@ class Broker:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        metrics.connection_opened()
         connection = Connection(self, reader, writer)
         if connection.debug:
             request_log.opened(connection.peer)
@@ -190,20 +211,48 @@ class Broker:
                 last_checkpoint = now
 
     async def stop(self) -> None:
+        """Each step is bounded, so a stuck one cannot keep the logs from closing cleanly."""
         log.info("broker %d shutting down", self.node_id)
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
             task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*self._connections, return_exceptions=True)
-        await self.transactions.stop()
-        await self.groups.stop()
+        steps: list[tuple[str, Awaitable[Any]]] = [
+            ("connections", asyncio.gather(*self._connections, return_exceptions=True)),
+            ("log cleaner", self.cleaner.stop()),
+            ("metrics", self.metrics.stop()),
+            ("transaction coordinator", self.transactions.stop()),
+            ("group coordinator", self.groups.stop()),
+        ]
         if self.roles is not None:
-            await self.roles.stop()
+            steps.append(("replication", self.roles.stop()))
         if self._prefetched is not None:
-            await self._prefetched.stop()
+            steps.append(("producer id blocks", self._prefetched.stop()))
         if self.cluster is not None:
-            await self.cluster.close()
+            steps.append(("cluster membership", self.cluster.close()))
+        for name, step in steps:
+            await _bounded(name, step)
         self.log_manager.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)
+
+
+def _cleaner_config(config: BrokerConfig) -> CleanerConfig:
+    return CleanerConfig(
+        enable=config["log.cleaner.enable"],
+        io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
+        dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+        io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
+        backoff_ms=config["log.cleaner.backoff.ms"],
+    )
+
+
+SHUTDOWN_STEP_TIMEOUT_S = 5.0
+
+
+async def _bounded(name: str, step: Awaitable[Any]) -> None:
+    try:
+        await asyncio.wait_for(step, SHUTDOWN_STEP_TIMEOUT_S)
+    except TimeoutError:
+        log.warning("shutdown: %s did not stop within %.0f s; going on", name, SHUTDOWN_STEP_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - shutdown goes on whatever one step raised
+        log.warning("shutdown: stopping %s failed: %r", name, exc)

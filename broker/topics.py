@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from broker.cluster.placement import Assignment, Refused, more_assignment, topic_assignment
 from broker.config import BrokerConfig
 from broker.faults import crash_point
 from broker.metadata import INTERNAL_TOPICS, LocalMetadataStore, TopicMetadata, topic_name_error
@@ -40,6 +41,7 @@ class TopicResult:
     error: ErrorCode
     message: str | None = None
     topic: TopicMetadata | None = None
+    assignment: Assignment | None = None  # the replicas a request asked for, when it did
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,7 @@ class NewTopic:
     partitions: int
     replication_factor: int
     configs: Mapping[str, str | None] = field(default_factory=dict)
+    assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()  # manual: (partition, broker ids)
 
 
 class TopicManager:
@@ -93,6 +96,10 @@ class TopicManager:
     def broker_count(self) -> int:
         return BROKER_COUNT
 
+    def registered_brokers(self) -> frozenset[int]:
+        """The node ids a manual replica assignment may name (one broker: its own id)."""
+        return frozenset({self.replicas.node_id})
+
     def get(self, name: str) -> TopicMetadata | None:
         return self.store.topic(name)
 
@@ -131,6 +138,8 @@ class TopicManager:
         overrides, config_error = _config_overrides(spec.configs)
         if config_error is not None:
             return config_error
+        if spec.assignments:
+            return self._check_manual(spec, overrides)
         if spec.replication_factor < -1 or spec.replication_factor == 0:
             return TopicResult(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -152,6 +161,15 @@ class TopicManager:
                 f"cannot be reached because only {brokers} broker(s) are registered.",
             )
         return TopicResult(ErrorCode.NONE, None, TopicMetadata(name, uuid.uuid4(), partitions, rf, overrides))
+
+    def _check_manual(self, spec: NewTopic, overrides: dict[str, str]) -> TopicResult:
+        placed = topic_assignment(
+            spec.assignments, spec.partitions, spec.replication_factor, self.registered_brokers()
+        )
+        if isinstance(placed, Refused):
+            return TopicResult(placed.error, placed.message)
+        topic = TopicMetadata(spec.name, uuid.uuid4(), len(placed), len(placed[0]), overrides)
+        return TopicResult(ErrorCode.NONE, None, topic, placed)
 
     def _within_limit(self, checked: TopicResult, planned: int = 0) -> TopicResult:
         """``checked`` unless adding its partitions (after ``planned`` others of the same
@@ -282,12 +300,17 @@ class TopicManager:
             yield
 
     async def add_partitions_many(
-        self, wanted: Sequence[tuple[str, int]], validate_only: bool
+        self, wanted: Sequence[tuple[str, int]], validate_only: bool,
+        assignments: Sequence[Sequence[Sequence[int]] | None] | None = None,
     ) -> list[TopicResult]:
-        """CreatePartitions: (topic, new total count) each; a request adding more
-        partitions than Kafka's record limit fails whole with POLICY_VIOLATION."""
+        """CreatePartitions: (topic, new total count) each, with the manual replica
+        assignment of the new partitions or None; a request adding more partitions than
+        Kafka's record limit fails whole with POLICY_VIOLATION."""
+        manual = list(assignments) if assignments is not None else [None] * len(wanted)
         async with self._changes:
-            checked = [self._check_more(name, count) for name, count in wanted]
+            checked = [
+                self._check_more(name, count, m) for (name, count), m in zip(wanted, manual, strict=True)
+            ]
             added = [
                 count - r.topic.partitions if r.topic else 0
                 for (_, count), r in zip(wanted, checked, strict=True)
@@ -306,8 +329,11 @@ class TopicManager:
                 out.append(await self._grow(result, count) if result.error == ErrorCode.NONE else result)
             return out
 
-    def _check_more(self, name: str, count: int) -> TopicResult:
-        """Kafka's checks; the result carries the topic as it is when they pass."""
+    def _check_more(
+        self, name: str, count: int, manual: Sequence[Sequence[int]] | None = None
+    ) -> TopicResult:
+        """Kafka's checks; the result carries the topic as it is when they pass (and the
+        new partitions' replicas when the request assigned them)."""
         topic = self.store.topic(name)
         if topic is None:
             return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
@@ -319,7 +345,13 @@ class TopicManager:
                 f"The topic {name} currently has {topic.partitions} partition(s); "
                 f"{count} would not be an increase.",
             )
-        return TopicResult(ErrorCode.NONE, None, topic)
+        if manual is None:
+            return TopicResult(ErrorCode.NONE, None, topic)
+        placed = more_assignment(manual, count - topic.partitions, topic.replication_factor,
+                                 self.registered_brokers())
+        if isinstance(placed, Refused):
+            return TopicResult(placed.error, placed.message)
+        return TopicResult(ErrorCode.NONE, None, topic, placed)
 
     async def _grow(self, checked: TopicResult, count: int) -> TopicResult:
         old = checked.topic
@@ -336,11 +368,13 @@ class TopicManager:
         log.info("topic %s now has %d partitions", old.name, count)
         return TopicResult(ErrorCode.NONE, None, grown)
 
-    def set_configs(self, name: str, configs: dict[str, str]) -> None:
+    async def set_configs(self, name: str, configs: dict[str, str]) -> tuple[ErrorCode, str | None]:
+        """Replace the topic's configs; its logs use them from now on."""
         self.store.set_configs(name, configs)
         topic = self.store.topic(name)
         assert topic is not None
         self.replicas.update_config(name, self.log_config(topic))
+        return ErrorCode.NONE, None
 
 
 async def _drive(steps: Generator[None, None, None]) -> None:

@@ -1,8 +1,11 @@
 """The transaction coordinator's I/O edge around the pure TransactionStateMachine.
 
 Each operation asks the machine for an Outcome, appends its record to this
-transactional id's `__transaction_state` partition, replays it into the
-machine, and only then answers. Marker intents go to the MarkerChannel, which
+transactional id's `__transaction_state` partition, waits until the record is
+replicated (the CoordinatorLog), replays it into the machine, and only then
+answers; meanwhile the id is pending (CONCURRENT_TRANSACTIONS for others) and
+the event loop serves everything else. Partitions load in the background as
+this broker becomes their leader. Marker intents go to the MarkerChannel, which
 writes them through the WriteTxnMarkers code path and reports back so the
 machine can persist Complete*. Timeouts and id expiration run on a timer.
 """
@@ -11,19 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Coroutine, Iterable
+from typing import TYPE_CHECKING, Any
 
+from broker import metrics
 from broker.context import now_ms
+from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
 from broker.faults import crash_point
-from broker.internal_topics import read_records, record_batch
-from broker.net.client import BrokerClient, BrokerUnreachable
+from broker.internal_topics import InternalRecord, record_batch
+from broker.net.client import BrokerClientPool, BrokerUnreachable
 from coordinator.transaction import (
     TV2,
     ListResult,
-    MarkerIntent,
     Outcome,
     TransactionStateMachine,
     TxnMetadata,
@@ -33,7 +38,6 @@ from coordinator.transaction import (
 )
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
-from storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
     from broker.cluster.view import BrokerInfo
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 ADD_PARTITIONS_TO_TXN = 24
 REMOTE_CHECK_TIMEOUT_S = 10.0
+COMPLETE_RETRY_S = 0.2
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 # Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
@@ -64,22 +69,20 @@ class TransactionCoordinator:
             new_producer_id=broker.producer_ids.generate,
             transaction_version_level=int(config["transaction.version"]),
         )
+        self.log = CoordinatorLog(broker.replicas, TRANSACTION_STATE_TOPIC,
+                                  int(config["request.timeout.ms"]) / 1000)
         self.markers = MarkerChannel(
             broker.node_id, self._leader_of, lambda request: write_markers(broker, request),
             self._markers_written,
         )
-        self._loaded = False
-        self._loaded_epochs: dict[int, int] = {}  # partition -> leader epoch it was loaded at
-        self._clients: dict[tuple[str, int], BrokerClient] = {}  # to other brokers' coordinators
+        self._clients = BrokerClientPool(f"gregor-txn-verify-{broker.node_id}")  # to other coordinators
+        self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.Task[None] | None = None
         broker.replicas.leadership_listeners.append(self.on_leadership)
 
     # -- start-up and loading ------------------------------------------------------
 
     async def start(self) -> None:
-        """Load `__transaction_state` if it exists (finishing every Prepare* found)."""
-        if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None:
-            self._load()
         self._timer = asyncio.create_task(self._timer_loop())
 
     def _leader_of(self, topic: str, index: int) -> BrokerInfo | None:
@@ -92,99 +95,100 @@ class TransactionCoordinator:
         """The internal partition whose leader coordinates `key` (FindCoordinator)."""
         return TRANSACTION_STATE_TOPIC, self.machine.partition_for(key)
 
-    def ensure_loaded(self) -> ErrorCode:
-        """FindCoordinator: create the topic on first use, then load it."""
-        if self._loaded:
+    def ensure_topic(self) -> ErrorCode:
+        """FindCoordinator: create `__transaction_state` on first use (its partitions then
+        load as this broker, or another, becomes their leader)."""
+        if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None:
             return ErrorCode.NONE
-        if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is None:
-            result = self.broker.topics.create_internal(
-                TRANSACTION_STATE_TOPIC, self.num_partitions,
-                int(self.broker.config["transaction.state.log.replication.factor"]),
-                {"cleanup.policy": "compact", "segment.bytes": "104857600",
-                 "min.insync.replicas": str(self.broker.config["transaction.state.log.min.isr"])},
-            )
-            if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        self._load()
+        result = self.broker.topics.create_internal(
+            TRANSACTION_STATE_TOPIC, self.num_partitions,
+            int(self.broker.config["transaction.state.log.replication.factor"]),
+            {"cleanup.policy": "compact",
+             "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
+             "min.insync.replicas": str(self.broker.config["transaction.state.log.min.isr"])},
+        )
+        if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
 
-    def _load(self) -> None:
-        """Every partition of the topic this broker leads and has not loaded at its epoch."""
-        pending = []
-        for index in range(self.num_partitions):
-            part = self.broker.replicas.led_partition(TRANSACTION_STATE_TOPIC, index)
-            if part is not None:
-                pending += self._load_partition(part)
-        self._loaded = True
-        log.info("loaded %d transactional ids from %s; %d transactions to complete",
-                 len(self.machine.transactions), TRANSACTION_STATE_TOPIC, len(pending))
-        for intent in pending:
-            self.markers.send(intent)
-
-    def _load_partition(self, part: Partition) -> list[MarkerIntent]:
-        """Replay one led partition (its leader epoch is the coordinator epoch); the
-        Prepare* transactions found, whose markers must be sent again."""
-        index = part.index
-        if self._loaded_epochs.get(index) == part.leader_epoch:
-            return []
-        self.machine.begin_load(index, part.leader_epoch)
-        for record in read_records(part):
-            if record.key is None:
-                continue
-            try:
-                self.machine.replay(record.key, record.value)
-            except ValueError as exc:  # start-up never fails on what the log holds
-                log.warning("%s-%d: skipping unreadable record at offset %d: %s",
-                            TRANSACTION_STATE_TOPIC, index, record.offset, exc)
-        self._loaded_epochs[index] = part.leader_epoch
-        return self.machine.finish_load(index)
-
     def on_leadership(self, part: Partition, leading: bool) -> None:
-        """Coordinators follow the leadership of their `__transaction_state` partitions."""
+        """Coordinators follow the leadership of their `__transaction_state` partitions: a
+        partition led from a new epoch loads in the background (its ids answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile); a partition lost is unloaded (NOT_COORDINATOR)."""
         if part.topic != TRANSACTION_STATE_TOPIC:
             return
         if leading:
-            self._loaded = True  # the topic exists and this broker coordinates some of it
-            for intent in self._load_partition(part):
-                self.markers.send(intent)
-            log.info("%s-%d: now coordinating its transactional ids (coordinator epoch %d)",
-                     TRANSACTION_STATE_TOPIC, part.index, part.leader_epoch)
+            if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
+                return
+            index, epoch = part.index, part.leader_epoch
+            self.machine.begin_load(index, epoch)
+            work = self.log.start_load(part, lambda r: self._replay_loaded(r, index, epoch),
+                                       lambda started: self._loaded(index, epoch, started))
+            if work is not None:
+                self._spawn(work)
         else:
             self.machine.unload(part.index)
-            self._loaded_epochs.pop(part.index, None)
             log.info("%s-%d: no longer coordinating its transactional ids",
                      TRANSACTION_STATE_TOPIC, part.index)
+
+    def _loaded(self, index: int, epoch: int, started: float) -> None:
+        """Replayed: coordinate the partition's ids and send the markers of every Prepare*
+        transaction found."""
+        if self.machine.coordinator_epoch(index) != epoch:
+            return
+        pending = self.machine.finish_load(index)
+        metrics.coordinator_loaded("transaction", started)
+        log.info("%s-%d: now coordinating its transactional ids (coordinator epoch %d, loaded in %.0f ms,"
+                 " %d transactions to complete)", TRANSACTION_STATE_TOPIC, index, epoch,
+                 (time.monotonic() - started) * 1000, len(pending))
+        for intent in pending:
+            self.markers.send(intent)
+
+    def _replay_loaded(self, record: InternalRecord, index: int, epoch: int) -> None:
+        if record.key is not None and self.machine.coordinator_epoch(index) == epoch:
+            self.machine.replay(record.key, record.value)
+
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         await self.markers.stop()
-        await asyncio.gather(*(c.close() for c in self._clients.values()))
+        await self._clients.close()
 
     # -- operations ------------------------------------------------------------------
 
-    def _persist(self, outcome: Outcome) -> ErrorCode:
-        """Append the outcome's record (if any) and replay it; the error to answer with."""
+    async def _persist(self, outcome: Outcome) -> ErrorCode:
+        """Append the outcome's record (if any), wait until it is replicated, then replay it;
+        the error to answer with. A write whose coordinator epoch ended meanwhile answers
+        NOT_COORDINATOR and leaves the machine alone (the successor owns the id now)."""
         if outcome.record is None:
             return outcome.error
         tid = outcome.transactional_id
-        part = self.broker.replicas.led_partition(TRANSACTION_STATE_TOPIC, self.machine.partition_for(tid))
-        if part is None:
-            self.machine.write_failed(tid)
-            return ErrorCode.NOT_COORDINATOR
-        now = now_ms()
+        index = self.machine.partition_for(tid)
         state = outcome.transit.state.display_name if outcome.transit else "Dead"
         crash_point(f"before-txn-log-{state}")
-        batch = record_batch([outcome.record], now)
-        result = self.broker.replicas.append(part, batch, now, AppendOrigin.COORDINATOR)
-        if result.error != ErrorCode.NONE:
+        now = now_ms()
+        written = await self.log.write(index, record_batch([outcome.record], now), now)
+        if written.coordinator_epoch < 0:  # not the leader: nothing was written
+            self.machine.write_failed(tid)
+            return ErrorCode.NOT_COORDINATOR
+        if self.machine.coordinator_epoch(index) != written.coordinator_epoch:
+            return ErrorCode.NOT_COORDINATOR  # unloaded meanwhile: the successor owns the id
+        if written.error != ErrorCode.NONE:
             self.machine.write_failed(tid)
             log.warning("transactional id %s: writing %s failed: %s", tid, TRANSACTION_STATE_TOPIC,
-                        ErrorCode(result.error).name)
-            return append_error_to_coordinator_error(ErrorCode(result.error))
+                        written.error.name)
+            return append_error_to_coordinator_error(written.error)
         crash_point(f"after-txn-log-{state}")
         key, value = outcome.record
         self.machine.replay(key, value)
+        metrics.txn_transition(outcome.transit)
         if outcome.transit is not None:
             log.info("transactional id %s: %s (producer id %d, epoch %d)", tid,
                      outcome.transit.state.display_name, outcome.transit.producer_id,
@@ -193,14 +197,14 @@ class TransactionCoordinator:
             self.markers.send(outcome.markers)
         return outcome.error
 
-    def init_producer_id(
+    async def init_producer_id(
         self, tid: str, timeout_ms: int, producer_id: int, epoch: int
     ) -> tuple[ErrorCode, int, int]:
         outcome = self.machine.init_producer_id(tid, timeout_ms, producer_id, epoch, now_ms())
-        error = self._persist(outcome)
+        error = await self._persist(outcome)
         return error, outcome.producer_id, outcome.producer_epoch
 
-    def add_partitions(
+    async def add_partitions(
         self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition],
         verify_only: bool = False, transaction_version: int = 0,
     ) -> Outcome:
@@ -208,22 +212,23 @@ class TransactionCoordinator:
             tid, producer_id, epoch, list(partitions), now_ms(), verify_only=verify_only,
             client_transaction_version=transaction_version,
         )
-        error = self._persist(outcome)
+        error = await self._persist(outcome)
         if error != outcome.error:
             return Outcome(tid, error, partition_errors={tp: error for tp in outcome.partition_errors})
         return outcome
 
-    def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
+    async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
         partitions = int(self.broker.config["offsets.topic.num.partitions"])
         group_partition = self.machine.offsets_partition_for(group_id, partitions)
-        return self._persist(self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms()))
+        outcome = self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms())
+        return await self._persist(outcome)
 
-    def end_txn(
+    async def end_txn(
         self, tid: str, producer_id: int, epoch: int, commit: bool, transaction_version: int
     ) -> tuple[ErrorCode, int, int]:
         """The error, and (transaction version 2) the producer id and epoch to use next."""
         outcome = self.machine.end_txn(tid, producer_id, epoch, commit, now_ms(), transaction_version)
-        return self._persist(outcome), outcome.producer_id, outcome.producer_epoch
+        return await self._persist(outcome), outcome.producer_id, outcome.producer_epoch
 
     async def check_writes(
         self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation
@@ -232,7 +237,7 @@ class TransactionCoordinator:
         (Kafka's AddPartitionsToTxnManager: AddPartitionsToTxn v4 verify-only, v5 to add)."""
         leader = self._leader_of(*self.coordinator_partition(tid))
         if leader is None or leader.node_id == self.broker.node_id:
-            return {tp: self.check_write(tid, producer_id, epoch, tp, operation) for tp in tps}
+            return {tp: await self.check_write(tid, producer_id, epoch, tp, operation) for tp in tps}
         return await self._remote_check(leader, tid, producer_id, epoch, tps, operation)
 
     async def _remote_check(
@@ -249,7 +254,7 @@ class TransactionCoordinator:
             topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()],
         )])
         try:
-            response = await self._client_for(coordinator).call(
+            response = await self._clients.get(coordinator.host, coordinator.port).call(
                 request, 5 if operation.adds else 4, timeout_s=REMOTE_CHECK_TIMEOUT_S
             )
         except (BrokerUnreachable, TimeoutError):
@@ -262,31 +267,19 @@ class TransactionCoordinator:
         top = ErrorCode(response.error_code)
         return {tp: write_check_error(found.get(tp, top), operation) for tp in tps}
 
-    def _client_for(self, broker: BrokerInfo) -> BrokerClient:
-        key = (broker.host, broker.port)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = BrokerClient(broker.host, broker.port,
-                                                       f"gregor-txn-verify-{self.broker.node_id}")
-        return client
-
-    def check_write(
+    async def check_write(
         self, tid: str, producer_id: int, epoch: int, tp: TopicPartition, operation: TxnOperation
     ) -> ErrorCode:
         """Before a transactional write to `tp` is appended (Produce, TxnOffsetCommit): verify
         that `tp` is in the ongoing transaction, or (transaction version 2) add it. NONE, or
         the error for the writer's client as Kafka gives it."""
-        if not self._loaded:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if operation.adds:
-            outcome = self.add_partitions(tid, producer_id, epoch, [tp], transaction_version=TV2)
+            outcome = await self.add_partitions(tid, producer_id, epoch, [tp], transaction_version=TV2)
         else:
             outcome = self.machine.add_partitions(tid, producer_id, epoch, [tp], now_ms(), verify_only=True)
         return write_check_error(outcome.partition_errors.get(tp, outcome.error), operation)
 
     def describe(self, tid: str) -> tuple[ErrorCode, TxnMetadata | None]:
-        if not self._loaded:
-            return ErrorCode.NOT_COORDINATOR, None
         return self.machine.describe(tid)
 
     def list_transactions(
@@ -297,8 +290,18 @@ class TransactionCoordinator:
     # -- completion, timeouts, expiration ----------------------------------------------
 
     def _markers_written(self, tid: str) -> None:
-        outcome = self.machine.complete_markers(tid, now_ms())
-        error = self._persist(outcome)
+        self._spawn(self._complete(tid))
+
+    async def _complete(self, tid: str) -> None:
+        """Every marker is written: persist CompleteCommit / CompleteAbort, trying again while
+        the outcome of the write is open and this broker still coordinates the id."""
+        index = self.machine.partition_for(tid)
+        epoch = self.machine.coordinator_epoch(index)
+        while True:
+            error = await self._persist(self.machine.complete_markers(tid, now_ms()))
+            if error != ErrorCode.COORDINATOR_NOT_AVAILABLE or self.machine.coordinator_epoch(index) != epoch:
+                break
+            await asyncio.sleep(COMPLETE_RETRY_S)
         if error != ErrorCode.NONE:
             log.warning("transactional id %s: completing after markers failed: %s", tid, error.name)
 
@@ -307,16 +310,14 @@ class TransactionCoordinator:
         expiration = int(self.broker.config["transactional.id.expiration.ms"])
         while True:
             await asyncio.sleep(interval / 1000)
-            if not self._loaded:
-                continue
             now = now_ms()
             for outcome in self.machine.abort_timed_out(now):
                 log.info("transactional id %s: aborting, older than its timeout", outcome.transactional_id)
-                self._persist(outcome)
+                self._spawn(self._persist(outcome))
             for outcome in self.machine.expire_idle(now, expiration):
                 log.info("transactional id %s: expired after %d ms idle",
                          outcome.transactional_id, expiration)
-                self._persist(outcome)
+                self._spawn(self._persist(outcome))
 
 
 def produce_error(error: ErrorCode) -> ErrorCode:

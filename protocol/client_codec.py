@@ -11,7 +11,7 @@ import struct
 from typing import Any
 
 from protocol.headers import API_VERSIONS_KEY
-from protocol.messages import REQUESTS, RESPONSES
+from protocol.messages import REQUESTS, RESPONSES, whole
 
 _FIXED = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
@@ -45,6 +45,6 @@ def decode_response(api_key: int, version: int, payload: bytes | memoryview) -> 
             raise ResponseDecodeError("response header carries unexpected tagged fields")
         pos += 1
     try:
-        return RESPONSES[api_key].decode(bytes(payload[pos:]), version=version)
+        return whole(RESPONSES[api_key].decode(bytes(payload[pos:]), version=version))
     except Exception as exc:  # the codec raises assorted errors on malformed input
         raise ResponseDecodeError(f"{type(exc).__name__}: {exc}") from None

@@ -94,4 +94,11 @@ def decode_request(api_key: int, version: int, body: memoryview) -> Any:
         raise RequestDecodeError(f"{type(exc).__name__}: {exc}") from None
     if decoded_end != end:
         raise RequestDecodeError(f"fields end at {decoded_end}, schema walk says {end}")
+    return whole(message)
+
+
+def whole(message: Any) -> Any:
+    """A decoded message with the slots kafka-python's decoder leaves unset (it skips
+    __init__), so that it can be encoded again: forwarded requests and their answers."""
+    message._header = message._min_version = message._max_version = None
     return message

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -246,7 +246,7 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -
 # Building batches (control batches; off the hot path)
 
 
-def _zigzag_varint(value: int) -> bytes:
+def zigzag_varint(value: int) -> bytes:
     z = (value << 1) ^ (value >> 63)
     out = bytearray()
     while True:
@@ -259,18 +259,23 @@ def _zigzag_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None) -> bytes:
-    """One v2 record without headers."""
+def encode_record(
+    offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> bytes:
+    """One v2 record."""
     body = bytearray(b"\x00")  # attributes
-    body += _zigzag_varint(timestamp_delta)
-    body += _zigzag_varint(offset_delta)
-    for field in (key, value):
-        if field is None:
-            body += _zigzag_varint(-1)
-        else:
-            body += _zigzag_varint(len(field)) + field
-    body += _zigzag_varint(0)  # header count
-    return _zigzag_varint(len(body)) + bytes(body)
+    body += zigzag_varint(timestamp_delta)
+    body += zigzag_varint(offset_delta)
+    body += _nullable_bytes(key) + _nullable_bytes(value)
+    body += zigzag_varint(len(headers))
+    for name, header_value in headers:
+        body += _nullable_bytes(name.encode()) + _nullable_bytes(header_value)
+    return zigzag_varint(len(body)) + bytes(body)
+
+
+def _nullable_bytes(data: bytes | None) -> bytes:
+    return zigzag_varint(-1) if data is None else zigzag_varint(len(data)) + data
 
 
 def build_batch(

@@ -20,5 +20,6 @@ fi
 dpkg -x etcd-server_*.deb unpacked
 mkdir -p "$DEST"
 cp unpacked/usr/bin/etcd "$DEST/etcd"
-"$DEST/etcd" --version | head -1 >&2
+# sed reads all of its input: head would end the pipe early (SIGPIPE under pipefail).
+"$DEST/etcd" --version | sed -n 1p >&2
 touch "$DEST/.installed"

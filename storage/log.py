@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import logging
 import shutil
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -51,6 +52,8 @@ from storage.validator import (
 )
 
 log = logging.getLogger(__name__)
+# Told the seconds each flush that fsynced something took (the broker's metrics).
+FLUSH_LISTENERS: list[Callable[[float], None]] = []
 
 NO_TIMESTAMP = -1
 
@@ -797,10 +800,23 @@ class Log:
             self._advance_log_start(new_start)
         return len(doomed)
 
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put ``new``, the cleaned copy of the consecutive closed segments ``old``, in
+        their place (the log cleaner's swap; it has written and renamed the files)."""
+        i = self._segments.index(old[0]) if old and old[0] in self._segments else -1
+        if i < 0 or self._segments[i : i + len(old)] != old or old[-1] is self.active_segment:
+            raise ValueError(f"{self.directory.name}: segments to replace are not closed segments of the log")
+        if new.base_offset != old[0].base_offset:
+            raise ValueError(f"cleaned segment {new.base_offset} does not start at {old[0].base_offset}")
+        self._segments[i : i + len(old)] = [new]
+
     def truncate_to(self, offset: int, now_ms: int | None = None) -> None:
         """Remove everything at and after ``offset`` (follower truncation, later issues);
         producer state is reloaded from a snapshot at or below it plus replay."""
         if offset >= self.log_end_offset:
+            # An epoch this broker started as leader without appending to it may still end
+            # the cache: drop it, or the leader reports the same divergence forever.
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             return
         offset = max(offset, self._log_start_offset)
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
@@ -836,6 +852,7 @@ class Log:
         if now_ms is not None:
             self._last_flush_ms = now_ms
         if target > self._recovery_point:
+            started = time.monotonic()
             first = self._segment_index_for(self._recovery_point)
             for seg in self._segments[first:]:
                 if seg.base_offset >= target:
@@ -843,6 +860,8 @@ class Log:
                 seg.flush()
             fsync_dir(self.directory)
             self._recovery_point = target
+            for listener in FLUSH_LISTENERS:
+                listener(time.monotonic() - started)
         pending = self._pending_roll_flush
         if pending is not None and pending <= self._recovery_point:
             self._pending_roll_flush = None

@@ -85,7 +85,8 @@ _DEFS = [
         _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
     ),
     TopicConfigDef(
-        "delete.retention.ms", "log.cleaner.delete.retention.ms", "long", 86400000, None, _at_least(0)
+        "delete.retention.ms", "log.cleaner.delete.retention.ms", "long", 86400000, "delete_retention_ms",
+        _at_least(0),
     ),
     TopicConfigDef(
         "file.delete.delay.ms",
@@ -111,7 +112,8 @@ _DEFS = [
         "index.interval.bytes", "log.index.interval.bytes", "int", 4096, "index_interval_bytes", _at_least(0)
     ),
     TopicConfigDef(
-        "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, None, _at_least(1)
+        "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "long", LONG_MAX,
+        "max_compaction_lag_ms", _at_least(1),
     ),
     TopicConfigDef(
         "max.message.bytes", "message.max.bytes", "int", 1048588, "max_message_bytes", _at_least(0)
@@ -149,10 +151,12 @@ _DEFS = [
         _one_of("CreateTime", "LogAppendTime"),
     ),
     TopicConfigDef(
-        "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "double", 0.5, None, _ratio
+        "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "double", 0.5,
+        "min_cleanable_dirty_ratio", _ratio,
     ),
     TopicConfigDef(
-        "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "long", 0, None, _at_least(0)
+        "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "long", 0, "min_compaction_lag_ms",
+        _at_least(0),
     ),
     TopicConfigDef(
         "min.insync.replicas", "min.insync.replicas", "int", 1, "min_insync_replicas", _at_least(1)
@@ -304,6 +308,10 @@ class LogConfig:
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
     file_delete_delay_ms: int = 60000
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
     # A broker-level key with no topic override (Kafka's producer.id.expiration.ms).
     producer_id_expiration_ms: int = 86400000
 

@@ -22,6 +22,7 @@ from storage.checkpoints import (
     fsync_dir,
     random_kafka_uuid,
 )
+from storage.cleaner.swap import recover_swaps
 from storage.dir_lock import DirLock, LogDirUnusableError, lock_dirs, release_all
 from storage.log import Log, parse_partition_dir
 from storage.log_config import LogConfig
@@ -115,6 +116,7 @@ class LogManager:
         for child, tp in found:
             if tp in self._logs:
                 raise InconsistentMetaPropertiesError(f"{tp} found in two log dirs")
+            recover_swaps(child)  # a cleaning interrupted by a crash: finish or undo its swap
             opened = Log.open(
                 child,
                 self._config_for(tp[0]),

@@ -337,6 +337,10 @@ class ProducerStateManager:
     def entry_for(self, producer_id: int) -> ProducerStateEntry:
         return self._producers.get(producer_id) or ProducerStateEntry(producer_id)
 
+    def entries(self) -> dict[int, ProducerStateEntry]:
+        """A copy of the producer map (the log cleaner keeps each producer's last batch)."""
+        return dict(self._producers)
+
     def active_producers(self) -> list[ProducerStateInfo]:
         return [e.info() for _pid, e in sorted(self._producers.items())]
 

@@ -7,6 +7,9 @@ died gets a new one from its ISR (placement.after_broker_change), a dead
 follower leaves the ISR, an offline partition comes back when its last ISR
 member returns. Every write is a compare-and-swap that also checks this
 controller still holds the key, so a deposed controller changes nothing.
+With `auto.leader.rebalance.enable`, it also gives each partition back to its
+preferred replica every `leader.imbalance.check.interval.seconds`, as Kafka's
+KRaft controller does (no per-broker percentage gate there either).
 """
 
 from __future__ import annotations
@@ -14,27 +17,55 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import dataclass, replace
 
 import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
-from broker.cluster.placement import after_broker_change, election, place_replicas
+from broker.cluster.placement import (
+    Assignment,
+    Refused,
+    after_broker_change,
+    check_replicas,
+    completed,
+    election,
+    place_replicas,
+    preferred_leader,
+    reassigned,
+    reverted,
+)
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
+MAX_ELECTIONS_PER_PASS = 1000  # Kafka's maxElectionsPerImbalance
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderBalancing:
+    """`auto.leader.rebalance.enable` and `leader.imbalance.check.interval.seconds`."""
+
+    enabled: bool = True
+    interval_s: float = 300.0
+
+
+KAFKA_BALANCING = LeaderBalancing()  # Kafka's defaults
 
 
 class ClusterController:
-    def __init__(self, store: EtcdMetadataStore, node_id: NodeId) -> None:
+    def __init__(
+        self, store: EtcdMetadataStore, node_id: NodeId, balancing: LeaderBalancing = KAFKA_BALANCING
+    ) -> None:
         self.store = store
         self.node_id = node_id
+        self.balancing = balancing
         self.record: ControllerRecord | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._balancer: asyncio.Task[None] | None = None
 
     @property
     def active(self) -> bool:
@@ -44,12 +75,15 @@ class ClusterController:
     def start(self) -> None:
         self.store.subscribe(self._on_change)
         self._task = asyncio.create_task(self._run(), name="controller")
+        if self.balancing.enabled:
+            self._balancer = asyncio.create_task(self._balance_forever(), name="leader-balancer")
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, self._balancer) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _on_change(self, key: str) -> None:
         if key in ("", "controller") or key.startswith("brokers/") or key.startswith("partitions/"):
@@ -88,9 +122,36 @@ class ClusterController:
         done = True
         for (topic, index), state in sorted(image.partitions.items()):
             new = after_broker_change(state, live)
+            new = completed(new or state, live) or new  # a reassignment whose targets caught up
             if new is not None:
                 done &= await self._write(topic, index, state, new)
         return done
+
+    async def _balance_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.balancing.interval_s)
+            try:
+                while self.active and await self.balance_leaders():
+                    pass  # stopped at the cap: the rest at once, as Kafka reschedules
+            except (aetcd.exceptions.ClientError, OSError) as e:
+                log.warning("leader rebalance failed (%s); trying at the next check", type(e).__name__)
+
+    async def balance_leaders(self) -> bool:
+        """Preferred elections for the partitions whose preferred replica is live, in the ISR
+        and not leading (at most MAX_ELECTIONS_PER_PASS); True if more are left."""
+        image = self.store.image
+        live = image.live_brokers()
+        moved = 0
+        for (topic, index), state in sorted(image.partitions.items()):
+            new = preferred_leader(state, live)
+            if new is None:
+                continue
+            if moved == MAX_ELECTIONS_PER_PASS:
+                return True
+            moved += await self._write(topic, index, state, new)
+        if moved:
+            log.info("leader rebalance: %d partition(s) back on their preferred replica", moved)
+        return False
 
     async def _write(self, topic: str, index: int, old: PartitionState, new: PartitionState) -> bool:
         ok = await self.store.alter_partition(topic, index, old, new, controller=self.record)
@@ -126,13 +187,99 @@ class ClusterController:
         return results
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+        manual: Assignment | None = None,
     ) -> bool:
-        """Place replicas over the live brokers and write topic and states at once."""
+        """Place replicas over the live brokers (or take the `manual` ones, already checked)
+        and write topic and states at once."""
         image = self.store.image
         racks = {node: reg.rack for node, reg in image.brokers.items()}
         start = java_abs(java_string_hash(name))
-        assignment = place_replicas(partitions, replication_factor, racks, start=start)
+        assignment = manual or place_replicas(partitions, replication_factor, racks, start=start)
         topic = TopicRecord(name, uuid.uuid4(), tuple(assignment), configs)
         states = [PartitionState.initial(replicas, image.live_brokers()) for replicas in assignment]
         return await self.store.create_topic(topic, states, controller=self.record)
+
+    async def add_partitions(self, name: str, count: int, manual: Assignment | None = None) -> bool:
+        """CreatePartitions: partitions up to `count`, placed as CreateTopics places them
+        (or the `manual` ones, already checked); False if the topic changed meanwhile."""
+        image = self.store.image
+        old = image.topics.get(name)
+        if old is None:
+            return False
+        racks = {node: reg.rack for node, reg in image.brokers.items()}
+        start = java_abs(java_string_hash(name))
+        added = manual or place_replicas(count - old.partitions, old.replication_factor, racks,
+                                         start=start, first_partition=old.partitions)
+        grown = replace(old, assignment=old.assignment + tuple(added))
+        live = image.live_brokers()
+        states = {old.partitions + i: PartitionState.initial(r, live) for i, r in enumerate(added)}
+        return await self.store.add_partitions(old, grown, states, controller=self.record)
+
+    async def reassign(
+        self, wanted: list[tuple[str, int, list[int] | None]]
+    ) -> dict[tuple[str, int], Refused | None]:
+        """AlterPartitionReassignments: per partition None (accepted) or why not; `None`
+        replicas cancel the reassignment in progress."""
+        results: dict[tuple[str, int], Refused | None] = {}
+        written: list[tuple[tuple[str, int], PartitionState]] = []
+        for topic, index, target in wanted:
+            image = self.store.image
+            state = image.partitions.get((topic, index))
+            refused, new = check_reassignment(image.topics.get(topic) is not None, topic, index, state,
+                                         target, image.live_brokers())
+            if refused is None and state is not None and new is not None:
+                if await self._write(topic, index, state, new):
+                    written.append(((topic, index), new))
+                else:
+                    refused = Refused(ErrorCode.NOT_CONTROLLER, "The partition changed meanwhile; retry.")
+            results[(topic, index)] = refused
+        await self.store.wait_for(lambda i: all(i.partitions.get(tp) == s for tp, s in written), 5)
+        self._wake.set()  # a reassignment may be complete already
+        return results
+
+    def reassignments(
+        self, wanted: list[tuple[str, list[int]]] | None
+    ) -> dict[str, dict[int, PartitionState]]:
+        """ListPartitionReassignments: the partitions with a reassignment in progress, by topic
+        (all of them, or of the named topics and partitions; unknown ones are left out)."""
+        image = self.store.image
+        if wanted is None:
+            pairs = [tp for tp, s in image.partitions.items() if s.reassigning]
+        else:
+            pairs = [(t, i) for t, indexes in wanted for i in indexes]
+        found: dict[str, dict[int, PartitionState]] = {}
+        for topic, index in pairs:
+            state = image.partitions.get((topic, index))
+            if state is not None and state.reassigning and topic in image.topics:
+                found.setdefault(topic, {})[index] = state
+        return found
+
+
+NO_REASSIGNMENT = Refused(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
+
+
+def check_reassignment(
+    topic_exists: bool, topic: str, index: int, state: PartitionState | None,
+    target: list[int] | None, live: set[NodeId],
+) -> tuple[Refused | None, PartitionState | None]:
+    """Kafka's checks for one partition (ReplicationControlManager.alterPartitionReassignment)
+    and the state to write (None: nothing changes)."""
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not topic_exists:
+        return Refused(unknown, f"Unable to find a topic named {topic}."), None
+    if state is None:
+        return Refused(unknown, f"Unable to find partition {topic}:{index}."), None
+    if target is None:
+        if not state.reassigning:
+            return NO_REASSIGNMENT, None
+        back = reverted(state, live)
+        if back is None:
+            return Refused(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, f"Unable to revert partition "
+                           f"assignment for {topic}:{index} because it would require an unclean "
+                           "leader election."), None
+        return None, back
+    refused = check_replicas(target, live, None)
+    if refused is not None:
+        return refused, None
+    return None, reassigned(state, [NodeId(n) for n in target], live)

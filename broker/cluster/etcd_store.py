@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -220,6 +221,26 @@ class EtcdMetadataStore:
             tx.put(self._key(f"partitions/{topic.name}/{i}"), encode(s)) for i, s in enumerate(states)
         ]
         return await self._txn([tx.version(key) == 0, *self._controller_guard(controller)], puts)
+
+    async def add_partitions(
+        self, old: TopicRecord, new: TopicRecord, states: dict[int, PartitionState],
+        controller: ControllerRecord | None = None,
+    ) -> bool:
+        """The grown topic record and its new partitions' states at once; False if the
+        topic changed (or went) meanwhile."""
+        tx = self.client.transactions
+        key = self._key(f"topics/{old.name}")
+        puts = [tx.put(key, encode(new))] + [
+            tx.put(self._key(f"partitions/{new.name}/{i}"), encode(s)) for i, s in sorted(states.items())
+        ]
+        return await self._txn([tx.value(key) == encode(old), *self._controller_guard(controller)], puts)
+
+    async def set_topic_configs(self, old: TopicRecord, configs: dict[str, str]) -> bool:
+        """`old` with new config overrides; False if the topic changed (or went) meanwhile."""
+        tx = self.client.transactions
+        key = self._key(f"topics/{old.name}")
+        new = dataclasses.replace(old, configs=dict(configs))
+        return await self._txn([tx.value(key) == encode(old)], [tx.put(key, encode(new))])
 
     async def delete_topic(self, name: str) -> None:
         await self.client.delete(self._key(f"topics/{name}"))

@@ -111,12 +111,28 @@ class PartitionState:
     leader: NodeId
     leader_epoch: LeaderEpoch
     partition_epoch: PartitionEpoch
+    # A reassignment in progress: replicas joining (catching up) and leaving once it completes.
+    adding: tuple[NodeId, ...] = ()
+    removing: tuple[NodeId, ...] = ()
 
     def __post_init__(self) -> None:
         if not set(self.isr) <= set(self.replicas):
             raise ValueError(f"ISR {self.isr} is not within replicas {self.replicas}")
         if self.leader != NO_LEADER and self.leader not in self.isr:
             raise ValueError(f"leader {self.leader} is not in ISR {self.isr}")
+        adding, removing = set(self.adding), set(self.removing)
+        if not adding | removing <= set(self.replicas) or adding & removing:
+            raise ValueError(f"adding {self.adding} and removing {self.removing} are not disjoint "
+                             f"parts of replicas {self.replicas}")
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[NodeId, ...]:
+        """The replicas once a reassignment in progress completes (the replicas otherwise)."""
+        return tuple(n for n in self.replicas if n not in self.removing)
 
     @classmethod
     def initial(cls, replicas: tuple[NodeId, ...], live: set[NodeId]) -> PartitionState:
@@ -136,19 +152,26 @@ class PartitionState:
         return replace(self, isr=isr, partition_epoch=PartitionEpoch(self.partition_epoch + 1))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "replicas": list(self.replicas), "isr": list(self.isr), "leader": self.leader,
             "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch,
         }
+        if self.reassigning:  # absent otherwise: states written before reassignments read the same
+            data.update(adding=list(self.adding), removing=list(self.removing))
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PartitionState:
         return cls(
-            tuple(NodeId(int(n)) for n in data["replicas"]),
-            tuple(NodeId(int(n)) for n in data["isr"]),
+            _nodes(data["replicas"]), _nodes(data["isr"]),
             NodeId(int(data["leader"])), LeaderEpoch(int(data["leader_epoch"])),
             PartitionEpoch(int(data["partition_epoch"])),
+            _nodes(data.get("adding", ())), _nodes(data.get("removing", ())),
         )
+
+
+def _nodes(ids: Any) -> tuple[NodeId, ...]:
+    return tuple(NodeId(int(n)) for n in ids)
 
 
 def encode(record: Any) -> bytes:

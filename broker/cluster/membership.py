@@ -13,7 +13,7 @@ import math
 import uuid
 
 from broker.cluster.address import EtcdAddress
-from broker.cluster.controller import ClusterController
+from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import BrokerRegistration, NodeId
@@ -23,17 +23,20 @@ log = logging.getLogger(__name__)
 
 
 class ClusterMembership:
-    def __init__(self, store: EtcdMetadataStore, node_id: NodeId, cluster_id: str) -> None:
+    def __init__(
+        self, store: EtcdMetadataStore, node_id: NodeId, cluster_id: str,
+        balancing: LeaderBalancing = KAFKA_BALANCING,
+    ) -> None:
         self.store = store
         self.node_id = node_id
         self.cluster_id = cluster_id
-        self.controller = ClusterController(store, node_id)
+        self.controller = ClusterController(store, node_id, balancing)
         self.channel = ControllerChannel(store, node_id)
 
     @classmethod
     async def join(
         cls, url: str, node_id: int, configured_cluster_id: str, session_timeout_ms: int,
-        connect_attempts: int,
+        connect_attempts: int, balancing: LeaderBalancing = KAFKA_BALANCING,
     ) -> ClusterMembership:
         """Open the store (bounded retries) and read or create the cluster id."""
         ttl_s = max(1, math.ceil(session_timeout_ms / 1000))
@@ -46,7 +49,7 @@ class ClusterMembership:
                 f"cluster.id is {configured_cluster_id!r} but the metadata store at {url} "
                 f"holds cluster {cluster_id!r}"
             )
-        return cls(store, NodeId(node_id), cluster_id)
+        return cls(store, NodeId(node_id), cluster_id, balancing)
 
     async def register(self, host: str, port: int, rack: str | None) -> None:
         """Register under a lease (NodeIdInUse if taken), then take part in controller elections."""

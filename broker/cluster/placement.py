@@ -7,14 +7,92 @@ the answers to the store by compare-and-swap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from broker.cluster.image import NO_LEADER, NodeId, PartitionState
+from broker.cluster.image import NO_LEADER, NodeId, PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
+
+Assignment = tuple[tuple[NodeId, ...], ...]
 
 
 class PlacementError(ValueError):
     """A replication factor the live brokers cannot satisfy."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A manual replica assignment Kafka refuses: its error code and message."""
+
+    error: ErrorCode
+    message: str
+
+
+def _invalid(message: str) -> Refused:
+    return Refused(ErrorCode.INVALID_REPLICATION_ASSIGNMENT, message)
+
+
+def check_replicas(replicas: Sequence[int], registered: Collection[int], rf: int | None) -> Refused | None:
+    """Kafka's validateManualPartitionAssignment: non-empty, registered brokers (in sorted
+    order, so an unknown broker and a duplicate are reported as Kafka reports them), no
+    broker twice, and `rf` replicas when earlier partitions fixed it."""
+    if not replicas:
+        return _invalid("The manual partition assignment includes an empty replica list.")
+    previous = None
+    for broker in sorted(replicas):
+        if broker not in registered:
+            return _invalid(f"The manual partition assignment includes broker {broker}, "
+                            "but no such broker is registered.")
+        if broker == previous:
+            return _invalid(f"The manual partition assignment includes the broker {broker} more than once.")
+        previous = broker
+    if rf is not None and len(replicas) != rf:
+        return _invalid(f"The manual partition assignment includes a partition with {len(replicas)} "
+                        "replica(s), but this is not consistent with previous partitions, "
+                        f"which have {rf} replica(s).")
+    return None
+
+
+def topic_assignment(
+    entries: Sequence[tuple[int, Sequence[int]]], partitions: int, replication_factor: int,
+    registered: Collection[int],
+) -> Assignment | Refused:
+    """CreateTopics' `assignments` (partition index, broker ids), checked as Kafka's controller
+    checks them; `partitions` and `replication_factor` must be -1 beside them."""
+    if replication_factor != -1:
+        return Refused(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
+                       "but replication factor was not set to -1.")
+    if partitions != -1:
+        return Refused(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
+                       "but numPartitions was not set to -1.")
+    found: dict[int, tuple[NodeId, ...]] = {}
+    rf: int | None = None
+    for index, replicas in entries:
+        if index in found:
+            return _invalid(f"Found multiple manual partition assignments for partition {index}")
+        refused = check_replicas(replicas, registered, rf)
+        if refused is not None:
+            return refused
+        rf = len(replicas)
+        found[index] = tuple(NodeId(b) for b in replicas)
+    if set(found) != set(range(len(found))):
+        return _invalid("partitions should be a consecutive 0-based integer sequence")
+    return tuple(found[i] for i in range(len(found)))
+
+
+def more_assignment(
+    assignments: Sequence[Sequence[int]], additional: int, replication_factor: int,
+    registered: Collection[int],
+) -> Assignment | Refused:
+    """CreatePartitions' `assignments` for the `additional` new partitions, as Kafka checks them."""
+    if len(assignments) != additional:
+        return _invalid(f"Attempted to add {additional} additional partition(s), but only "
+                        f"{len(assignments)} assignment(s) were specified.")
+    for replicas in assignments:
+        refused = check_replicas(replicas, registered, replication_factor)
+        if refused is not None:
+            return refused
+    return tuple(tuple(NodeId(b) for b in replicas) for replicas in assignments)
 
 
 def place_replicas(
@@ -124,3 +202,55 @@ def election(
     if not chosen:
         return None, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
     return state.with_leader(chosen[0], state.isr if clean else (chosen[0],)), ErrorCode.NONE
+
+
+# -- partition reassignment (Kafka's KRaft controller) ----------------------------------------
+
+
+def reassigned(state: PartitionState, target: Sequence[NodeId], live: set[NodeId]) -> PartitionState | None:
+    """AlterPartitionReassignments for one partition: `target` (already checked) joins the
+    replicas as `adding`, the replicas not in it become `removing`; completed at once when
+    the ISR allows (a mere reordering). None when nothing changes."""
+    wanted = tuple(target)
+    adding = tuple(n for n in wanted if n not in state.replicas)
+    removing = tuple(n for n in state.replicas if n not in wanted)
+    started = replace(state, replicas=wanted + removing, adding=adding, removing=removing,
+                      partition_epoch=PartitionEpoch(state.partition_epoch + 1))
+    new = completed(started, live) or started
+    if (new.replicas, new.isr, new.leader, new.adding, new.removing) == (
+        state.replicas, state.isr, state.leader, state.adding, state.removing
+    ):
+        return None
+    return new
+
+
+def completed(state: PartitionState, live: set[NodeId]) -> PartitionState | None:
+    """The end of a reassignment, once every adding replica is in the ISR and some replica
+    that stays is: the removed ones are dropped, leadership moves to the first target replica
+    in the ISR (and live) if the leader is leaving. None while it must wait."""
+    if not state.reassigning:
+        return None
+    isr = tuple(n for n in state.isr if n not in state.removing)
+    if not isr or not set(state.adding) <= set(isr):
+        return None
+    return _settled(state, state.target, isr, live)
+
+
+def _settled(
+    state: PartitionState, replicas: tuple[NodeId, ...], isr: tuple[NodeId, ...], live: set[NodeId]
+) -> PartitionState:
+    """No reassignment in progress any more; a leader outside `isr` hands over to the first
+    replica in it that is live (a leader epoch later)."""
+    if state.leader in isr:
+        return replace(state, replicas=replicas, isr=isr, adding=(), removing=(),
+                       partition_epoch=PartitionEpoch(state.partition_epoch + 1))
+    leaderless = replace(state, replicas=replicas, isr=isr, leader=NO_LEADER, adding=(), removing=())
+    return leaderless.with_leader(next((n for n in replicas if n in isr and n in live), NO_LEADER), isr)
+
+
+def reverted(state: PartitionState, live: set[NodeId]) -> PartitionState | None:
+    """Cancelling a reassignment in progress: the adding replicas go, the removing ones stay;
+    None when no replica left would be in the ISR (it would take an unclean election)."""
+    replicas = tuple(n for n in state.replicas if n not in state.adding)
+    isr = tuple(n for n in state.isr if n not in state.adding)
+    return _settled(state, replicas, isr, live) if isr else None

@@ -42,6 +42,7 @@ class ClusterRoles:
         self.fetchers: dict[NodeId, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._checker: asyncio.Task[None] | None = None
+        self._configs: dict[str, dict[str, str]] = {}  # per hosted topic, as its logs use them
         replicas.isr_changes = self._propose
         replicas.replica_lag_ms = replica_lag_ms
         replicas.may_lead = lambda: store.registration_alive
@@ -84,6 +85,7 @@ class ClusterRoles:
         """Make every hosted partition's role match the image; drop what it no longer lists."""
         image = self.store.image
         wanted = self._wanted()
+        self._apply_configs({topic for topic, _index in wanted})
         for topic, index in wanted:
             state, record = image.partitions[(topic, index)], image.topics[topic]
             if state.leader == self.me:
@@ -93,6 +95,16 @@ class ClusterRoles:
         for part in self.replicas.all_partitions():
             if (part.topic, part.index) not in wanted:
                 self._drop(part)
+
+    def _apply_configs(self, topics: set[str]) -> None:
+        """Hosted logs follow their topic's config overrides when they change."""
+        for topic in topics:
+            record = self.store.image.topics[topic]
+            if self._configs.get(topic) != record.configs:
+                self._configs[topic] = dict(record.configs)
+                self.replicas.update_config(topic, self._log_config(record))
+        for gone in set(self._configs) - topics:
+            del self._configs[gone]
 
     def _drop(self, part: Partition) -> None:
         self._unfollow(part.topic, part.index)

@@ -20,7 +20,7 @@ from typing import Any
 from broker.cluster.controller import ClusterController
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
-from broker.cluster.image import TopicRecord
+from broker.cluster.image import ClusterImage, TopicRecord
 from broker.cluster.placement import PlacementError
 from broker.config import BrokerConfig
 from broker.metadata import TopicMetadata
@@ -33,6 +33,7 @@ from protocol.messages import REQUESTS
 log = logging.getLogger(__name__)
 
 VISIBLE_TIMEOUT_S = 10.0
+CONFIG_ATTEMPTS, CONFIG_RETRY_S = 5, 0.1
 CREATE_TOPICS, CREATE_TOPICS_VERSION = 19, 5
 
 
@@ -74,9 +75,13 @@ class ClusterTopicManager(TopicManager):
         self.controller = controller
         self.channel = channel
         self._background: set[asyncio.Task[Any]] = set()
+        self._waiting_logged: set[tuple[str, int]] = set()
 
     def broker_count(self) -> int:
         return len(self.etcd.image.brokers)
+
+    def registered_brokers(self) -> frozenset[int]:
+        return frozenset(self.etcd.image.brokers)
 
     def open_all(self) -> None:
         """Nothing to open up front: the image decides (ClusterRoles)."""
@@ -102,7 +107,8 @@ class ClusterTopicManager(TopicManager):
             return checked
         try:
             created = await self.controller.create_topic(
-                topic.name, topic.partitions, topic.replication_factor, dict(topic.configs)
+                topic.name, topic.partitions, topic.replication_factor, dict(topic.configs),
+                checked.assignment,
             )
         except PlacementError as exc:
             return TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
@@ -119,6 +125,11 @@ class ClusterTopicManager(TopicManager):
     ) -> TopicResult:
         """Automatic and internal topics: started in the background; LEADER_NOT_AVAILABLE meanwhile."""
         checked = self._within_limit(self._check_new(NewTopic(name, partitions, replication_factor, configs)))
+        if checked.error == ErrorCode.INVALID_REPLICATION_FACTOR and not validate_only:
+            # As Kafka's controller: the creation fails until enough brokers are alive; the
+            # client only sees a retriable error meanwhile.
+            self._too_few_brokers(name, str(checked.message))
+            return TopicResult(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name} waits for enough live brokers")
         if checked.error != ErrorCode.NONE or validate_only:
             return checked
         if self.is_controller:
@@ -130,7 +141,20 @@ class ClusterTopicManager(TopicManager):
     def create_internal(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
     ) -> TopicResult:
+        """`__consumer_offsets` / `__transaction_state` with their own replication factor, only
+        once that many brokers are alive (COORDINATOR_NOT_AVAILABLE until then, as Kafka)."""
+        live = self.broker_count()
+        if replication_factor > live:
+            self._too_few_brokers(name, f"{live} broker(s) alive, replication factor {replication_factor}")
+            return TopicResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name} waits for enough live brokers")
         return self.create(name, partitions, replication_factor, configs)
+
+    def _too_few_brokers(self, name: str, why: str) -> None:
+        """One log line per topic and number of live brokers (clients retry every few ms)."""
+        seen = (name, self.broker_count())
+        if seen not in self._waiting_logged:
+            self._waiting_logged.add(seen)
+            log.info("topic %s not created yet: %s (it will be once enough brokers are alive)", name, why)
 
     async def _forward_create(
         self, name: str, partitions: int, rf: int, configs: Mapping[str, str | None]
@@ -158,13 +182,42 @@ class ClusterTopicManager(TopicManager):
             log.info("deleted topic %s", name)
             return TopicResult(ErrorCode.NONE, None, topic)
 
-    async def add_partitions_many(
-        self, wanted: Sequence[tuple[str, int]], validate_only: bool
-    ) -> list[TopicResult]:
-        message = "CreatePartitions is not available in cluster mode yet"
-        return [TopicResult(ErrorCode.INVALID_REQUEST, message) for _ in wanted]
+    async def set_configs(self, name: str, configs: dict[str, str]) -> tuple[ErrorCode, str | None]:
+        """A compare-and-swap of the topic record in etcd (from any broker: the controller
+        does not place anything here); every broker hosting the topic applies it (roles)."""
+        def visible(image: ClusterImage) -> bool:
+            return _configs_of(image.topics.get(name)) == configs
+
+        for _ in range(CONFIG_ATTEMPTS):
+            record = self.etcd.image.topics.get(name)
+            if record is None:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
+            if await self.etcd.set_topic_configs(record, configs):
+                await self.etcd.wait_for(visible, VISIBLE_TIMEOUT_S)
+                log.info("topic %s: configs now %s", name, configs)
+                return ErrorCode.NONE, None
+            await asyncio.sleep(CONFIG_RETRY_S)  # the image is behind etcd: let it catch up
+        return ErrorCode.REQUEST_TIMED_OUT, f"Topic {name} kept changing while its configs were altered"
+
+    async def _grow(self, checked: TopicResult, count: int) -> TopicResult:
+        """On the controller: the new partitions placed and written to etcd at once."""
+        old = checked.topic
+        assert old is not None
+        try:
+            grown = await self.controller.add_partitions(old.name, count, checked.assignment)
+        except PlacementError as exc:
+            return TopicResult(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
+        if not grown:
+            return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{old.name}' does not exist.")
+        await self.etcd.wait_for(lambda image: len(image.partitions_of(old.name)) >= count, VISIBLE_TIMEOUT_S)
+        log.info("topic %s now has %d partitions", old.name, count)
+        return TopicResult(ErrorCode.NONE, None, self.get(old.name))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _configs_of(record: TopicRecord | None) -> dict[str, str] | None:
+    return None if record is None else record.configs

@@ -20,6 +20,7 @@ from typing import Any
 
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
+from broker import metrics
 from broker.cluster.view import BrokerInfo
 from broker.net.client import BrokerClient, BrokerUnreachable
 from coordinator.transaction import MarkerIntent
@@ -117,7 +118,7 @@ class MarkerChannel:
     async def _deliver(self, intent: MarkerIntent) -> None:
         remaining = set(intent.partitions)
         while remaining:
-            for tp, error in (await self._round(intent, remaining)).items():
+            for tp, error in (await metrics.marker_round(self._round(intent, remaining))).items():
                 if error in DONE or error in GIVE_UP:
                     remaining.discard(tp)
                 if error in GIVE_UP:

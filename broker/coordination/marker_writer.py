@@ -52,8 +52,6 @@ def _write_one(
     if result.error != ErrorCode.NONE:
         return ErrorCode(result.error), None, -1
     crash_point("after-marker")
-    if topic == OFFSETS_TOPIC:  # pending transactional offsets become committed or go
-        broker.groups.complete_transaction(index, marker.producer_id, marker.transaction_result)
     log.info("%s marker for producer %d at %s-%d offset %d",
              "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
              topic, index, result.offset)
@@ -65,7 +63,7 @@ async def write_markers(broker: Broker, request: Any) -> Any:
     remote ones (the request). A marker counts once replicated (Kafka appends markers
     with acks=all): until then the answer waits; not in time is REQUEST_TIMED_OUT."""
     results = []
-    written: list[tuple[Any, Partition, int]] = []
+    written: list[tuple[Any, Any, Partition, int]] = []
     for marker in request.markers:
         problem = _invalid(marker)
         if problem is not None:
@@ -79,12 +77,15 @@ async def write_markers(broker: Broker, request: Any) -> Any:
                 error, part, offset = _write_one(broker, marker, t.name, i)
                 partitions.append(PartResult(partition_index=i, error_code=error))
                 if part is not None:
-                    written.append((partitions[-1], part, offset + 1))
+                    written.append((partitions[-1], marker, part, offset + 1))
             topics.append(TopicResult(name=t.name, partitions=partitions))
         results.append(MarkerResult(producer_id=marker.producer_id, topics=topics))
-    errors = await replicated([(part, end) for _, part, end in written], MARKER_REPLICATION_TIMEOUT_S)
-    for (result, _, _), error in zip(written, errors, strict=True):
+    errors = await replicated([(part, end) for _, _, part, end in written], MARKER_REPLICATION_TIMEOUT_S)
+    for (result, marker, part, _), error in zip(written, errors, strict=True):
         result.error_code = error
+        if error == ErrorCode.NONE and part.topic == OFFSETS_TOPIC:
+            # replicated: the transaction's pending offsets become committed (or go)
+            broker.groups.complete_transaction(part.index, marker.producer_id, marker.transaction_result)
     return R(markers=results)
 
 

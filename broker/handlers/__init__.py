@@ -12,6 +12,7 @@ from broker.handlers import (
     offsets,
     produce,
     producers,
+    reassignments,
     records,
     topics,
     transactions,
@@ -23,5 +24,6 @@ HANDLER_TABLE = build_table(
     [
         api_versions, metadata, produce, producers, fetch, list_offsets,
         topics, configs, records, log_dirs, transactions, txn_markers, groups, offsets, elect_leaders,
+        reassignments,
     ]
 )

@@ -153,7 +153,7 @@ Edit = Callable[[dict[str, str]], str | None]
 Outcome = tuple[ErrorCode, str | None]
 
 
-def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> Outcome:
+async def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> Outcome:
     topic = ctx.broker.topics.get(name)
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
@@ -164,7 +164,7 @@ def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool
     if problem is not None:
         return ErrorCode.INVALID_CONFIG, problem
     if not validate_only:
-        ctx.broker.topics.set_configs(name, configs)
+        return await ctx.broker.topics.set_configs(name, configs)
     return ErrorCode.NONE, None
 
 
@@ -273,20 +273,20 @@ def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -
     return None
 
 
-def _alter_one(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> Outcome:
+async def _alter_one(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> Outcome:
     kind = resource.resource_type
     if kind == TOPIC:
         edit = _incremental(resource) if incremental else _replace_all(resource)
-        return _alter_topic(ctx, resource.resource_name, edit, validate_only)
+        return await _alter_topic(ctx, resource.resource_name, edit, validate_only)
     if kind == BROKER:
         return _alter_broker(ctx, resource, incremental, validate_only)
     return ErrorCode.INVALID_REQUEST, f"Unsupported resource type {kind}"
 
 
-def _alter_all(ctx: RequestContext, request: Any, response: Any, incremental: bool) -> Any:
+async def _alter_all(ctx: RequestContext, request: Any, response: Any, incremental: bool) -> Any:
     out = []
     for resource in request.resources:
-        error, message = _alter_one(ctx, resource, incremental, request.validate_only)
+        error, message = await _alter_one(ctx, resource, incremental, request.validate_only)
         out.append(response.AlterConfigsResourceResponse(
             error_code=error, error_message=message, resource_type=resource.resource_type,
             resource_name=resource.resource_name))
@@ -294,11 +294,11 @@ def _alter_all(ctx: RequestContext, request: Any, response: Any, incremental: bo
 
 
 async def handle_alter(ctx: RequestContext, request: Any) -> Any:
-    return _alter_all(ctx, request, AlterConfigsResponse, incremental=False)
+    return await _alter_all(ctx, request, AlterConfigsResponse, incremental=False)
 
 
 async def handle_incremental_alter(ctx: RequestContext, request: Any) -> Any:
-    return _alter_all(ctx, request, IncrementalAlterConfigsResponse, incremental=True)
+    return await _alter_all(ctx, request, IncrementalAlterConfigsResponse, incremental=True)
 
 
 VERSIONS = {DESCRIBE: (0, 4), ALTER: (0, 2), INCREMENTAL_ALTER: (0, 1)}

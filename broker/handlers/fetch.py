@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import FetchResponse
 
+from broker import metrics
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
@@ -170,6 +171,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         parts, total, errors = _read_all(wanted, request, follower >= 0)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not live:
+            _count(wanted, parts, follower >= 0)
             return _response(request, wanted, parts)
         waiter = ctx.broker.replicas.waiter(live)
         try:
@@ -178,6 +180,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             pass
         finally:
             ctx.broker.replicas.forget(waiter, live)
+
+
+def _count(wanted: list[Wanted], parts: list[Any], follower: bool) -> None:
+    """Bytes out and failures per topic (metrics), once for the answer sent."""
+    for w, data in zip(wanted, parts, strict=True):
+        if w.part is None:
+            continue
+        if data.error_code != ErrorCode.NONE:
+            metrics.fetch_failed(w.part.topic)
+        elif data.records:
+            metrics.fetched(w.part.topic, len(data.records), follower)
 
 
 def _record_follower(ctx: RequestContext, wanted: list[Wanted], node: int) -> None:

@@ -17,7 +17,7 @@ JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE = 11, 12, 13, 14, 15, 16, 4
 
 
 def _unready(ctx: RequestContext) -> ErrorCode | None:
-    error = ctx.broker.groups.ensure_loaded()
+    error = ctx.broker.groups.ensure_topic()
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
@@ -91,16 +91,12 @@ async def handle_sync(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     if (error := _unready(ctx)) is None:
-        coordinator = ctx.broker.groups
-        result = coordinator.machine.heartbeat(
+        error = await ctx.broker.groups.heartbeat(
             request.group_id,
             request.member_id,
             request.generation_id,
-            ctx.now_ms(),
             request.group_instance_id if ctx.version >= 3 else None,
         )
-        coordinator.persist(result)
-        error = result.response
     return RESPONSES[HEARTBEAT](throttle_time_ms=0, error_code=error)
 
 
@@ -112,11 +108,7 @@ async def handle_leave(ctx: RequestContext, request: Any) -> Any:
         leaving = [LeaveMember(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [LeaveMember(request.member_id)]
-    coordinator = ctx.broker.groups
-    result = coordinator.machine.leave_group(request.group_id, leaving, ctx.now_ms())
-    coordinator.persist(result)
-    answer = result.response
-    assert answer is not None
+    answer = await ctx.broker.groups.leave_group(request.group_id, leaving)
     members = [R.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in answer.members]
     error = answer.error
     if ctx.version < 3 and members and error == ErrorCode.NONE:
@@ -163,7 +155,7 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
             ],
             authorized_operations=_group_operations(ctx, g.group_id, asks and g.error == ErrorCode.NONE),
         )
-        for g in ctx.broker.groups.machine.describe_groups(request.groups)
+        for g in ctx.broker.groups.describe_groups(request.groups)
     ]
     return R(throttle_time_ms=0, groups=groups)
 
@@ -179,7 +171,7 @@ async def handle_list(ctx: RequestContext, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=error, groups=[])
     states = request.states_filter if ctx.version >= 4 else []
     types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
-    error, listed = ctx.broker.groups.machine.list_groups(states)
+    error, listed = ctx.broker.groups.list_groups(states)
     groups = [
         R.ListedGroup(
             group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
@@ -195,12 +187,7 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     if (error := _unready(ctx)) is not None:
         results = {g: error for g in request.groups_names}
     else:
-        result = ctx.broker.groups.machine.delete_groups(request.groups_names)
-        append_error = ctx.broker.groups.persist(result)
-        assert result.response is not None
-        results = {
-            g: (e if append_error == ErrorCode.NONE else append_error) for g, e in result.response.items()
-        }
+        results = await ctx.broker.groups.delete_groups(request.groups_names)
     return R(
         throttle_time_ms=0,
         results=[R.DeletableGroupResult(group_id=g, error_code=e) for g, e in results.items()],

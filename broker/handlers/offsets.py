@@ -21,7 +21,7 @@ TopicPartition = tuple[str, int]
 
 
 def _unready(ctx: RequestContext) -> ErrorCode | None:
-    error = ctx.broker.groups.ensure_loaded()
+    error = ctx.broker.groups.ensure_topic()
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
@@ -61,41 +61,32 @@ async def handle_commit(ctx: RequestContext, request: Any) -> Any:
     requested = _inputs(ctx, request.topics)
     unknown = set(_unknown_partitions(ctx, requested))
     known = {tp: commit for tp, commit in requested.items() if tp not in unknown}
-    answered = _commit_known(ctx, request, known) if known else {}
+    answered = await _commit_known(ctx, request, known) if known else {}
     errors = {tp: answered.get(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for tp in requested}
     return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetCommitResponsePartition))
 
 
-def _commit_known(
+async def _commit_known(
     ctx: RequestContext, request: Any, offsets: dict[TopicPartition, OffsetCommitInput]
 ) -> dict[TopicPartition, ErrorCode]:
     if (error := _unready(ctx)) is not None:
-        errors = dict.fromkeys(offsets, error)
-    else:
-        coordinator = ctx.broker.groups
-        result = coordinator.machine.offset_commit(
-            request.group_id,
-            request.generation_id_or_member_epoch if ctx.version >= 1 else -1,
-            request.member_id if ctx.version >= 1 else "",
-            offsets,
-            ctx.now_ms(),
-            instance_id=request.group_instance_id if ctx.version >= 7 else None,
-            api_version=ctx.version,
-            retention_ms=request.retention_time_ms if 2 <= ctx.version <= 4 else -1,
-        )
-        append_error = coordinator.persist(result)
-        assert result.response is not None
-        errors = {
-            tp: e if append_error == ErrorCode.NONE else append_error for tp, e in result.response.items()
-        }
-    return errors
+        return dict.fromkeys(offsets, error)
+    return await ctx.broker.groups.offset_commit(
+        request.group_id,
+        request.generation_id_or_member_epoch if ctx.version >= 1 else -1,
+        request.member_id if ctx.version >= 1 else "",
+        offsets,
+        instance_id=request.group_instance_id if ctx.version >= 7 else None,
+        api_version=ctx.version,
+        retention_ms=request.retention_time_ms if 2 <= ctx.version <= 4 else -1,
+    )
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> Any:
     wanted = None
     if topics is not None:
         wanted = [(topic_name(ctx, t)[0] or "", i) for t in topics for i in t.partition_indexes]
-    return ctx.broker.groups.machine.offset_fetch(group_id, wanted, require_stable)
+    return ctx.broker.groups.offset_fetch(group_id, wanted, require_stable)
 
 
 def _fetched_topics(result: Any, topic_cls: Any, part_cls: Any) -> list[Any]:
@@ -144,12 +135,9 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     if (error := _unready(ctx)) is not None:
         return R(error_code=error, throttle_time_ms=0, topics=[])
-    coordinator = ctx.broker.groups
-    result = coordinator.machine.offset_delete(request.group_id, wanted)
-    append_error = coordinator.persist(result)
-    assert result.response is not None
-    errors = dict(result.response.partitions)
-    error = result.response.error if append_error == ErrorCode.NONE else append_error
+    result = await ctx.broker.groups.offset_delete(request.group_id, wanted)
+    errors = dict(result.partitions)
+    error = result.error
     return R(
         error_code=error, throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetDeleteResponsePartition)
     )
@@ -165,7 +153,7 @@ async def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | 
     if not request.group_id or not request.transactional_id or request.producer_id < 0:
         return None  # the group machine answers INVALID_GROUP_ID / INVALID_REQUEST
     groups = ctx.broker.groups
-    tp = (OFFSETS_TOPIC, groups.machine.partition_for(request.group_id))
+    tp = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
     found = await ctx.broker.transactions.check_writes(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp],
         txn_offset_commit_operation(ctx.version),
@@ -180,23 +168,15 @@ async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
     if (error := await _txn_commit_unready(ctx, request)) is not None:
         errors = dict.fromkeys(offsets, error)
     else:
-        coordinator = ctx.broker.groups
-        result = coordinator.machine.txn_offset_commit(
+        errors = await ctx.broker.groups.txn_offset_commit(
             request.transactional_id,
             request.group_id,
-            request.producer_id,
-            request.producer_epoch,
+            (request.producer_id, request.producer_epoch),
             offsets,
-            ctx.now_ms(),
             generation=request.generation_id if ctx.version >= 3 else -1,
             member_id=request.member_id if ctx.version >= 3 else "",
             instance_id=request.group_instance_id if ctx.version >= 3 else None,
         )
-        append_error = coordinator.persist(result, (request.producer_id, request.producer_epoch))
-        assert result.response is not None
-        errors = {
-            tp: e if append_error == ErrorCode.NONE else append_error for tp, e in result.response.items()
-        }
     T = R.TxnOffsetCommitResponseTopic
     return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.TxnOffsetCommitResponsePartition))
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import ProduceResponse
 
+from broker import metrics
 from broker.handlers.resolve import resolve_partition
 from broker.replica_manager import Partition, replicated
 from broker.transaction_coordinator import produce_error
@@ -95,14 +96,17 @@ async def _transaction_checks(
 def _append(ctx: RequestContext, t: Target, check: ErrorCode, acks: int, pending: Pending) -> Any:
     index, part = t.index, t.part
     if check != ErrorCode.NONE:
+        metrics.produce_failed(part.topic)
         return _error(index, check, "partition is not part of the ongoing transaction")
     if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
     result = ctx.broker.replicas.append(part, t.records, ctx.now_ms(), header=t.header)
     if result.error != ErrorCode.NONE:
+        metrics.produce_failed(part.topic)
         log.info("rejected produce to %s-%d: %s %s", part.topic, index,
                  ErrorCode(result.error).name, result.error_message or "")
         return _error(index, ErrorCode(result.error), result.error_message, result.record_errors)
+    metrics.produced(part.topic, len(t.records), result.last_offset - result.base_offset + 1)
     response = PartitionResponse(
         index=index, error_code=ErrorCode.NONE, base_offset=result.base_offset,
         log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset,

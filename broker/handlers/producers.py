@@ -26,7 +26,7 @@ ProducerState = PartResponse.ProducerState
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
-        error, pid, epoch = ctx.broker.transactions.init_producer_id(
+        error, pid, epoch = await ctx.broker.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, *expected
         )
         error = fenced_error_for_version(error, INIT_PRODUCER_ID, ctx.version)

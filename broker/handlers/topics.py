@@ -28,15 +28,11 @@ D = DeleteTopicsResponse
 P = CreatePartitionsResponse
 
 
-def _creatable(topic: Any) -> NewTopic | Any:
-    """The request entry as a NewTopic, or the error result Kafka gives it here."""
-    if topic.assignments:
-        return C.CreatableTopicResult(
-            name=topic.name, error_code=ErrorCode.INVALID_REQUEST,
-            error_message="manual replica assignment is not supported",
-        )
+def _creatable(topic: Any) -> NewTopic:
+    """The request entry as a NewTopic (its manual assignment, if any, is checked with it)."""
     configs = {c.name: c.value for c in topic.configs}
-    return NewTopic(topic.name, topic.num_partitions, topic.replication_factor, configs)
+    manual = tuple((a.partition_index, tuple(a.broker_ids)) for a in topic.assignments or ())
+    return NewTopic(topic.name, topic.num_partitions, topic.replication_factor, configs, manual)
 
 
 def _created(ctx: RequestContext, name: str, result: TopicResult) -> Any:
@@ -66,10 +62,9 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     created (INVALID_REQUEST), every other topic succeeds or fails on its own."""
     validate_only = bool(getattr(request, "validate_only", False))
     duplicates = _duplicates([t.name for t in request.topics])
-    wanted = [_creatable(t) for t in request.topics if t.name not in duplicates]
-    specs = [w for w in wanted if isinstance(w, NewTopic)]
-    outcomes = iter(await ctx.broker.topics.create_topics(specs, validate_only))
-    results = [_created(ctx, w.name, next(outcomes)) if isinstance(w, NewTopic) else w for w in wanted]
+    specs = [_creatable(t) for t in request.topics if t.name not in duplicates]
+    outcomes = await ctx.broker.topics.create_topics(specs, validate_only)
+    results = [_created(ctx, spec.name, r) for spec, r in zip(specs, outcomes, strict=True)]
     results += [
         C.CreatableTopicResult(
             name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name."
@@ -110,15 +105,13 @@ def _partitions_result(name: str, error: ErrorCode, message: str | None) -> Any:
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     duplicates = _duplicates([t.name for t in request.topics])
     unique = [t for t in request.topics if t.name not in duplicates]
-    manual = [t for t in unique if t.assignments]
-    wanted = [(t.name, t.count) for t in unique if not t.assignments]
-    outcomes = await ctx.broker.topics.add_partitions_many(wanted, request.validate_only)
+    wanted = [(t.name, t.count) for t in unique]
+    manual = [
+        [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None for t in unique
+    ]
+    outcomes = await ctx.broker.topics.add_partitions_many(wanted, request.validate_only, manual)
     results = [
         _partitions_result(name, r.error, r.message) for (name, _), r in zip(wanted, outcomes, strict=True)
-    ]
-    results += [
-        _partitions_result(t.name, ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported")
-        for t in manual
     ]
     results += [
         _partitions_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")

@@ -3,6 +3,7 @@ admin queries ListTransactions / DescribeTransactions."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeTransactionsResponse, ListTransactionsResponse
@@ -32,9 +33,9 @@ PartResult = TopicResult.AddPartitionsToTxnPartitionResult
 
 def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
     if key_type == TRANSACTION_KEY:
-        return ctx.broker.transactions.ensure_loaded() if key else ErrorCode.INVALID_REQUEST
+        return ctx.broker.transactions.ensure_topic() if key else ErrorCode.INVALID_REQUEST
     if key_type == GROUP_KEY:
-        return ctx.broker.groups.ensure_loaded() if key else ErrorCode.INVALID_REQUEST
+        return ctx.broker.groups.ensure_topic() if key else ErrorCode.INVALID_REQUEST
     return ErrorCode.INVALID_REQUEST  # share groups (key type 2) are not served
 
 
@@ -80,7 +81,7 @@ def _exists(ctx: RequestContext, topic: str, index: int) -> bool:
     return found is not None and 0 <= index < found.partitions
 
 
-def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify: bool) -> Any:
+async def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify: bool) -> Any:
     wanted = [(t.name, i) for t in topics for i in t.partitions]
     unknown = {tp for tp in wanted if not _exists(ctx, *tp)}
     if unknown:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest
@@ -88,7 +89,7 @@ def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, v
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
     # v5 (a broker adding a partition for a transaction version 2 write) marks the transaction TV2
     version = TV2 if ctx.version >= FIRST_TV2_ADD_PARTITIONS else 0
-    outcome = ctx.broker.transactions.add_partitions(
+    outcome = await ctx.broker.transactions.add_partitions(
         tid, pid, epoch, wanted, verify_only=verify, transaction_version=version
     )
     error = fenced_error_for_version(outcome.error, ADD_PARTITIONS, ctx.version)
@@ -98,22 +99,22 @@ def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, v
 
 async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
     if ctx.version <= 3:
-        errors = _add_one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-                          request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
+        errors = await _add_one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
         return A(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(errors))
-    results = [
-        A.AddPartitionsToTxnResult(
-            transactional_id=txn.transactional_id,
-            topic_results=_topic_results(_add_one(ctx, txn.transactional_id, txn.producer_id,
-                                                  txn.producer_epoch, txn.topics, txn.verify_only)),
-        )
+    answers = await asyncio.gather(*(
+        _add_one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)
         for txn in request.transactions
+    ))
+    results = [
+        A.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=_topic_results(errors))
+        for t, errors in zip(request.transactions, answers, strict=True)
     ]
     return A(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
 
 
 async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
-    error = ctx.broker.transactions.add_offsets(
+    error = await ctx.broker.transactions.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
     return AddOffsetsToTxnResponse(
@@ -125,7 +126,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     # EndTxn v5: the client speaks transaction version 2. As in Kafka, the request version
     # decides, whatever level the broker finalized (a client at level 1 never sends v5).
     version = TV2 if ctx.version >= FIRST_TV2_END_TXN else 0
-    error, pid, epoch = ctx.broker.transactions.end_txn(
+    error, pid, epoch = await ctx.broker.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed, version
     )
     error = fenced_error_for_version(error, END_TXN, ctx.version)

@@ -107,3 +107,21 @@ class BrokerClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._fail_all(BrokerUnreachable("client closed"))
+
+
+class BrokerClientPool:
+    """One client per broker address, made on first use, all closed together."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._clients: dict[tuple[str, int], BrokerClient] = {}
+
+    def get(self, host: str, port: int) -> BrokerClient:
+        client = self._clients.get((host, port))
+        if client is None:
+            client = self._clients[(host, port)] = BrokerClient(host, port, self.client_id)
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        await asyncio.gather(*(c.close() for c in clients))

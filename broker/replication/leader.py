@@ -80,12 +80,19 @@ class LeaderState:
         follower = self.followers.get(node)
         return follower.log_end_offset if follower is not None else NOT_FETCHED
 
-    def proposal(self, hw: int, now_ms: int, lag_max_ms: int) -> tuple[NodeId, ...] | None:
-        """The ISR to propose to the store, or None (also while a proposal is in flight)."""
+    def proposal(
+        self, hw: int, now_ms: int, lag_max_ms: int, fetched_by: NodeId | None = None
+    ) -> tuple[NodeId, ...] | None:
+        """The ISR to propose to the store, or None (also while a proposal is in flight).
+
+        Lagging followers leave; only `fetched_by`, the follower whose fetch this answers,
+        may join (Kafka's maybeExpandIsr): what the leader last heard from a broker that has
+        since died must not bring it back."""
         if self.pending is not None:
             return None
         isr = [n for n in self.state.isr if not self._lagging(n, now_ms, lag_max_ms)]
-        isr += [n for n in self.state.replicas if n not in isr and self._may_join(n, hw)]
+        if fetched_by is not None and fetched_by not in isr and self._may_join(fetched_by, hw):
+            isr.append(fetched_by)
         proposed = tuple(n for n in self.state.replicas if n in isr)
         if set(proposed) == set(self.state.isr):
             return None
@@ -104,9 +111,15 @@ class LeaderState:
         return leo >= hw and leo >= self.epoch_start_offset
 
     def committed(self, state: PartitionState) -> None:
-        """The store holds `state` now (our proposal or anybody's change)."""
+        """The store holds `state` now (our proposal or anybody's change); a reassignment
+        may have added replicas (followed from now on) or removed them."""
         self.state = state
         self.pending = None
+        for node in state.replicas:
+            if node != self.me:
+                self.followers.setdefault(node, FollowerState())
+        for node in set(self.followers) - set(state.replicas):
+            del self.followers[node]
 
     def rejected(self) -> None:
         """Our proposal lost a compare-and-swap: wait for the store's state, then retry."""

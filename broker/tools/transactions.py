@@ -34,6 +34,8 @@ from typing import Any, TextIO, TypeVar
 from kafka.errors import KafkaError, TransactionalIdNotFoundError, for_code
 from kafka.structs import TopicPartition
 
+from broker.tools.common import Command, ToolError, add_connection_args, run_command
+
 MAX_BATCH_SIZE = 500  # partitions / topics per DescribeProducers / Metadata request, as in Kafka
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # Kafka's transaction.max.timeout.ms, in minutes
 MS_PER_MINUTE = 60_000
@@ -53,10 +55,6 @@ HANGING_HEADERS = (
 )
 
 T = TypeVar("T")
-
-
-class ToolError(Exception):
-    """An expected failure: printed as one line on stderr, exit code 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,18 +176,6 @@ def _batches(items: Sequence[T], size: int = MAX_BATCH_SIZE) -> Iterator[Sequenc
 
 
 # -- the I/O edge -------------------------------------------------------------------
-
-
-def _admin(bootstrap: str, timeout_ms: int) -> Any:
-    from kafka.admin import KafkaAdminClient
-
-    try:
-        return KafkaAdminClient(
-            bootstrap_servers=bootstrap.split(","), client_id="gregor-transactions",
-            request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms,
-        )
-    except KafkaError as exc:
-        raise ToolError(f"cannot connect to {bootstrap}: {_describe(exc)}") from exc
 
 
 def _describe(exc: BaseException) -> str:
@@ -335,7 +321,7 @@ def _cmd_abort(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
               f"on {tp.topic}-{tp.partition}\n")
 
 
-COMMANDS: dict[str, Callable[[Any, argparse.Namespace, TextIO], None]] = {
+COMMANDS: dict[str, Command] = {
     "list": _cmd_list,
     "describe": _cmd_describe,
     "describe-producers": _cmd_describe_producers,
@@ -353,9 +339,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "transactions", help="list, describe and abort transactions (like kafka-transactions.sh)",
         description="Analyse the transactional state of producers; detect and abort hanging transactions.",
     )
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="broker(s) to connect to, comma-separated")
-    parser.add_argument("--timeout-ms", type=int, default=30_000, help="request and connect timeout")
+    add_connection_args(parser)
     sub = parser.add_subparsers(dest="txn_command", required=True, metavar="COMMAND")
     sub.add_parser("list", help="list transactions")
     describe = sub.add_parser("describe", help="describe the state of an active transactional-id")
@@ -392,13 +376,5 @@ def _add_abort(sub: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run the parsed `gregor transactions ...` command; the process exit code."""
-    try:
-        admin = _admin(args.bootstrap_server, args.timeout_ms)
-        try:
-            COMMANDS[args.txn_command](admin, args, out)
-        finally:
-            admin.close()
-    except ToolError as exc:
-        print(f"gregor transactions {args.txn_command}: {exc}", file=err)
-        return 1
-    return 0
+    command = args.txn_command
+    return run_command(f"transactions {command}", "gregor-transactions", COMMANDS[command], args, out, err)

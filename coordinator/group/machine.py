@@ -112,6 +112,10 @@ class GroupCoordinatorMachine:
                 self._rebalancer.heartbeat_after(member, now_ms)
             self._groups.may_have_deadlines(group.group_id)
 
+    def coordinator_epoch(self, partition: int) -> int | None:
+        """The coordinator epoch ``partition`` is loaded (or loading) at; None if not led here."""
+        return self._epochs.get(partition)
+
     def unload(self, partition: int) -> list[Completion]:
         """Stop leading ``partition``; parked requests are answered NOT_COORDINATOR."""
         fx = Effects()

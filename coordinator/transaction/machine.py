@@ -192,6 +192,10 @@ class TransactionStateMachine:
         self._loading.discard(partition)
         return self.pending_completions(partition)
 
+    def coordinator_epoch(self, partition: int) -> int | None:
+        """The coordinator epoch ``partition`` is loaded (or loading) at; None if not led here."""
+        return self._epochs.get(partition)
+
     def unload(self, partition: int) -> None:
         self._drop_partition(partition)
         self._epochs.pop(partition, None)

@@ -114,6 +114,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.preexec_fn: Callable[[], None] | None = None  # runs in the child, e.g. setrlimit
+        self.env: dict[str, str] = {}  # extra environment of the next starts
 
     # -- addressing -------------------------------------------------------
 
@@ -140,7 +141,7 @@ class BrokerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
                 preexec_fn=self.preexec_fn,
             )
         self._wait_ready(timeout)

@@ -64,8 +64,9 @@ def test_bad_override_value_stops_start_up(tmp_path: Path) -> None:
          "['PLAINTEXT://127.0.0.1:1', 'PLAINTEXT://127.0.0.1:2'] (several listeners are not supported yet)"),
         ("listeners: 127.0.0.1:9092", "listeners must be one listener of the form PLAINTEXT://host:port, "
          "got '127.0.0.1:9092' (no scheme: write PLAINTEXT://127.0.0.1:9092)"),
-        ("metrics.listener: http://127.0.0.1:9100",
-         "metrics.listener is not supported yet (Gregor has no metrics endpoint yet)"),
+        ("metrics.listener: 127.0.0.1:9100",
+         "metrics.listener must be empty (no endpoint) or http://host:port, got '127.0.0.1:9100' "
+         "(no scheme: write http://127.0.0.1:9100)"),
         ("metadata.store: zookeeper://127.0.0.1:2181",
          "metadata.store must be local or etcd://host:port[,host:port...][/root], got 'zookeeper://"),
     ],

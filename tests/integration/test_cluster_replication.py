@@ -16,58 +16,26 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.errors import ErrorCode
 from tests.integration.clients import assign_consumer, read_to_eof
-from tests.integration.cluster import LAG_MS, Cluster
+from tests.integration.cluster import LAG_MS, Cluster, running_cluster
 from tests.integration.harness import java_command, prefixed_json, require_java
 from tests.integration.wire import WireClient, build_batch, partition_errors, produce_request
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(autouse=True)
 def whole_cluster(cluster: Cluster) -> Iterator[None]:
     """Every test starts with three running, registered brokers, whatever the last one killed."""
-    for b in cluster.brokers:
-        if b.proc is not None:
-            b.resume()
-        if not b.running:
-            b.start()
-    cluster.wait_for(lambda i: len(i.brokers) == 3 and i.controller is not None)
+    cluster.restore()
     yield
 
 
 def create_topic(cluster: Cluster, partitions: int = 1, rf: int = 3) -> str:
-    name = f"r-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, rf)], operation_timeout=20)
-    futures[name].result(30)
-    cluster.wait_for(lambda i: all(
-        (name, p) in i.partitions and len(i.partitions[(name, p)].isr) == rf for p in range(partitions)
-    ))
-    for b in cluster.brokers:
-        wait_until_served(b.bootstrap, name, partitions)
-    return name
-
-
-def wait_until_served(bootstrap: str, topic: str, partitions: int, timeout_s: float = 20) -> None:
-    """Until this broker's own Metadata answer lists the topic with a leader for every partition."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if found is not None and found.error is None and len(found.partitions) == partitions and all(
-            p.leader >= 0 for p in found.partitions.values()
-        ):
-            return
-        assert time.monotonic() < deadline, f"{bootstrap} does not serve {topic}: {found}"
-        time.sleep(0.1)
+    return cluster.create_topic(partitions, rf)
 
 
 def test_a_topic_is_replicated_to_every_broker(cluster: Cluster) -> None:

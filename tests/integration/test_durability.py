@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from protocol.messages import REQUESTS
 from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
@@ -27,6 +28,7 @@ from tests.integration.harness import (
     unique_topic,
     whole_batches_end,
 )
+from tests.integration.wire import PeerClosed, WireClient, encode_body
 
 pytestmark = pytest.mark.integration
 
@@ -265,6 +267,32 @@ def test_sigterm_restart_keeps_everything(broker_factory: BrokerFactory) -> None
     after = read_all(broker.bootstrap, topic)
     assert after == before
     assert_acked_exactly_once(t, after)
+
+
+def test_sigterm_does_not_wait_for_requests_in_flight(broker_factory: BrokerFactory) -> None:
+    """A fetch long-polling for 60 s (and its pipelined successor) does not hold a clean
+    shutdown back: the broker closes the connection unanswered and exits 0, logs closed."""
+    broker = broker_factory()
+    topic = unique_topic("dur-inflight")
+    create_topic(broker.bootstrap, topic)
+    cls = REQUESTS[1]
+    fetch = cls(
+        version=12, replica_id=-1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1,
+        topics=[cls.FetchTopic(topic=topic, partitions=[cls.FetchTopic.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])],
+        forgotten_topics_data=[], rack_id="",
+    )
+    with WireClient(broker.port) as c:
+        for _ in range(2):
+            c.send_request(1, 12, encode_body(fetch, 12))
+        time.sleep(0.3)  # both requests are in the broker
+        assert broker.stop(timeout=10) == 0
+        with pytest.raises(PeerClosed):
+            c.recv_frame()
+    assert "stopped cleanly" in broker.log_text()
+    assert "did not stop within" not in broker.log_text()
 
 
 def _partial_batch(next_offset: int, last_batch: bytes) -> bytes:

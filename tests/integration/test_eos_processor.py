@@ -21,37 +21,32 @@ end offsets of `purchases`.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
-import subprocess
-import sys
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.clients import read_to_eof
 from tests.integration.harness import (
-    REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
-    java_command,
     require_java,
     unique_topic,
     wait_until,
 )
+from tests.integration.shop import ProcessorRun, Shop, kill_processors
 
 pytestmark = pytest.mark.integration
 
-PROCESSOR = Path(__file__).with_name("eos_processor.py")
+
+@pytest.fixture(autouse=True)
+def _kill_processors() -> Iterator[None]:
+    yield
+    kill_processors()
+
+
 OVERRIDES = {
     "group.initial.rebalance.delay.ms": 0,
     "offsets.topic.num.partitions": 5,
@@ -59,181 +54,10 @@ OVERRIDES = {
     "group.min.session.timeout.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
 }
-PURCHASE_PARTITIONS, OUTPUT_PARTITIONS = 3, 2
 # librdkafka's "member was kicked out / stale generation" family on a TxnOffsetCommit
 # (Java client, broker transaction.version): 3.9 always takes the TV1 path; 4.3 takes TV2 at level 2
 JAVA_LEVELS = [("3.9", 2), ("4.3", 2), ("4.3", 1)]
 ZOMBIE_ERRORS = {"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID"}
-
-
-# -- the shop --------------------------------------------------------------------------
-
-
-class Shop:
-    """Topics and group of one test run."""
-
-    def __init__(self, broker: BrokerProcess, purchases: int) -> None:
-        self.broker = broker
-        self.purchases = unique_topic("purchases")
-        self.invoices = unique_topic("invoices")
-        self.shipments = unique_topic("shipments")
-        self.group = unique_topic("shop")
-        self.n = purchases
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        futures = admin.create_topics([
-            NewTopic(self.purchases, PURCHASE_PARTITIONS, 1),
-            NewTopic(self.invoices, OUTPUT_PARTITIONS, 1),
-            NewTopic(self.shipments, OUTPUT_PARTITIONS, 1),
-        ], operation_timeout=10)
-        for f in futures.values():
-            f.result(timeout=20)
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
-        for i in range(purchases):
-            p.produce(self.purchases, f"purchase-{i}".encode(), key=str(i).encode(),
-                      partition=i % PURCHASE_PARTITIONS)
-        assert p.flush(20) == 0
-
-    def processor(
-        self, txn_id: str, env: dict[str, str] | None = None, java: str | None = None, **opts: Any
-    ) -> ProcessorRun:
-        """eos_processor.py (or, java="3.9"/"4.3", java/EosProcessor.java with that client)."""
-        args = {"batch": 10, "idle-exit": 1.0, "max-seconds": 90}
-        args.update({k.replace("_", "-"): v for k, v in opts.items()})
-        if java:
-            command = java_command("EosProcessor.java", client=java)
-        else:
-            command = [sys.executable, str(PROCESSOR)]
-        argv = [
-            *command, "--bootstrap", self.broker.bootstrap, "--group", self.group,
-            "--txn-id", txn_id, "--purchases", self.purchases, "--invoices", self.invoices,
-            "--shipments", self.shipments,
-        ]
-        for k, v in args.items():
-            argv += [f"--{k}", str(v)]
-        return ProcessorRun(argv, env or {})
-
-    # -- checks ----------------------------------------------------------------------
-
-    def read(self, topic: str, isolation: str) -> list[str]:
-        tps = [(topic, p) for p in range(OUTPUT_PARTITIONS)]
-        msgs = read_to_eof(self.broker.bootstrap, tps, isolation, "eos-check", 30, f"{isolation} {topic}")
-        return [msg.value().decode() for _tp, msg in msgs]
-
-    def end_offsets(self) -> dict[int, int]:
-        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "eos-watermarks"})
-        try:
-            return {
-                p: c.get_watermark_offsets(TopicPartition(self.purchases, p), timeout=10)[1]
-                for p in range(PURCHASE_PARTITIONS)
-            }
-        finally:
-            c.close()
-
-    def committed(self) -> dict[int, int]:
-        """The group's committed offsets, stable (OffsetFetch require_stable)."""
-        c = Consumer({
-            "bootstrap.servers": self.broker.bootstrap, "group.id": self.group,
-            "isolation.level": "read_committed", "enable.auto.commit": False,
-        })
-        try:
-            parts = [TopicPartition(self.purchases, p) for p in range(PURCHASE_PARTITIONS)]
-            tps = c.committed(parts, timeout=15)
-            return {tp.partition: tp.offset for tp in tps}
-        finally:
-            c.close()
-
-    def assert_exactly_once(self, expect_aborted: bool = True) -> None:
-        for topic, word in ((self.invoices, "invoice"), (self.shipments, "shipment")):
-            values = self.read(topic, "read_committed")
-            counts = Counter(values)
-            expected = {f"{word}-{i}" for i in range(self.n)}
-            missing = sorted(expected - set(counts), key=lambda v: int(v.split("-")[1]))
-            dups = {v: c for v, c in counts.items() if c > 1}
-            strange = set(counts) - expected
-            assert not missing and not dups and not strange, (
-                f"{topic}: {len(values)} committed records for {self.n} purchases; "
-                f"missing {missing[:20]} ({len(missing)}), duplicated {dict(list(dups.items())[:20])} "
-                f"({len(dups)}), unexpected {sorted(strange)[:10]}"
-            )
-            if expect_aborted:
-                raw = self.read(topic, "read_uncommitted")
-                assert len(raw) > self.n, f"{topic}: no aborted output -- did any crash hit a transaction?"
-        ends = self.end_offsets()
-        assert sum(ends.values()) == self.n
-        assert self.committed() == ends, "the group's committed offsets are not the end of purchases"
-
-
-# -- a processor subprocess --------------------------------------------------------------
-
-
-_RUNS: list[ProcessorRun] = []
-
-
-@pytest.fixture(autouse=True)
-def _kill_processors() -> Iterator[None]:
-    """No processor outlives its test (a failed test leaves them running otherwise)."""
-    yield
-    while _RUNS:
-        _RUNS.pop().kill()
-
-
-class ProcessorRun:
-    """eos_processor.py as a subprocess; its JSON events collected by a reader thread."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        _RUNS.append(self)
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-        )
-        self.events: list[dict[str, Any]] = []
-        self.other: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        with self.proc.stdout:
-            for line in self.proc.stdout:
-                try:
-                    self.events.append(json.loads(line))
-                except ValueError:
-                    self.other.append(line.rstrip())
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in list(self.events) if e["event"] == kind]
-
-    def wait_event(self, kind: str, count: int = 1, timeout: float = 30.0) -> dict[str, Any]:
-        def seen() -> dict[str, Any] | None:
-            found = self.of(kind)
-            if len(found) >= count:
-                return found[count - 1]
-            assert self.proc.poll() is None or len(self.of(kind)) >= count, (
-                f"processor exited {self.proc.returncode} before {count} x {kind}\n{self.transcript()}")
-            return None
-        return wait_until(seen, timeout=timeout, interval=0.02, msg=f"{count} x {kind}")
-
-    def wait(self, timeout: float = 60.0) -> int:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"processor still running after {timeout}s\n{self.transcript()}") from None
-        self._reader.join(5)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self._reader.join(5)
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def transcript(self, last: int = 40) -> str:
-        lines = [json.dumps(e) for e in self.events[-last:]] + self.other[-20:]
-        return "--- processor output ---\n" + "\n".join(lines)
 
 
 def brokers_log_has_no_tracebacks(broker: BrokerProcess) -> None:
@@ -258,7 +82,7 @@ def test_processor_killed_at_every_point_exactly_once(broker_factory: BrokerFact
     """kill -9 at each crash point (and at random moments), restart, until done: exactly once."""
     rng = seeded_rng()
     broker = broker_factory(OVERRIDES)
-    shop = Shop(broker, purchases=400)
+    shop = Shop(broker.bootstrap, purchases=400)
     txn_id = unique_topic("shop-processor")
 
     plan: list[tuple[str, int] | float] = [(p, rng.randint(1, 3)) for p in CRASH_POINTS]
@@ -305,7 +129,7 @@ def test_broker_killed_mid_run_exactly_once(broker_factory: BrokerFactory) -> No
     """kill -9 the broker (twice) while the processor runs mid-transaction; restart both as needed."""
     rng = seeded_rng()
     broker = broker_factory(OVERRIDES)
-    shop = Shop(broker, purchases=300)
+    shop = Shop(broker.bootstrap, purchases=300)
     txn_id = unique_topic("shop-processor")
 
     # Slow transactions (a pause between the sends and sendOffsets) so the kills land inside one.
@@ -356,7 +180,7 @@ def test_broker_killed_mid_run_exactly_once(broker_factory: BrokerFactory) -> No
 def test_zombie_processor_fenced_by_txn_offset_commit(broker_factory: BrokerFactory) -> None:
     """A processor frozen mid-transaction loses its partitions; its stale TxnOffsetCommit is rejected."""
     broker = broker_factory(OVERRIDES)
-    shop = Shop(broker, purchases=120)
+    shop = Shop(broker.bootstrap, purchases=120)
 
     # A: commits one transaction, then freezes (SIGSTOP) right after the sends of the 2nd.
     a = shop.processor(unique_topic("shop-a"), {"PAUSE_AT": "after_sends:2"}, batch=10,
@@ -405,7 +229,7 @@ def test_java_processor_exactly_once(broker_factory: BrokerFactory, client: str,
     The 4.3 client takes the transaction version 2 path when the broker finalizes level 2."""
     require_java(client)
     broker = broker_factory({**OVERRIDES, "transaction.version": level})
-    shop = Shop(broker, purchases=150)
+    shop = Shop(broker.bootstrap, purchases=150)
     txn_id = unique_topic("shop-java")
     for point in ("after_sends:2", "after_send_offsets:2"):
         run = shop.processor(txn_id, {"CRASH_AT": point}, java=client, batch=10)

@@ -145,14 +145,15 @@ def rebalance(members: list[Member], assignment: dict[int, list[int]]) -> None:
 class Txn:
     """One transactional producer over the wire: InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, EndTxn."""
 
-    def __init__(self, c: WireClient, tid: str) -> None:
+    def __init__(self, c: WireClient, tid: str, coordinator: int = 1) -> None:
+        """`c` is connected to the transaction coordinator, broker `coordinator`."""
         self.c, self.tid = c, tid
         cls = REQUESTS[10]
         resp = wait_until(
             lambda: (r := c.call(cls(version=3, key=tid, key_type=1), 3)).error_code == 0 and r,
             timeout=15, msg="transaction coordinator",
         )
-        assert resp.node_id == 1
+        assert resp.node_id == coordinator
         init = REQUESTS[22](version=3, transactional_id=tid, transaction_timeout_ms=60000,
                             producer_id=-1, producer_epoch=-1)
         resp = wait_until(
@@ -168,9 +169,10 @@ class Txn:
 
     def commit_offsets(
         self, group: str, topic: str, offsets: dict[int, int], generation: int, member_id: str,
-        instance_id: str | None = None,
+        instance_id: str | None = None, via: WireClient | None = None,
     ) -> dict[int, int]:
-        """TxnOffsetCommit v3; {partition: error code}."""
+        """TxnOffsetCommit v3 (to the group coordinator: `via`, if not this connection's
+        broker); {partition: error code}."""
         cls = REQUESTS[28]
         tcls = cls.TxnOffsetCommitRequestTopic
         msg = cls(
@@ -183,7 +185,7 @@ class Txn:
                 for p, o in offsets.items()
             ])],
         )
-        resp = self.c.call(msg, TXN_COMMIT_V)
+        resp = (via or self.c).call(msg, TXN_COMMIT_V)
         return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
 
     def end(self, commit: bool) -> None:

@@ -75,8 +75,11 @@ def test_listener_and_advertised_listener() -> None:
         ({"log.dirs": "/tmp/a,/tmp/b/../a"}, "log.dirs names the same directory twice"),
         ({"group.min.session.timeout.ms": 10, "group.max.session.timeout.ms": 5},
          "group.max.session.timeout.ms (5) must be \u2265 group.min.session.timeout.ms (10)"),
-        ({"metrics.listener": "http://0.0.0.0:9100"},
-         "metrics.listener is not supported yet (Gregor has no metrics endpoint yet); remove it"),
+        ({"metrics.listener": "0.0.0.0:9100"},
+         "metrics.listener must be empty (no endpoint) or http://host:port, got '0.0.0.0:9100' "
+         "(no scheme: write http://0.0.0.0:9100)"),
+        ({"metrics.listener": "https://0.0.0.0:9100"}, "(https: only http is served)"),
+        ({"metrics.listener": "http://0.0.0.0"}, "(no port)"),
         ({"replica.lag.time.max.ms": 0}, "replica.lag.time.max.ms must be an integer \u2265 1, got 0"),
     ],
 )

@@ -85,3 +85,14 @@ def test_a_diverged_follower_truncates_to_where_the_logs_agree(tmp_path: Path) -
     assert truncation_offset(follower, 2, 3) == 3, "the leader had epoch 2 up to 3"
     follower.truncate_to(truncation_offset(follower, 1, 2), NOW)
     assert follower.log_end_offset == 2 and follower.latest_epoch == 1
+
+
+def test_an_epoch_started_without_records_is_dropped_by_a_truncation_at_the_log_end(tmp_path: Path) -> None:
+    """A leader of epoch 2 that appended nothing before it was deposed: the new leader reports
+    divergence at the log end; truncating there drops epoch 2, so the next fetch agrees."""
+    follower = open_log(tmp_path / "f" / "t-0")
+    follower.append_as_leader(make_batch([b"a", b"b"]), 1, NOW)
+    follower.epoch_cache.assign(2, follower.log_end_offset)
+    assert follower.latest_epoch == 2
+    follower.truncate_to(truncation_offset(follower, 1, 2), NOW)
+    assert follower.log_end_offset == 2 and follower.latest_epoch == 1

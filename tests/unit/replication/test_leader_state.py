@@ -61,14 +61,36 @@ def test_a_fetch_behind_the_leader_counts_as_caught_up_if_it_reached_the_previou
 def test_a_follower_rejoins_once_it_reaches_the_hw_and_the_epoch_start() -> None:
     lead = leader(isr=(N1, N2), epoch_start=8)
     lead.record_fetch(N3, 5, leader_leo=10, now_ms=1)
-    assert lead.proposal(hw=5, now_ms=1, lag_max_ms=LAG_MS) is None, "below the leader epoch start"
+    assert lead.proposal(hw=5, now_ms=1, lag_max_ms=LAG_MS, fetched_by=N3) is None, "below the epoch start"
     lead.record_fetch(N3, 9, leader_leo=10, now_ms=2)
-    assert lead.proposal(hw=9, now_ms=2, lag_max_ms=LAG_MS) == (N1, N2, N3)
+    assert lead.proposal(hw=9, now_ms=2, lag_max_ms=LAG_MS) is None, "only on its own fetch"
+    assert lead.proposal(hw=9, now_ms=2, lag_max_ms=LAG_MS, fetched_by=N3) == (N1, N2, N3)
 
 
 def test_a_rejected_proposal_can_be_made_again() -> None:
     lead = leader(isr=(N1, N2))
     lead.record_fetch(N3, 9, leader_leo=9, now_ms=1)
-    assert lead.proposal(hw=9, now_ms=1, lag_max_ms=LAG_MS) == (N1, N2, N3)
+    assert lead.proposal(hw=9, now_ms=1, lag_max_ms=LAG_MS, fetched_by=N3) == (N1, N2, N3)
     lead.rejected()
-    assert lead.proposal(hw=9, now_ms=1, lag_max_ms=LAG_MS) == (N1, N2, N3)
+    assert lead.proposal(hw=9, now_ms=1, lag_max_ms=LAG_MS, fetched_by=N3) == (N1, N2, N3)
+
+
+def test_a_dead_follower_removed_by_the_controller_is_not_proposed_back() -> None:
+    """Its last fetch had reached the log end; the controller took it out when it died."""
+    lead = leader()
+    lead.record_fetch(N3, 10, leader_leo=10, now_ms=1)
+    lead.committed(PartitionState((N1, N2, N3), (N1, N2), N1, LeaderEpoch(1), PartitionEpoch(2)))
+    lead.record_fetch(N2, 10, leader_leo=10, now_ms=2)
+    assert lead.proposal(hw=10, now_ms=2, lag_max_ms=LAG_MS, fetched_by=N2) is None
+    assert lead.proposal(hw=10, now_ms=3, lag_max_ms=LAG_MS) is None
+
+
+def test_a_replica_added_by_a_reassignment_is_followed_and_may_join_the_isr() -> None:
+    lead = leader(isr=(N1, N2))
+    n4 = NodeId(4)
+    lead.committed(PartitionState((n4, N1, N2, N3), (N1, N2), N1, LeaderEpoch(1), PartitionEpoch(2),
+                                  adding=(n4,), removing=(N3,)))
+    lead.record_fetch(n4, 10, leader_leo=10, now_ms=5)
+    assert lead.proposal(hw=10, now_ms=5, lag_max_ms=LAG_MS, fetched_by=n4) == (n4, N1, N2)
+    lead.committed(PartitionState((n4, N1, N2), (n4, N1, N2), N1, LeaderEpoch(1), PartitionEpoch(3)))
+    assert set(lead.followers) == {n4, N2}  # the removed replica is no longer followed

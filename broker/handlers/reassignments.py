@@ -1,0 +1,99 @@
+"""AlterPartitionReassignments and ListPartitionReassignments (KIP-455), run by the controller.
+
+In a cluster the controller moves replicas (controller.reassign): the targets join as
+followers, copy the log by normal replication, and the move completes once they are in
+the ISR. On a single broker the only valid target is this broker, where a partition
+already is: the checks answer as Kafka's, and nothing is ever in progress.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsResponse,
+)
+
+from broker.cluster.controller import check_reassignment
+from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.cluster.placement import Refused
+from broker.handlers.forwarding import on_controller
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.context import RequestContext
+
+ALTER, LIST = 45, 46
+A = AlterPartitionReassignmentsResponse
+L = ListPartitionReassignmentsResponse
+Wanted = list[tuple[str, int, list[int] | None]]
+
+
+def _wanted(request: Any) -> Wanted:
+    return [(t.name, p.partition_index, p.replicas) for t in request.topics for p in t.partitions]
+
+
+def _single_node(ctx: RequestContext, wanted: Wanted) -> dict[tuple[str, int], Refused | None]:
+    me = NodeId(ctx.broker.replicas.node_id)
+    results: dict[tuple[str, int], Refused | None] = {}
+    for topic, index, target in wanted:
+        meta = ctx.broker.topics.get(topic)
+        state = None
+        if meta is not None and 0 <= index < meta.partitions:
+            state = PartitionState((me,), (me,), me, LeaderEpoch(0), PartitionEpoch(0))
+        results[(topic, index)] = check_reassignment(meta is not None, topic, index, state, target, {me})[0]
+    return results
+
+
+def _altered(wanted: Wanted, results: dict[tuple[str, int], Refused | None]) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    for topic, index, _ in wanted:
+        refused = results[(topic, index)]
+        by_topic.setdefault(topic, []).append(A.ReassignableTopicResponse.ReassignablePartitionResponse(
+            partition_index=index, error_code=refused.error if refused else ErrorCode.NONE,
+            error_message=refused.message if refused else None,
+        ))
+    return A(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, responses=[
+        A.ReassignableTopicResponse(name=t, partitions=p) for t, p in by_topic.items()
+    ])
+
+
+async def handle_alter(ctx: RequestContext, request: Any) -> Any:
+    wanted = _wanted(request)
+    cluster = ctx.broker.cluster
+    if cluster is None:
+        return _altered(wanted, _single_node(ctx, wanted))
+    return _altered(wanted, await cluster.controller.reassign(wanted))
+
+
+def _alter_not_controller(request: Any) -> Any:
+    refused = Refused(ErrorCode.NOT_CONTROLLER, ErrorCode.NOT_CONTROLLER.name)
+    wanted = _wanted(request)
+    return _altered(wanted, {(t, i): refused for t, i, _ in wanted})
+
+
+def _listed(found: dict[str, dict[int, PartitionState]], error: ErrorCode = ErrorCode.NONE) -> Any:
+    return L(throttle_time_ms=0, error_code=error, error_message=None, topics=[
+        L.OngoingTopicReassignment(name=topic, partitions=[
+            L.OngoingTopicReassignment.OngoingPartitionReassignment(
+                partition_index=index, replicas=list(s.replicas), adding_replicas=list(s.adding),
+                removing_replicas=list(s.removing),
+            ) for index, s in sorted(states.items())
+        ]) for topic, states in sorted(found.items())
+    ])
+
+
+async def handle_list(ctx: RequestContext, request: Any) -> Any:
+    cluster = ctx.broker.cluster
+    if cluster is None:
+        return _listed({})
+    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    return _listed(cluster.controller.reassignments(wanted))
+
+
+VERSIONS = {ALTER: (0, 0), LIST: (0, 0)}
+HANDLERS = {
+    ALTER: on_controller(handle_alter, _alter_not_controller),
+    LIST: on_controller(handle_list, lambda _: _listed({}, ErrorCode.NOT_CONTROLLER)),
+}

@@ -1,0 +1,131 @@
+"""Prometheus metrics for one broker process.
+
+Most of what is reported is read at scrape time from the broker's state (collectors.py).
+What must be counted as it happens goes through the hook functions below, each one call
+placed in the code it measures; they cost a dict lookup and a few additions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from broker.metrics.stats import STATS, clock
+from broker.request_log import error_codes
+from coordinator.transaction.state import TxnState
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from coordinator.transaction import TxnMetadata
+
+__all__ = [
+    "STATS", "clock", "connection_opened", "coordinator_loaded", "fetch_failed", "fetched",
+    "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_transition",
+]
+PRODUCE, FETCH = 0, 1
+MS = 1000.0
+
+
+# -- requests (broker.connection) ---------------------------------------------------------
+
+
+def request_done(api_key: int, version: int, received: float, started: float, response: Any) -> None:
+    """A request answered: `received` when its frame was read, `started` when its handler ran."""
+    now = time.monotonic()
+    api = STATS.apis.get((api_key, version)) or STATS.api(api_key, version)
+    api.requests += 1
+    api.times.total.observe((now - received) * MS)
+    api.times.queue.observe((started - received) * MS)
+    if response is not None:
+        _count_errors(api_key, response)
+
+
+def _count_errors(api_key: int, response: Any) -> None:
+    errors = STATS.errors
+    if api_key == PRODUCE:
+        for t in response.responses:
+            for p in t.partition_responses:
+                errors[(api_key, p.error_code)] += 1
+    elif api_key == FETCH:
+        errors[(api_key, response.error_code)] += 1
+        for t in response.responses:
+            for p in t.partitions:
+                errors[(api_key, p.error_code)] += 1
+    else:
+        for code, n in error_codes(response).items():
+            errors[(api_key, code)] += n
+
+
+def connection_opened() -> None:
+    STATS.connections_created += 1
+
+
+# -- produce and fetch (broker.handlers) ------------------------------------------------
+
+
+def produced(topic: str, size: int, records: int) -> None:
+    t = STATS.topics.get(topic) or STATS.topic(topic)
+    t.bytes_in += size
+    t.messages_in += records
+
+
+def produce_failed(topic: str) -> None:
+    (STATS.topics.get(topic) or STATS.topic(topic)).failed_produce += 1
+
+
+def fetched(topic: str, size: int, follower: bool) -> None:
+    t = STATS.topics.get(topic) or STATS.topic(topic)
+    if follower:
+        t.replication_bytes_out += size
+    else:
+        t.bytes_out += size
+
+
+def fetch_failed(topic: str) -> None:
+    (STATS.topics.get(topic) or STATS.topic(topic)).failed_fetch += 1
+
+
+# -- coordinators -----------------------------------------------------------------------
+
+
+def txn_transition(transit: TxnMetadata | None) -> None:
+    """The transaction coordinator wrote (and replayed) a state: Prepare* starts the
+    completion clock, Complete* stops it and counts the transaction."""
+    if transit is None:
+        return
+    txn = STATS.txn
+    tid = transit.transactional_id
+    if transit.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        txn.prepared_at[tid] = time.monotonic()
+    elif transit.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        result = "commit" if transit.state is TxnState.COMPLETE_COMMIT else "abort"
+        txn.completed[result] += 1
+        prepared = txn.prepared_at.pop(tid, None)
+        if prepared is not None:
+            txn.completion_ms[result].observe((time.monotonic() - prepared) * MS)
+
+
+async def marker_round(results: Awaitable[dict[Any, ErrorCode]]) -> dict[Any, ErrorCode]:
+    """Times one round of marker deliveries (MarkerChannel) and counts its failures."""
+    started = time.monotonic()
+    answer = await results
+    STATS.txn.marker_round_ms.observe((time.monotonic() - started) * MS)
+    for error in answer.values():
+        if error != ErrorCode.NONE:
+            STATS.txn.marker_failures[error.name] += 1
+    return answer
+
+
+def coordinator_loaded(kind: str, started: float) -> None:
+    """A coordinator ("transaction" or "group") loaded one partition, begun at `clock()`."""
+    STATS.load_ms[kind].observe((time.monotonic() - started) * MS)
+
+
+def rebalance_completed() -> None:
+    STATS.rebalances += 1
+
+
+def flushed(seconds: float) -> None:
+    """storage.log's flush listener: one fsync of a log took `seconds`."""
+    STATS.flush_ms.observe(seconds * MS)

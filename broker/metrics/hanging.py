@@ -1,0 +1,218 @@
+"""Hanging transactions, found by the broker itself (seed 001, KIP-664's `find-hanging`).
+
+Every `transaction.hanging.check.interval.ms` the partitions this broker leads are
+searched for transactions open longer than `transaction.max.timeout.ms` plus
+`transaction.hanging.margin.ms` (the coordinator would have aborted any live one by
+then) that no coordinator will finish: no transactional id owns the producer id, or
+the owner's transaction does not include the partition. The selection is the
+`gregor transactions find-hanging` tool's own (`candidate_open_transactions`,
+`hanging_transactions`); the coordinators are asked directly here (this broker's) and
+over the Kafka protocol (ListTransactions / DescribeTransactions, the others').
+
+Each newly found one is a WARN line with the exact command that aborts it; with
+`transaction.hanging.auto.abort.enable` the broker writes the ABORT marker itself,
+through the same code path as that command's WriteTxnMarkers (marker_writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.producer import WriteTxnMarkersRequest
+
+from broker.context import now_ms
+from broker.coordination.marker_writer import write_markers
+from broker.metrics.stats import STATS
+from broker.net.client import BrokerClientPool, BrokerUnreachable
+from broker.tools.transactions import OpenTransaction, candidate_open_transactions, hanging_transactions
+from coordinator.transaction.state import TxnState
+from protocol.errors import ErrorCode
+from protocol.messages import REQUESTS
+
+if TYPE_CHECKING:
+    from broker.cluster.view import BrokerInfo
+    from broker.server import Broker
+
+log = logging.getLogger(__name__)
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+REMOTE_TIMEOUT_S = 10.0
+Marker = WriteTxnMarkersRequest.WritableTxnMarker
+TopicPartition = tuple[str, int]
+
+
+class CoordinatorUnknown(Exception):
+    """A coordinator could not be asked: nothing is called hanging this round."""
+
+
+@dataclass(frozen=True, slots=True)
+class Description:
+    """What `hanging_transactions` needs of a coordinator's answer."""
+
+    topic_partitions: frozenset[TopicPartition]
+
+
+def open_transactions(broker: Broker) -> list[OpenTransaction]:
+    """Every open transaction of the partitions this broker leads."""
+    found = []
+    for part in broker.replicas.all_partitions():
+        if part.leader is None:
+            continue
+        state = part.log.producer_state
+        for txn in part.log.ongoing_transactions():
+            epoch = state.entry_for(txn.producer_id).coordinator_epoch
+            found.append(OpenTransaction(part.topic, part.index, txn.producer_id, txn.producer_epoch,
+                                         epoch, txn.first_offset, txn.last_timestamp))
+    return found
+
+
+def _local(broker: Broker, producer_ids: set[int]) -> tuple[dict[int, str], dict[str, Description | None]]:
+    """The transactional ids this broker's coordinator knows for `producer_ids`, described."""
+    ids: dict[int, str] = {}
+    descriptions: dict[str, Description | None] = {}
+    for tid, md in broker.transactions.machine.transactions.items():
+        if md.producer_id in producer_ids and md.state is not TxnState.DEAD:
+            ids[md.producer_id] = tid
+            descriptions[tid] = Description(md.partitions)
+    return ids, descriptions
+
+
+class HangingTransactionCheck:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.interval_s = int(config["transaction.hanging.check.interval.ms"]) / 1000
+        margin = int(config["transaction.hanging.margin.ms"])
+        self.threshold_ms = int(config["transaction.max.timeout.ms"]) + margin
+        self.auto_abort = bool(config["transaction.hanging.auto.abort.enable"])
+        self._reported: set[tuple[str, int, int, int]] = set()
+        self._clients = BrokerClientPool(f"gregor-hanging-check-{broker.node_id}")
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="hanging-transactions")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._clients.close()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check()
+            except CoordinatorUnknown as exc:
+                log.info("hanging-transaction check skipped: %s", exc)
+            except Exception:
+                log.exception("hanging-transaction check failed")
+
+    async def check(self) -> list[OpenTransaction]:
+        """One search; reports (and with auto-abort, aborts) what it finds."""
+        now = now_ms()
+        candidates = candidate_open_transactions(open_transactions(self.broker), now, self.threshold_ms)
+        hanging: list[OpenTransaction] = []
+        if candidates:
+            ids, descriptions = await self._coordinators({t.producer_id for t in candidates})
+            # Asking another broker took time: what was finished meanwhile is not hanging.
+            still_open = set(open_transactions(self.broker))
+            hanging = [t for t in hanging_transactions(candidates, ids, descriptions) if t in still_open]
+        STATS.hanging.checks += 1
+        STATS.hanging.found = [(t.topic, t.partition, t.producer_id, t.start_offset) for t in hanging]
+        for txn in hanging:
+            self._report(txn, now)
+        if self.auto_abort:
+            for txn in hanging:
+                await self._abort(txn)
+        self._reported &= set(STATS.hanging.found)
+        return hanging
+
+    async def _coordinators(
+        self, producer_ids: set[int]
+    ) -> tuple[dict[int, str], dict[str, Description | None]]:
+        ids, descriptions = _local(self.broker, producer_ids)
+        missing = producer_ids - set(ids)
+        for other in self._other_brokers():
+            if not missing:
+                break
+            found = await self._remote(other, missing)
+            for pid, (tid, description) in found.items():
+                ids[pid] = tid
+                descriptions[tid] = description
+            missing -= set(found)
+        return ids, descriptions
+
+    def _other_brokers(self) -> list[BrokerInfo]:
+        if self.broker.cluster is None:
+            return []
+        return [b for b in self.broker.view.brokers() if b.node_id != self.broker.node_id]
+
+    async def _remote(
+        self, other: BrokerInfo, producer_ids: set[int]
+    ) -> dict[int, tuple[str, Description | None]]:
+        """ListTransactions then DescribeTransactions on another broker's coordinator."""
+        client = self._clients.get(other.host, other.port)
+        try:
+            listed = await client.call(REQUESTS[LIST_TRANSACTIONS](
+                state_filters=[], producer_id_filters=sorted(producer_ids)), 0, timeout_s=REMOTE_TIMEOUT_S)
+            owners = {t.transactional_id: t.producer_id for t in listed.transaction_states
+                      if t.producer_id in producer_ids}
+            if listed.error_code != ErrorCode.NONE:
+                raise CoordinatorUnknown(f"broker {other.node_id}: ListTransactions "
+                                         f"{ErrorCode(listed.error_code).name}")
+            if not owners:
+                return {}
+            described = await client.call(REQUESTS[DESCRIBE_TRANSACTIONS](
+                transactional_ids=sorted(owners)), 0, timeout_s=REMOTE_TIMEOUT_S)
+        except (BrokerUnreachable, TimeoutError) as exc:
+            raise CoordinatorUnknown(f"broker {other.node_id} unreachable ({exc})") from None
+        return {owners[s.transactional_id]: (s.transactional_id, _description(s))
+                for s in described.transaction_states if s.transactional_id in owners}
+
+    def _report(self, txn: OpenTransaction, now: int) -> None:
+        key = (txn.topic, txn.partition, txn.producer_id, txn.start_offset)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        ad = self.broker.config.advertised
+        log.warning(
+            "hanging transaction in %s-%d: producer id %d (epoch %d), start offset %d, no write for %d s "
+            "and no coordinator will finish it; it holds the last stable offset back. Abort it with: "
+            "gregor transactions --bootstrap-server %s:%d abort --topic %s --partition %d --start-offset %d",
+            txn.topic, txn.partition, txn.producer_id, txn.producer_epoch, txn.start_offset,
+            (now - txn.last_timestamp) // 1000, ad.host, ad.port, txn.topic, txn.partition, txn.start_offset,
+        )
+
+    async def _abort(self, txn: OpenTransaction) -> None:
+        """An ABORT marker through WriteTxnMarkers' own code path, as the abort tool sends it."""
+        marker = Marker(
+            producer_id=txn.producer_id, producer_epoch=txn.producer_epoch, transaction_result=False,
+            coordinator_epoch=max(txn.coordinator_epoch, 0),
+            topics=[Marker.WritableTxnMarkerTopic(name=txn.topic, partition_indexes=[txn.partition])],
+        )
+        response = await write_markers(self.broker, WriteTxnMarkersRequest(markers=[marker]))
+        error = ErrorCode(response.markers[0].topics[0].partitions[0].error_code)
+        if error == ErrorCode.NONE:
+            STATS.hanging.aborted += 1
+            log.warning("aborted hanging transaction in %s-%d: producer id %d (epoch %d), start offset %d "
+                        "(transaction.hanging.auto.abort.enable)", txn.topic, txn.partition,
+                        txn.producer_id, txn.producer_epoch, txn.start_offset)
+        else:
+            log.warning("could not abort hanging transaction in %s-%d (producer id %d, start offset %d): %s",
+                        txn.topic, txn.partition, txn.producer_id, txn.start_offset, error.name)
+
+
+def _description(state: Any) -> Description | None:
+    if state.error_code != ErrorCode.NONE:
+        return None
+    return Description(frozenset(_partitions(state.topics)))
+
+
+def _partitions(topics: Iterable[Any]) -> Iterable[TopicPartition]:
+    for t in topics:
+        for p in t.partitions:
+            yield t.topic, p

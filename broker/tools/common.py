@@ -1,0 +1,118 @@
+"""What the admin tools (`gregor topics`, `gregor groups`) share: the admin client,
+one-line errors and `k=v` options. They talk to the broker through kafka-python's
+`KafkaAdminClient`, as `gregor transactions` does; admin requests may go to any
+broker of a cluster (they are forwarded)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO, TypeVar
+
+from kafka.errors import KafkaError, for_code
+
+T = TypeVar("T")
+RETRY_FOR_S = 15.0
+RETRY_BACKOFF_S = 0.2
+
+Command = Callable[[Any, argparse.Namespace, TextIO], None]
+
+
+class ToolError(Exception):
+    """An expected failure: printed as one line on stderr, exit code 1."""
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="broker(s) to connect to, comma-separated")
+    parser.add_argument("--timeout-ms", type=int, default=30_000, help="request and connect timeout")
+
+
+def run_command(label: str, client_id: str, command: Command, args: argparse.Namespace,
+                out: TextIO, err: TextIO) -> int:
+    """Connect, run one command, close; a ToolError is one line `gregor <label>: ...` on
+    stderr and exit code 1. The process exit code."""
+    try:
+        admin = connect(args.bootstrap_server, args.timeout_ms, client_id)
+        try:
+            command(admin, args, out)
+        finally:
+            admin.close()
+    except ToolError as exc:
+        out.flush()
+        print(f"gregor {label}: {exc}", file=err)
+        return 1
+    return 0
+
+
+def connect(bootstrap: str, timeout_ms: int, client_id: str) -> Any:
+    from kafka.admin import KafkaAdminClient
+
+    try:
+        return KafkaAdminClient(
+            bootstrap_servers=bootstrap.split(","), client_id=client_id,
+            request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms,
+        )
+    except KafkaError as exc:
+        raise ToolError(f"cannot connect to {bootstrap}: {describe_error(exc)}") from exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """The error's name and, when the broker sent one, its message (not the whole request)."""
+    if isinstance(exc, KafkaError) and getattr(exc, "errno", None) is not None:
+        return type(exc).__name__
+    text = str(exc)
+    return text.split(": Request ")[0] if text else type(exc).__name__
+
+
+def call(what: str, fn: Callable[[], T], retry_for_s: float = RETRY_FOR_S) -> T:
+    """`fn()`; a retriable error (a coordinator loading, a leader moving) is retried for a
+    while, as Kafka's admin client does; any other is a ToolError saying `what` failed."""
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        try:
+            return fn()
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                raise ToolError(f"{what}: {describe_error(exc)}") from exc
+        except ValueError as exc:  # kafka-python checks some arguments itself
+            raise ToolError(f"{what}: {exc}") from exc
+        time.sleep(RETRY_BACKOFF_S)
+
+
+def check(code: int, message: str | None, what: str) -> None:
+    """A wire error code of one resource in a response: a ToolError unless it is 0."""
+    if code != 0:
+        name = for_code(code).__name__
+        raise ToolError(f"{what}: {message or name}" + (f" ({name})" if message else ""))
+
+
+def key_values(pairs: Iterable[str], option: str) -> dict[str, str]:
+    """`k=v` options (`--config retention.ms=1000`)."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ToolError(f"{option} takes key=value, got '{pair}'")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def matching(pattern: str | None, names: Iterable[str]) -> list[str]:
+    """Names the `--topic`/`--group` pattern matches, as a whole (Kafka takes a regex there)."""
+    if pattern is None:
+        return sorted(names)
+    try:
+        regex = re.compile(pattern)
+    except re.error:
+        return [n for n in names if n == pattern]
+    return sorted(n for n in names if n == pattern or regex.fullmatch(n))
+
+
+def progress(out: TextIO, done: int, total: int, what: str) -> None:
+    """One progress line for long operations (every tenth, and the last)."""
+    if total >= 20 and (done % max(total // 10, 1) == 0 or done == total):
+        out.write(f"{what}: {done}/{total}\n")
+        out.flush()

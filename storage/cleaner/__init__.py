@@ -1,0 +1,1 @@
+"""Log compaction that understands transactions (Kafka's log cleaner)."""
