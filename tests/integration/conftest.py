@@ -87,7 +87,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 def spark():  # type: ignore[no-untyped-def]
     """One local SparkSession for every Spark test (local[2,3]: a failed task is retried,
     up to 3 attempts), with the gregor_kafka data source registered."""
-    from spark.session import local_session
+    from gregor_spark.session import local_session
 
     session = local_session("local[2,3]", app="gregor-tests")
     try:

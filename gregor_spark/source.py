@@ -22,8 +22,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark import kafka
-from spark.kafka import EARLIEST, LATEST, OptionError
+from gregor_spark import kafka
+from gregor_spark.kafka import EARLIEST, LATEST, OptionError
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "

@@ -7,7 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from spark.datasource import register
+from gregor_spark.datasource import register
 
 
 def local_session(master: str = "local[2]", app: str = "gregor-spark", **conf: str) -> SparkSession:

@@ -6,8 +6,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from spark.sink import KafkaBatchWriter, KafkaStreamWriter
-from spark.source import SCHEMA, KafkaBatchReader, KafkaStreamReader
+from gregor_spark.sink import KafkaBatchWriter, KafkaStreamWriter
+from gregor_spark.source import SCHEMA, KafkaBatchReader, KafkaStreamReader
 
 FORMAT = "gregor_kafka"
 

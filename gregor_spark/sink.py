@@ -33,9 +33,9 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from spark import kafka
-from spark.kafka import OptionError
-from spark.source import OffsetRange, read_range
+from gregor_spark import kafka
+from gregor_spark.kafka import OptionError
+from gregor_spark.source import OffsetRange, read_range
 
 DEFAULT_COMMIT_TOPIC = "gregor-spark-commits"
 DEFAULT_PREFIX = "gregor-spark"
