@@ -98,7 +98,8 @@ def parse_offsets_json(text: str, what: str) -> dict[tuple[str, int], int]:
         raw = json.loads(text)
         return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
     except (ValueError, AttributeError, TypeError) as e:
-        raise OptionError(f"option {what}: expected JSON like {{\"topic\":{{\"0\":23}}}}, got {text!r}") from e
+        example = '{"topic":{"0":23}}'
+        raise OptionError(f"option {what}: expected JSON like {example}, got {text!r}") from e
 
 
 def to_json_offsets(offsets: Mapping[tuple[str, int], int]) -> Offsets:

@@ -200,14 +200,15 @@ def last_committed_batch(opts: SinkOptions, commit_key: str) -> int:
 
 
 def _stable_end(opts: SinkOptions, committed: Consumer, partition: int) -> tuple[int, int]:
+    tp = (opts.commit_topic, partition)
     raw = kafka.open_consumer({**opts.options, "kafka.isolation.level": "read_uncommitted"})
     try:
-        _low, hwm = kafka.watermarks(raw, [(opts.commit_topic, partition)])[(opts.commit_topic, partition)]
+        _low, hwm = kafka.watermarks(raw, [tp])[tp]
     finally:
         raw.close()
     deadline = time.monotonic() + 2 * kafka.TIMEOUT_S + 60
     while True:
-        low, lso = kafka.watermarks(committed, [(opts.commit_topic, partition)])[(opts.commit_topic, partition)]
+        low, lso = kafka.watermarks(committed, [tp])[tp]
         if lso >= hwm:
             return low, lso
         if time.monotonic() > deadline:
@@ -218,11 +219,12 @@ def _stable_end(opts: SinkOptions, committed: Consumer, partition: int) -> tuple
 def _scan_back(opts: SinkOptions, commit_key: str, partition: int, low: int, end: int) -> int:
     window = SCAN_WINDOW
     key = commit_key.encode()
+    committed = {**opts.options, "kafka.isolation.level": "read_committed"}
     while end > low:
         start = max(low, end - window)
         batches = [
             json.loads(r[1])["batch"]
-            for r in read_range(opts.options, OffsetRange(opts.commit_topic, partition, start, end))
+            for r in read_range(committed, OffsetRange(opts.commit_topic, partition, start, end))
             if r[0] == key
         ]
         if batches:

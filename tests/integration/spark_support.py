@@ -63,7 +63,8 @@ def read_values(bootstrap: str, topic: str, isolation: str = "read_committed") -
     try:
         parts = c.list_topics(topic, timeout=30).topics[topic].partitions
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1] for p in parts}
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
+                for p in parts}
         pending = {p for p, end in ends.items() if end > 0}
         out: list[str] = []
         while pending:
@@ -82,7 +83,8 @@ def read_values(bootstrap: str, topic: str, isolation: str = "read_committed") -
 
 def source(spark: Any, bootstrap: str, topic: str, stream: bool = False, **options: str) -> Any:
     reader = spark.readStream if stream else spark.read
-    reader = reader.format("gregor_kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    reader = reader.format("gregor_kafka").option("kafka.bootstrap.servers", bootstrap)
+    reader = reader.option("subscribe", topic)
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()

@@ -65,7 +65,8 @@ def test_batch_read_returns_committed_records_only(spark: Any, kafka: BrokerProc
     send_txn(p, topic, ["c2-0"], commit=True)
 
     df = source(spark, kafka.bootstrap, topic)
-    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+    assert df.columns == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
     rows = df.collect()
     assert values(rows) == ["plain-0", "c1-0", "c1-1", "c2-0"]
     assert [r.offset for r in rows] == [0, 1, 2, 8]  # 3 commit marker, 4-6 aborted, 7 abort marker
@@ -77,8 +78,10 @@ def test_batch_read_returns_committed_records_only(spark: Any, kafka: BrokerProc
     assert values(source(spark, kafka.bootstrap, topic, endingOffsets=ending).collect()) == [
         "plain-0", "c1-0", "c1-1"]
     starting = json.dumps({topic: {"0": 2}})
-    assert values(source(spark, kafka.bootstrap, topic, startingOffsets=starting).collect()) == ["c1-1", "c2-0"]
-    assert values(source(spark, kafka.bootstrap, topic, startingTimestamp=str(before)).collect())[0] == "plain-0"
+    from_two = source(spark, kafka.bootstrap, topic, startingOffsets=starting)
+    assert values(from_two.collect()) == ["c1-1", "c2-0"]
+    since = source(spark, kafka.bootstrap, topic, startingTimestamp=str(before))
+    assert values(since.collect())[0] == "plain-0"
     future = str(int(time.time() * 1000) + 3_600_000)
     assert values(source(spark, kafka.bootstrap, topic, startingTimestamp=future).collect()) == []
 
