@@ -59,6 +59,8 @@ class SinkOptions:
     topic: str | None
     commit_topic: str
     prefix: str
+    # False: a plain idempotent write, at least once like Spark's own Kafka sink (benchmarks).
+    exactly_once: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -69,6 +71,7 @@ class SinkOptions:
             lower.get("topic"),
             lower.get("committopic", DEFAULT_COMMIT_TOPIC),
             lower.get("transactionalidprefix", DEFAULT_PREFIX),
+            lower.get("exactlyonce", "true").lower() != "false",
         )
 
 
@@ -78,6 +81,8 @@ class SinkOptions:
 def write_partition(
     opts: SinkOptions, query_id: str, batch_id: int, partition: int, rows: Iterator[Row]
 ) -> PartitionCommit:
+    if not opts.exactly_once:
+        return write_plain(opts, batch_id, partition, rows)
     producer = Producer(_producer_config(opts, f"{opts.prefix}-{query_id}-{partition}"))
     producer.init_transactions(kafka.TIMEOUT_S)
     commit_key = f"{query_id}:{partition}"
@@ -93,6 +98,16 @@ def write_partition(
     except BaseException:
         _abort_quietly(producer)
         raise
+    return PartitionCommit(partition, batch_id, count, skipped=False)
+
+
+def write_plain(opts: SinkOptions, batch_id: int, partition: int, rows: Iterator[Row]) -> PartitionCommit:
+    """At least once: a retried task or a replayed batch writes its rows again."""
+    config = {"enable.idempotence": True, "linger.ms": 5, **kafka.kafka_config(opts.options)}
+    producer = Producer(config)
+    count = _send_rows(producer, opts, rows)
+    if producer.flush(kafka.TIMEOUT_S) > 0:
+        raise KafkaException(f"{producer.flush(0)} rows not delivered within {kafka.TIMEOUT_S}s")
     return PartitionCommit(partition, batch_id, count, skipped=False)
 
 
@@ -241,7 +256,8 @@ class KafkaBatchWriter(DataSourceWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = SinkOptions.parse(options)
-        ensure_commit_topic(self.opts)
+        if self.opts.exactly_once:
+            ensure_commit_topic(self.opts)
         self.write_id = f"batch-{uuid.uuid4()}"
 
     def write(self, iterator: Iterator[Row]) -> PartitionCommit:
@@ -253,7 +269,8 @@ class KafkaBatchWriter(DataSourceWriter):
 class KafkaStreamWriter(DataSourceStreamWriter):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = SinkOptions.parse(options)
-        ensure_commit_topic(self.opts)
+        if self.opts.exactly_once:
+            ensure_commit_topic(self.opts)
 
     def write(self, iterator: Iterator[Row]) -> PartitionCommit:
         ctx = TaskContext.get()
