@@ -69,6 +69,7 @@ bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.cluster
 	$(PY) -m bench.transactions_cluster
 	$(PY) -m bench.cleaner
+	$(PY) -m bench.spark_pipeline
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:
