@@ -60,7 +60,7 @@ integration: $(STAMP) $(JAVA_DEPS) $(ETCD)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy protocol storage coordinator broker
+	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark
 
 bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.produce_fetch

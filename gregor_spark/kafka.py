@@ -23,7 +23,7 @@ class OptionError(ValueError):
     """An option is missing or has a value the source or sink cannot use."""
 
 
-def kafka_config(options: Mapping[str, str]) -> dict[str, str]:
+def kafka_config(options: Mapping[str, str]) -> dict[str, Any]:
     """The `kafka.*` options without their prefix, as librdkafka properties."""
     config = {k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")}
     if "bootstrap.servers" not in config:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from gregor_spark import kafka
 from gregor_spark.source import OffsetRange, read_range

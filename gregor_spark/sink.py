@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -129,7 +130,8 @@ def _send_rows(producer: Producer, opts: SinkOptions, rows: Iterator[Row]) -> in
         topic = fields.get("topic") or opts.topic
         if topic is None:
             raise OptionError("a row has no `topic` column value and the option `topic` is not set")
-        headers = [(h["key"], _bytes(h["value"])) for h in fields.get("headers") or []]
+        headers: list[tuple[str, str | bytes | None]] = [
+            (h["key"], _bytes(h["value"])) for h in fields.get("headers") or []]
         part = fields.get("partition")
         _produce(producer, topic, _bytes(fields.get("value")), _bytes(fields.get("key")), headers,
                  -1 if part is None else int(part))
@@ -142,7 +144,7 @@ def _produce(
     topic: str,
     value: bytes | None,
     key: bytes | None,
-    headers: list[tuple[str, bytes | None]] | None = None,
+    headers: list[tuple[str, str | bytes | None]] | None = None,
     partition: int = -1,
 ) -> None:
     while True:

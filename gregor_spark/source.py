@@ -151,7 +151,7 @@ def _records_until(consumer: Consumer, r: OffsetRange) -> Iterator[tuple[Any, ..
 
 def row_of(m: Message) -> tuple[Any, ...]:
     ts_type, ts = m.timestamp()
-    headers = [(k, v) for k, v in (m.headers() or [])]
+    headers = list(m.headers() or [])
     stamp = datetime.fromtimestamp(ts / 1000, tz=UTC) if ts >= 0 else None
     return (m.key(), m.value(), m.topic(), m.partition(), m.offset(), stamp, max(ts_type - 1, 0), headers)
 
@@ -172,7 +172,7 @@ class KafkaBatchReader(DataSourceReader):
             consumer.close()
         self.ranges = plan(start, end)
 
-    def partitions(self) -> list[OffsetRange]:  # type: ignore[override]
+    def partitions(self) -> list[OffsetRange]:
         return self.ranges
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -221,7 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = capped(first, end, limit.max_rows)
         return kafka.to_json_offsets({**begin, **end})
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:  # type: ignore[override]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[OffsetRange]:
         return plan(kafka.from_json_offsets(start), kafka.from_json_offsets(end))
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
