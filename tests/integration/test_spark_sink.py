@@ -114,15 +114,54 @@ def test_task_failing_on_first_attempt_is_retried_without_duplicates(
 
     upper = F.udf(shout, StringType())
     df = source(spark, kafka.bootstrap, source_topic, stream=True, startingOffsets="earliest")
-    # Small Arrow batches into the writer, which may have sent rows when the UDF raises.
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
-    try:
-        q = (df.select(F.col("key"), upper("value").alias("value"))
-             .writeStream.format("gregor_kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
-             .option("kafka.linger.ms", "0").option("topic", out)
-             .option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(availableNow=True).start())
-        q.awaitTermination()
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    q = (df.select(F.col("key"), upper("value").alias("value"))
+         .writeStream.format("gregor_kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+         .option("topic", out).option("checkpointLocation", str(tmp_path / "ckpt"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
     assert sorted(read_values(kafka.bootstrap, out)) == sorted(v.upper() for v in sent)
+
+
+def test_failed_batch_rerun_from_checkpoint_skips_the_committed_task(
+    spark: Any, kafka: BrokerProcess, tmp_path: Path
+) -> None:
+    """Task 0 of batch 0 commits; task 1 fails all its attempts, failing the batch and the
+    query. The query restarted from its checkpoint reruns batch 0: task 0 finds its commit
+    record and skips, task 1 writes."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    source_topic, out = unique_topic("sink-rerun-in"), unique_topic("sink-rerun-out")
+    create_topic(kafka.bootstrap, source_topic, partitions=2)
+    create_topic(kafka.bootstrap, out)
+    p = txn_producer(kafka.bootstrap)
+    send_txn(p, source_topic, ["a0", "a1", "a2"], commit=True, partition=0)
+    send_txn(p, source_topic, ["b0", "b1"], commit=True, partition=1)
+    bootstrap, healed = kafka.bootstrap, tmp_path / "healed"
+
+    def shout(value):  # type: ignore[no-untyped-def]  # (type hints would make it a pandas UDF)
+        from tests.integration.harness import wait_until
+        from tests.integration.spark_support import read_values
+
+        text = bytes(value).decode()
+        if text.startswith("b") and not healed.exists():
+            wait_until(lambda: len(read_values(bootstrap, out)) == 3, timeout=60, msg="task 0's commit")
+            raise RuntimeError("task 1 fails until healed")
+        return text.upper()
+
+    upper = F.udf(shout, StringType())
+
+    def run() -> None:
+        df = source(spark, bootstrap, source_topic, stream=True, startingOffsets="earliest")
+        (df.select(F.col("key"), upper("value").alias("value")).writeStream.format("gregor_kafka")
+         .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+         .awaitTermination())
+
+    with pytest.raises(StreamingQueryException, match="task 1 fails until healed"):
+        run()
+    assert read_values(bootstrap, out) == ["A0", "A1", "A2"]
+    healed.touch()
+    run()
+    assert sorted(read_values(bootstrap, out)) == ["A0", "A1", "A2", "B0", "B1"]
