@@ -72,7 +72,7 @@ integration: $(STAMP) $(JAVA_DEPS) $(ETCD) $(DOCKER_DEPS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy protocol storage coordinator broker
+	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark
 
 bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.produce_fetch
@@ -81,6 +81,7 @@ bench: $(STAMP) $(ETCD)
 	$(PY) -m bench.cluster
 	$(PY) -m bench.transactions_cluster
 	$(PY) -m bench.cleaner
+	$(PY) -m bench.spark_pipeline
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:

@@ -81,3 +81,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         for b in dict.fromkeys(_brokers_of(item)):
             report.sections.append((f"broker log {b.bootstrap}", b.log_tail(150)))
     return report
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local SparkSession for every Spark test (local[2,3]: a failed task is retried,
+    up to 3 attempts), with the gregor_kafka data source registered."""
+    from gregor_spark.session import local_session
+
+    session = local_session("local[2,3]", app="gregor-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
