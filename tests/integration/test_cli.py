@@ -60,10 +60,11 @@ def test_bad_override_value_stops_start_up(tmp_path: Path) -> None:
         ("num.partitions: abc", "num.partitions must be an integer \u2265 1, got 'abc'"),
         ("num.partitions: -1", "num.partitions must be an integer \u2265 1, got -1"),
         ("listeners: [PLAINTEXT://127.0.0.1:1, PLAINTEXT://127.0.0.1:2]",
-         "listeners must be one listener of the form PLAINTEXT://host:port, got a YAML list "
-         "['PLAINTEXT://127.0.0.1:1', 'PLAINTEXT://127.0.0.1:2'] (several listeners are not supported yet)"),
-        ("listeners: 127.0.0.1:9092", "listeners must be one listener of the form PLAINTEXT://host:port, "
-         "got '127.0.0.1:9092' (no scheme: write PLAINTEXT://127.0.0.1:9092)"),
+         "listeners must be listeners of the form NAME://host:port, e.g. PLAINTEXT://127.0.0.1:9092, got a "
+         "YAML list ['PLAINTEXT://127.0.0.1:1', 'PLAINTEXT://127.0.0.1:2'] (listener PLAINTEXT named twice)"),
+        ("listeners: 127.0.0.1:9092", "listeners must be listeners of the form NAME://host:port, "
+         "e.g. PLAINTEXT://127.0.0.1:9092, got '127.0.0.1:9092' (no listener name: write "
+         "PLAINTEXT://127.0.0.1:9092)"),
         ("metrics.listener: 127.0.0.1:9100",
          "metrics.listener must be empty (no endpoint) or http://host:port, got '127.0.0.1:9100' "
          "(no scheme: write http://127.0.0.1:9100)"),
