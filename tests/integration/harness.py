@@ -338,26 +338,34 @@ def segment_files(partition_dir: Path, suffix: str = ".log") -> list[Path]:
     return sorted(partition_dir.glob(f"{'[0-9]' * 20}{suffix}"))
 
 
-def iter_batches(log_file: Path) -> Iterator[tuple[int, int, int]]:
-    """(file position, baseOffset, lastOffsetDelta) of each whole batch in a .log file."""
-    data = log_file.read_bytes()
+def _batch_spans(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(position, end, baseOffset, lastOffsetDelta) of each whole batch in `data`."""
     pos = 0
     while pos + 61 <= len(data):
         base_offset, length = struct.unpack_from(">qi", data, pos)
         if length < 49 or pos + 12 + length > len(data):
             return
         (last_delta,) = struct.unpack_from(">i", data, pos + 23)
-        yield pos, base_offset, last_delta
+        yield pos, pos + 12 + length, base_offset, last_delta
         pos += 12 + length
+
+
+def iter_batches(log_file: Path) -> Iterator[tuple[int, int, int]]:
+    """(file position, baseOffset, lastOffsetDelta) of each whole batch in a .log file."""
+    for pos, _end, base_offset, last_delta in _batch_spans(log_file.read_bytes()):
+        yield pos, base_offset, last_delta
+
+
+def whole_batches(log_file: Path) -> list[bytes]:
+    """The bytes of each whole batch of a .log file, read once: a live broker may be
+    appending, and a batch it has only half written is left out."""
+    data = log_file.read_bytes()
+    return [data[pos:end] for pos, end, _base, _delta in _batch_spans(data)]
 
 
 def whole_batches_end(log_file: Path) -> int:
     """File position just past the last whole batch of a .log file."""
-    end = 0
-    data = log_file.read_bytes()
-    for pos, _base, _delta in iter_batches(log_file):
-        end = pos + 12 + struct.unpack_from(">i", data, pos + 8)[0]
-    return end
+    return max((end for _pos, end, _base, _delta in _batch_spans(log_file.read_bytes())), default=0)
 
 
 def read_offset_index(index_file: Path) -> list[tuple[int, int]]:

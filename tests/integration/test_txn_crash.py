@@ -58,12 +58,12 @@ from tests.integration.harness import (
     REPO_ROOT,
     BrokerFactory,
     BrokerProcess,
-    iter_batches,
     java_command,
     require_java,
     segment_files,
     unique_topic,
     wait_until,
+    whole_batches,
 )
 from tests.integration.wire import WireClient
 
@@ -186,10 +186,7 @@ def end_offsets(bootstrap: str, tps: list[tuple[str, int]], committed: bool) -> 
 def disk_batches(partition_dir: Path) -> list[DefaultRecordBatch]:
     out = []
     for seg in segment_files(partition_dir):
-        data = seg.read_bytes()
-        for pos, _base, _delta in iter_batches(seg):
-            (length,) = struct.unpack_from(">i", data, pos + 8)
-            out.append(DefaultRecordBatch(data[pos:pos + 12 + length]))
+        out.extend(DefaultRecordBatch(batch) for batch in whole_batches(seg))
     return out
 
 

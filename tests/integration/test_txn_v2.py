@@ -41,6 +41,7 @@ from tests.integration.harness import (
     started_broker,
     unique_topic,
     wait_until,
+    whole_batches,
 )
 from tests.integration.tcp_proxy import KafkaProxy
 from tests.integration.wire import WireClient, build_batch, create_topic, encode_body, produce_request
@@ -525,10 +526,8 @@ def _records(partition_dir: Any) -> list[tuple[bytes | None, bytes | None]]:
 
     out: list[tuple[bytes | None, bytes | None]] = []
     for segment in segment_files(partition_dir):
-        data = segment.read_bytes()
-        for pos, _base, _delta in iter_batches(segment):
-            (length,) = struct.unpack_from(">i", data, pos + 8)
-            batch = DefaultRecordBatch(data[pos : pos + 12 + length])
+        for whole in whole_batches(segment):
+            batch = DefaultRecordBatch(whole)
             if batch.is_control_batch:
                 continue
             out.extend((None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value))
@@ -541,10 +540,8 @@ def marker_epochs(broker: BrokerProcess, topic: str, producer_id: int) -> list[i
 
     out = []
     for segment in segment_files(broker.partition_dir(topic, 0)):
-        data = segment.read_bytes()
-        for pos, _base, _delta in iter_batches(segment):
-            (length,) = struct.unpack_from(">i", data, pos + 8)
-            batch = DefaultRecordBatch(data[pos : pos + 12 + length])
+        for whole in whole_batches(segment):
+            batch = DefaultRecordBatch(whole)
             if batch.is_control_batch and batch.producer_id == producer_id:
                 out.append(batch.producer_epoch)
     return out
