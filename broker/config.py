@@ -372,6 +372,10 @@ KEYS: dict[str, Key] = {
                                       "ask for."),
     "request.timeout.ms": Key(_POSITIVE, 30000, "How long a transaction coordinator write may wait to "
                               "be replicated before the request fails (COORDINATOR_NOT_AVAILABLE)."),
+    "transaction.completion.wait.ms": Key(_POSITIVE, 5000, "How long a request for a transactional "
+                                          "id whose previous transaction is still completing waits for "
+                                          "the completion (Gregor's own; Kafka answers "
+                                          "CONCURRENT_TRANSACTIONS at once): then it is answered so."),
     "transactional.id.expiration.ms": Key(_POSITIVE, 604800000, "How long an idle transactional id is "
                                           "kept."),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": Key(

@@ -259,6 +259,10 @@ class ReplicaManager:
         guard to append it with, None when its producer has a transaction open here."""
         return part.log.start_verification(header, now_ms)
 
+    def verification_current(self, part: Partition, guard: Verification) -> bool:
+        """`guard` still holds: no batch or marker of its producer ended it."""
+        return part.log.producer_state.verification_current(guard)
+
     def append_txn_marker(
         self, part: Partition, producer_id: int, producer_epoch: int, commit: bool,
         coordinator_epoch: int, now_ms: int,

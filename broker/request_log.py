@@ -58,7 +58,8 @@ def error_summary(response: Any) -> str:
 
 
 def error_codes(response: Any) -> Counter[int]:
-    """How often each `error_code` (NONE too) appears in a response, at any depth."""
+    """How often each error code (NONE too) appears in a response, at any depth: every field
+    named `error_code` or `*_error_code` (`partition_error_code`, `topic_config_error_code`)."""
     counts: Counter[int] = Counter()
     if isinstance(response, DataContainer):
         _collect(response, counts)
@@ -68,7 +69,7 @@ def error_codes(response: Any) -> Counter[int]:
 def _collect(message: DataContainer, counts: Counter[int]) -> None:
     for name in message.fields:
         value = getattr(message, name, None)
-        if name == "error_code" and isinstance(value, int):
+        if name.endswith("error_code") and isinstance(value, int):
             counts[value] += 1
         elif isinstance(value, list):
             for item in value:

@@ -3,8 +3,10 @@
 Each operation asks the machine for an Outcome, appends its record to this
 transactional id's `__transaction_state` partition, waits until the record is
 replicated (the CoordinatorLog), replays it into the machine, and only then
-answers; meanwhile the id is pending (CONCURRENT_TRANSACTIONS for others) and
-the event loop serves everything else. Partitions load in the background as
+answers; meanwhile the id is pending and the event loop serves everything else.
+A request that finds its id pending or its transaction completing is parked until the
+id's next record is replayed (`Parking`), bounded by `transaction.completion.wait.ms`,
+instead of being bounced with CONCURRENT_TRANSACTIONS. Partitions load in the background as
 this broker becomes their leader. Marker intents go to the MarkerChannel, which
 writes them through the WriteTxnMarkers code path and reports back so the
 machine can persist Complete*. Timeouts and id expiration run on a timer.
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics
@@ -23,6 +25,7 @@ from broker.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
+from broker.coordination.parking import Parking
 from broker.faults import crash_point
 from broker.internal_topics import InternalRecord, record_batch
 from broker.net.client import BrokerClientPool, BrokerUnreachable
@@ -76,6 +79,8 @@ class TransactionCoordinator:
             self._markers_written,
         )
         self._clients = BrokerClientPool(f"gregor-txn-verify-{broker.node_id}")  # to other coordinators
+        self._parking = Parking()
+        self._wait_ms = int(config["transaction.completion.wait.ms"])
         self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.Task[None] | None = None
         broker.replicas.leadership_listeners.append(self.on_leadership)
@@ -122,12 +127,14 @@ class TransactionCoordinator:
                 return
             index, epoch = part.index, part.leader_epoch
             self.machine.begin_load(index, epoch)
+            self._wake_partition(index)
             work = self.log.start_load(part, lambda r: self._replay_loaded(r, index, epoch),
                                        lambda started: self._loaded(index, epoch, started))
             if work is not None:
                 self._spawn(work)
         else:
             self.machine.unload(part.index)
+            self._wake_partition(part.index)
             log.info("%s-%d: no longer coordinating its transactional ids",
                      TRANSACTION_STATE_TOPIC, part.index)
 
@@ -148,6 +155,11 @@ class TransactionCoordinator:
         if record.key is not None and self.machine.coordinator_epoch(index) == epoch:
             self.machine.replay(record.key, record.value)
 
+    def _wake_partition(self, index: int) -> None:
+        """Parked requests of the partition's ids ask the machine again (which now answers
+        NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS)."""
+        self._parking.wake_all([t for t in self._parking.keys() if self.machine.partition_for(t) == index])
+
     def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
         task = asyncio.create_task(work)
         self._tasks.add(task)
@@ -166,9 +178,17 @@ class TransactionCoordinator:
     async def _persist(self, outcome: Outcome) -> ErrorCode:
         """Append the outcome's record (if any), wait until it is replicated, then replay it;
         the error to answer with. A write whose coordinator epoch ended meanwhile answers
-        NOT_COORDINATOR and leaves the machine alone (the successor owns the id now)."""
+        NOT_COORDINATOR and leaves the machine alone (the successor owns the id now). Either
+        way the requests parked on the id then ask again."""
         if outcome.record is None:
             return outcome.error
+        try:
+            return await self._write(outcome)
+        finally:
+            self._parking.wake(outcome.transactional_id)
+
+    async def _write(self, outcome: Outcome) -> ErrorCode:
+        assert outcome.record is not None
         tid = outcome.transactional_id
         index = self.machine.partition_for(tid)
         state = outcome.transit.state.display_name if outcome.transit else "Dead"
@@ -197,21 +217,50 @@ class TransactionCoordinator:
             self.markers.send(outcome.markers)
         return outcome.error
 
+    def _deadline(self, wait_ms: int | None = None) -> float:
+        """When a request parked from now on is answered anyway: after the configured wait,
+        or the request's own timeout if that is shorter."""
+        wait = self._wait_ms if wait_ms is None else min(wait_ms, self._wait_ms)
+        return asyncio.get_running_loop().time() + wait / 1000
+
+    async def _decide(self, tid: str, decide: Callable[[], Outcome], deadline: float) -> Outcome:
+        """The machine's decision; while it is CONCURRENT_TRANSACTIONS only because `tid` is
+        settling, park until the id's next replay and ask again (until `deadline`: then the
+        client gets CONCURRENT_TRANSACTIONS, as from Kafka, and retries)."""
+        while True:
+            outcome = decide()
+            if (outcome.error is not ErrorCode.CONCURRENT_TRANSACTIONS or outcome.record is not None
+                    or not self.machine.is_settling(tid)):
+                return outcome
+            metrics.txn_parked()
+            if not await self._parking.wait(tid, deadline):
+                return outcome
+
     async def init_producer_id(
         self, tid: str, timeout_ms: int, producer_id: int, epoch: int
     ) -> tuple[ErrorCode, int, int]:
-        outcome = self.machine.init_producer_id(tid, timeout_ms, producer_id, epoch, now_ms())
-        error = await self._persist(outcome)
-        return error, outcome.producer_id, outcome.producer_epoch
+        """An id whose transaction is ongoing is fenced and its transaction aborted (Kafka then
+        answers CONCURRENT_TRANSACTIONS for the client to retry); here the request waits for
+        the abort to complete and is served then, as the retry would be."""
+        deadline = self._deadline()
+        while True:
+            outcome = await self._decide(
+                tid, lambda: self.machine.init_producer_id(tid, timeout_ms, producer_id, epoch, now_ms()),
+                deadline,
+            )
+            error = await self._persist(outcome)
+            if error is not ErrorCode.CONCURRENT_TRANSACTIONS or outcome.record is None:
+                return error, outcome.producer_id, outcome.producer_epoch
 
     async def add_partitions(
         self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition],
-        verify_only: bool = False, transaction_version: int = 0,
+        verify_only: bool = False, transaction_version: int = 0, wait_ms: int | None = None,
     ) -> Outcome:
-        outcome = self.machine.add_partitions(
-            tid, producer_id, epoch, list(partitions), now_ms(), verify_only=verify_only,
+        wanted = list(partitions)
+        outcome = await self._decide(tid, lambda: self.machine.add_partitions(
+            tid, producer_id, epoch, wanted, now_ms(), verify_only=verify_only,
             client_transaction_version=transaction_version,
-        )
+        ), self._deadline(wait_ms))
         error = await self._persist(outcome)
         if error != outcome.error:
             return Outcome(tid, error, partition_errors={tp: error for tp in outcome.partition_errors})
@@ -220,29 +269,37 @@ class TransactionCoordinator:
     async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
         partitions = int(self.broker.config["offsets.topic.num.partitions"])
         group_partition = self.machine.offsets_partition_for(group_id, partitions)
-        outcome = self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms())
+        outcome = await self._decide(
+            tid, lambda: self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms()),
+            self._deadline(),
+        )
         return await self._persist(outcome)
 
     async def end_txn(
         self, tid: str, producer_id: int, epoch: int, commit: bool, transaction_version: int
     ) -> tuple[ErrorCode, int, int]:
         """The error, and (transaction version 2) the producer id and epoch to use next."""
-        outcome = self.machine.end_txn(tid, producer_id, epoch, commit, now_ms(), transaction_version)
+        outcome = await self._decide(
+            tid, lambda: self.machine.end_txn(tid, producer_id, epoch, commit, now_ms(), transaction_version),
+            self._deadline(),
+        )
         return await self._persist(outcome), outcome.producer_id, outcome.producer_epoch
 
     async def check_writes(
-        self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation
+        self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation,
+        wait_ms: int | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """`check_write` for several partitions, asked of whichever broker coordinates `tid`
-        (Kafka's AddPartitionsToTxnManager: AddPartitionsToTxn v4 verify-only, v5 to add)."""
+        (Kafka's AddPartitionsToTxnManager: AddPartitionsToTxn v4 verify-only, v5 to add). A
+        check that finds the transaction completing waits for it, at most `wait_ms`."""
         leader = self._leader_of(*self.coordinator_partition(tid))
         if leader is None or leader.node_id == self.broker.node_id:
-            return {tp: await self.check_write(tid, producer_id, epoch, tp, operation) for tp in tps}
-        return await self._remote_check(leader, tid, producer_id, epoch, tps, operation)
+            return {tp: await self.check_write(tid, producer_id, epoch, tp, operation, wait_ms) for tp in tps}
+        return await self._remote_check(leader, tid, producer_id, epoch, tps, operation, wait_ms)
 
     async def _remote_check(
         self, coordinator: BrokerInfo, tid: str, producer_id: int, epoch: int,
-        tps: list[TopicPartition], operation: TxnOperation,
+        tps: list[TopicPartition], operation: TxnOperation, wait_ms: int | None,
     ) -> dict[TopicPartition, ErrorCode]:
         cls = REQUESTS[ADD_PARTITIONS_TO_TXN]
         topics: dict[str, list[int]] = {}
@@ -254,8 +311,9 @@ class TransactionCoordinator:
             topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()],
         )])
         try:
+            timeout_s = REMOTE_CHECK_TIMEOUT_S if wait_ms is None else min(wait_ms / 1000, REMOTE_CHECK_TIMEOUT_S)
             response = await self._clients.get(coordinator.host, coordinator.port).call(
-                request, 5 if operation.adds else 4, timeout_s=REMOTE_CHECK_TIMEOUT_S
+                request, 5 if operation.adds else 4, timeout_s=timeout_s
             )
         except (BrokerUnreachable, TimeoutError):
             return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -268,15 +326,14 @@ class TransactionCoordinator:
         return {tp: write_check_error(found.get(tp, top), operation) for tp in tps}
 
     async def check_write(
-        self, tid: str, producer_id: int, epoch: int, tp: TopicPartition, operation: TxnOperation
+        self, tid: str, producer_id: int, epoch: int, tp: TopicPartition, operation: TxnOperation,
+        wait_ms: int | None = None,
     ) -> ErrorCode:
         """Before a transactional write to `tp` is appended (Produce, TxnOffsetCommit): verify
         that `tp` is in the ongoing transaction, or (transaction version 2) add it. NONE, or
         the error for the writer's client as Kafka gives it."""
-        if operation.adds:
-            outcome = await self.add_partitions(tid, producer_id, epoch, [tp], transaction_version=TV2)
-        else:
-            outcome = self.machine.add_partitions(tid, producer_id, epoch, [tp], now_ms(), verify_only=True)
+        outcome = await self.add_partitions(tid, producer_id, epoch, [tp], verify_only=not operation.adds,
+                                            transaction_version=TV2, wait_ms=wait_ms)
         return write_check_error(outcome.partition_errors.get(tp, outcome.error), operation)
 
     def describe(self, tid: str) -> tuple[ErrorCode, TxnMetadata | None]:

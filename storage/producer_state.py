@@ -528,9 +528,11 @@ class ProducerStateManager:
     ) -> Verification | None:
         """Before a client's transactional batch is checked with its coordinator: the guard
         to append it with, or None when the producer has a transaction open here already
-        (nothing to check: the coordinator knows the partition is in it)."""
-        entry = self._producers.get(producer_id)
-        if entry is not None and entry.has_ongoing_txn:
+        (nothing to check: the coordinator knows the partition is in it). A transaction open
+        at an older epoch is not this batch's: under transaction version 2 every EndTxn bumps
+        the epoch, and the next transaction's first batch may arrive before the marker that
+        ends the previous one; it is checked (and waits for that completion) like any other."""
+        if self._open_txn_at(producer_id, epoch):
             return None
         pending = self._verifying.get(producer_id)
         if pending is None:
@@ -538,13 +540,22 @@ class ProducerStateManager:
         pending.saw(sequence, epoch)
         return pending
 
+    def verification_current(self, guard: Verification) -> bool:
+        """`guard` is still its producer's check in progress (no batch or marker ended it)."""
+        return guard in self._verifying.values()
+
+    def _open_txn_at(self, producer_id: int, epoch: int) -> bool:
+        """The producer has a transaction open here, begun at `epoch` (Kafka's
+        hasOngoingTransaction(producerId, producerEpoch))."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.has_ongoing_txn and entry.producer_epoch == epoch
+
     def check_verified(self, header: BatchHeader, guard: Verification | None) -> AppendError | None:
         """A client's transactional batch may open a transaction here only with the guard of
         the check that allowed it, and may not overtake a lower sequence still being checked."""
         pid = header.producer_id
-        entry = self._producers.get(pid)
         pending = self._verifying.get(pid)
-        if not (entry is not None and entry.has_ongoing_txn) and (pending is None or pending is not guard):
+        if not self._open_txn_at(pid, header.producer_epoch) and (pending is None or pending is not guard):
             return AppendError(ErrorCode.INVALID_TXN_STATE,
                                f"producer {pid}: record was not part of an ongoing transaction")
         if pending is not None and header.base_sequence > pending.lowest_seq:

@@ -1,7 +1,8 @@
 """The transaction coordinator's markers, carried to each partition's leader.
 
-One queue per destination broker: the deliveries waiting for it are drained into
-one batched WriteTxnMarkers request at a time, over the inter-broker client; this
+One channel per destination broker: the markers submitted for it in one event-loop
+turn go out as one WriteTxnMarkers request over the inter-broker client, pipelined
+behind any still in flight (a slow transaction's markers hold up no other); this
 broker's own partitions go through the same writer the WriteTxnMarkers handler
 runs (`marker_writer.write_markers`), without the network. A marker counts when
 its leader answers NONE (written and replicated); NOT_LEADER_OR_FOLLOWER and other
@@ -59,31 +60,42 @@ def marker_request(intent: MarkerIntent, partitions: set[TopicPartition]) -> Wri
 
 @dataclass
 class _Destination:
-    """The queue of one destination broker and the task draining it."""
+    """One destination broker. The markers submitted in one event-loop turn go out as one
+    WriteTxnMarkers request; a request does not wait for the ones before it (they are
+    pipelined on the connection), so no transaction's markers queue behind another's."""
 
     send: Send
     queue: list[tuple[Any, asyncio.Future[Results]]] = field(default_factory=list)
-    drainer: asyncio.Task[None] | None = None
+    in_flight: set[asyncio.Task[None]] = field(default_factory=set)
 
     def submit(self, entry: Any) -> asyncio.Future[Results]:
-        future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Results] = loop.create_future()
+        if not self.queue:
+            loop.call_soon(self._flush)
         self.queue.append((entry, future))
-        if self.drainer is None or self.drainer.done():
-            self.drainer = asyncio.create_task(self._drain())
         return future
 
-    async def _drain(self) -> None:
-        while self.queue:
-            batch, self.queue = self.queue, []
-            try:
-                response = await self.send(WriteTxnMarkersRequest(markers=[m for m, _ in batch]))
-                answers = [_results(r) for r in response.markers]
-            except (BrokerUnreachable, TimeoutError) as exc:
-                log.info("markers not delivered (%s); they will be sent again", exc)
-                answers = [_all(m, ErrorCode.NETWORK_EXCEPTION) for m, _ in batch]
-            for (_, future), answer in zip(batch, answers, strict=True):
-                if not future.done():
-                    future.set_result(answer)
+    def _flush(self) -> None:
+        batch, self.queue = self.queue, []
+        task = asyncio.get_running_loop().create_task(self._deliver(batch))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+
+    async def _deliver(self, batch: list[tuple[Any, asyncio.Future[Results]]]) -> None:
+        try:
+            response = await self.send(WriteTxnMarkersRequest(markers=[m for m, _ in batch]))
+            answers = [_results(r) for r in response.markers]
+        except (BrokerUnreachable, TimeoutError) as exc:
+            log.info("markers not delivered (%s); they will be sent again", exc)
+            answers = [_all(m, ErrorCode.NETWORK_EXCEPTION) for m, _ in batch]
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
+
+    def cancel(self) -> None:
+        for task in self.in_flight:
+            task.cancel()
 
 
 def _results(marker_result: Any) -> Results:
@@ -166,6 +178,5 @@ class MarkerChannel:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for destination in self._destinations.values():
-            if destination.drainer is not None:
-                destination.drainer.cancel()
+            destination.cancel()
         await asyncio.gather(*(c.close() for c in self._clients))

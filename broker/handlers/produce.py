@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 API_KEY = 0
 FIRST_TV2_PRODUCE = 12
+CHECK_ROUNDS = 2  # a guard voided while its check waited is taken and checked once more
 R = ProduceResponse
 PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
 RecordErrorEntry = PartitionResponse.BatchIndexAndErrorMessage
@@ -82,32 +83,56 @@ class Checked:
 
 
 async def _transaction_checks(
-    ctx: RequestContext, transactional_id: str | None, targets: list[Target]
+    ctx: RequestContext, transactional_id: str | None, targets: list[Target], timeout_ms: int
 ) -> Checked:
     """KIP-890: a transactional batch must go to a partition of the ongoing transaction,
     so a late write after an abort cannot open a hanging transaction. Produce v12+
     (transaction version 2) adds the partition itself; older clients must have added it.
     As in Kafka, only a producer's first batch of a transaction here is checked (with the
     transaction coordinator, on this broker or over the network), under a guard that a
-    marker in between voids."""
+    marker in between voids. A check that finds the producer's previous transaction
+    completing waits for it, within the request's timeout; the marker of that completion
+    voids the guard, so such a batch is checked once more under a fresh guard."""
     found = Checked()
     if transactional_id is None:
         return found
+    targets = [t for t in targets if t.header is not None and t.header.is_transactional]
+    for _ in range(CHECK_ROUNDS):
+        targets = await _check_round(ctx, transactional_id, targets, found, timeout_ms)
+        if not targets:
+            break
+    return found
+
+
+async def _check_round(
+    ctx: RequestContext, transactional_id: str, targets: list[Target], found: Checked, timeout_ms: int
+) -> list[Target]:
+    """Guard and check `targets` (into `found`); the ones whose guard a marker voided meanwhile."""
     by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    guarded: list[tuple[Target, Verification]] = []
     for t in targets:
-        if t.header is not None and t.header.is_transactional:
-            guard = ctx.broker.replicas.start_verification(t.part, t.header, ctx.now_ms())
-            if guard is not None:
-                tp = (t.part.topic, t.part.index)
-                found.guards[tp] = guard
-                by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)
+        assert t.header is not None
+        tp = (t.part.topic, t.part.index)
+        guard = ctx.broker.replicas.start_verification(t.part, t.header, ctx.now_ms())
+        if guard is None:  # its producer's transaction is open here now: nothing to check
+            found.guards.pop(tp, None)
+            continue
+        found.guards[tp] = guard
+        guarded.append((t, guard))
+        by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)
     operation = TxnOperation.ADD_PARTITION if ctx.version >= FIRST_TV2_PRODUCE else TxnOperation.DEFAULT_ERROR
     for (pid, epoch), tps in by_producer.items():
-        answers = await ctx.broker.transactions.check_writes(transactional_id, pid, epoch, tps, operation)
+        answers = await ctx.broker.transactions.check_writes(
+            transactional_id, pid, epoch, tps, operation, wait_ms=timeout_ms
+        )
         found.errors.update(
             {tp: produce_error(error) for tp, error in answers.items() if error != ErrorCode.NONE}
         )
-    return found
+    return [
+        t for t, guard in guarded
+        if (t.part.topic, t.part.index) not in found.errors
+        and not ctx.broker.replicas.verification_current(t.part, guard)
+    ]
 
 
 def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending: Pending) -> Any:
@@ -163,7 +188,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         ])
     prepared = [[_target(ctx, t, p) for p in t.partition_data] for t in request.topic_data]
     targets = [x for per_topic in prepared for x in per_topic if isinstance(x, Target)]
-    checked = await _transaction_checks(ctx, request.transactional_id, targets)
+    checked = await _transaction_checks(ctx, request.transactional_id, targets, request.timeout_ms)
     if ctx.turn is not None:  # the connection's earlier produce requests append first
         await ctx.turn.reached()
     pending: Pending = []

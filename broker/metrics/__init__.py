@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATS", "clock", "connection_opened", "coordinator_loaded", "fetch_failed", "fetched",
-    "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_transition",
+    "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked", "txn_transition",
 ]
 PRODUCE, FETCH = 0, 1
 MS = 1000.0
@@ -104,6 +104,11 @@ def txn_transition(transit: TxnMetadata | None) -> None:
         prepared = txn.prepared_at.pop(tid, None)
         if prepared is not None:
             txn.completion_ms[result].observe((time.monotonic() - prepared) * MS)
+
+
+def txn_parked() -> None:
+    """A transaction coordinator request waits for its id's previous transaction to complete."""
+    STATS.txn.parked += 1
 
 
 async def marker_round(results: Awaitable[dict[Any, ErrorCode]]) -> dict[Any, ErrorCode]:

@@ -127,7 +127,11 @@ class StatsCollector(Collector):
                                        "an error (sent again unless the error is final).", labels=["error"])
         for error, n in sorted(txn.marker_failures.items()):
             failures.add_metric([error], n)
-        yield from (completed, latency, markers, failures)
+        parked = CounterMetricFamily("gregor_transaction_parked_requests", "Requests that found their "
+                                     "transactional id's previous transaction completing and waited "
+                                     "for it instead of being answered CONCURRENT_TRANSACTIONS.")
+        parked.add_metric([], txn.parked)
+        yield from (completed, latency, markers, failures, parked)
 
     def _others(self) -> Iterator[Metric]:
         s = self.stats

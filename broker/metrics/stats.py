@@ -95,6 +95,7 @@ class TxnStats:
     prepared_at: dict[str, float] = field(default_factory=dict)  # transactional id -> clock()
     marker_round_ms: Histogram = field(default_factory=Histogram)
     marker_failures: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
+    parked: int = 0  # requests that waited for their id's transaction to complete
 
 
 @dataclass

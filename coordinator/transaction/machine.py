@@ -286,6 +286,12 @@ class TransactionStateMachine:
     def is_pending(self, transactional_id: str) -> bool:
         return transactional_id in self._pending
 
+    def is_settling(self, transactional_id: str) -> bool:
+        """A record of the id is being written, or its transaction is completing (Prepare*):
+        what answers CONCURRENT_TRANSACTIONS now changes once the next record is replayed."""
+        current = self._states.get(transactional_id)
+        return transactional_id in self._pending or (current is not None and current.state.is_prepare)
+
     @property
     def transactions(self) -> Mapping[str, TxnMetadata]:
         return MappingProxyType(self._states)

@@ -457,6 +457,21 @@ def test_a_transaction_opens_only_with_the_guard_of_its_check(tmp_path: Path) ->
     assert log.append_as_leader(second, 0, NOW).error == ErrorCode.NONE
 
 
+def test_a_bumped_epoch_batch_is_checked_while_the_older_transaction_is_open(tmp_path: Path) -> None:
+    """Transaction version 2: EndTxn bumps the epoch, and the next transaction's first batch
+    (new epoch) may arrive before the marker that ends the previous one. It must be checked
+    with the coordinator, never slip into the transaction still open at the older epoch."""
+    log = verified_log(tmp_path)
+    first = txn_batch(A, 0, epoch=1)
+    guard = log.start_verification(header_of(first), NOW)
+    assert log.append_as_leader(first, 0, NOW, verification=guard).error == ErrorCode.NONE
+    bumped = txn_batch(A, 0, epoch=2)
+    # unchecked, it is refused; it gets a guard of its own
+    assert log.append_as_leader(bumped, 0, NOW).error == ErrorCode.INVALID_TXN_STATE
+    assert log.start_verification(header_of(bumped), NOW) is not None
+    assert log.start_verification(header_of(txn_batch(A, 1, epoch=1)), NOW) is None
+
+
 def test_a_marker_between_check_and_append_voids_the_guard(tmp_path: Path) -> None:
     """The check was answered before the coordinator aborted; the abort's marker landed
     first: the late batch must not open a transaction nobody will ever end."""
