@@ -311,7 +311,8 @@ class TransactionCoordinator:
             topics=[cls.AddPartitionsToTxnTopic(name=t, partitions=p) for t, p in topics.items()],
         )])
         try:
-            timeout_s = REMOTE_CHECK_TIMEOUT_S if wait_ms is None else min(wait_ms / 1000, REMOTE_CHECK_TIMEOUT_S)
+            timeout_s = REMOTE_CHECK_TIMEOUT_S if wait_ms is None else min(wait_ms / 1000,
+                                                                           REMOTE_CHECK_TIMEOUT_S)
             response = await self._clients.get(coordinator.host, coordinator.port).call(
                 request, 5 if operation.adds else 4, timeout_s=timeout_s
             )

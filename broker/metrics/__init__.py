@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATS", "clock", "connection_opened", "coordinator_loaded", "fetch_failed", "fetched",
-    "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked", "txn_transition",
+    "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked",
+    "txn_transition",
 ]
 PRODUCE, FETCH = 0, 1
 MS = 1000.0
