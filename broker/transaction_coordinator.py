@@ -210,7 +210,7 @@ class TransactionCoordinator:
         self.machine.replay(key, value)
         metrics.txn_transition(outcome.transit)
         if outcome.transit is not None:
-            log.info("transactional id %s: %s (producer id %d, epoch %d)", tid,
+            log.debug("transactional id %s: %s (producer id %d, epoch %d)", tid,
                      outcome.transit.state.display_name, outcome.transit.producer_id,
                      outcome.transit.producer_epoch)
         if outcome.markers is not None:

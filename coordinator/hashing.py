@@ -8,6 +8,8 @@ runs over UTF-16 code units with 32-bit overflow; ``Utils.abs`` maps
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 _INT_MIN = -(1 << 31)
 _MASK = 0xFFFFFFFF
 
@@ -26,8 +28,10 @@ def java_abs(n: int) -> int:
     return 0 if n == _INT_MIN else abs(n)
 
 
+@lru_cache(maxsize=65536)
 def coordinator_partition(key: str, num_partitions: int) -> int:
-    """Partition of ``__transaction_state`` / ``__consumer_offsets`` that owns ``key``."""
+    """Partition of ``__transaction_state`` / ``__consumer_offsets`` that owns ``key`` (asked
+    several times per request: remembered for the most recent keys)."""
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be positive, got {num_partitions}")
     return java_abs(java_string_hash(key)) % num_partitions

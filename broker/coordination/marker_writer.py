@@ -52,7 +52,7 @@ def _write_one(
     if result.error != ErrorCode.NONE:
         return ErrorCode(result.error), None, -1
     crash_point("after-marker")
-    log.info("%s marker for producer %d at %s-%d offset %d",
+    log.debug("%s marker for producer %d at %s-%d offset %d",
              "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
              topic, index, result.offset)
     return ErrorCode.NONE, part, result.offset

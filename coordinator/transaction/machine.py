@@ -214,12 +214,12 @@ class TransactionStateMachine:
         as Kafka does; so are records of partitions we do not lead."""
         try:
             tid = decode_key(key)
+            pending = self._pending.get(tid)
+            if pending is not None and pending.value == value:  # our own write: decoded already
+                return self._apply(tid, pending.transit)
             decoded = None if value is None else decode_value(value)
         except UnknownRecordVersion:
             return None
-        pending = self._pending.get(tid)
-        if pending is not None and pending.value == value:
-            return self._apply(tid, pending.transit)
         return self.apply(tid, decoded)
 
     def apply(self, transactional_id: str, value: TxnLogValue | None) -> TxnMetadata | None:

@@ -2,14 +2,14 @@
 // back-to-back transaction tests: the shape of kafka-producer-perf-test with a transaction
 // around every N records.
 //
-//   java -cp '.deps/java/*' TxnPerf.java BOOTSTRAP TOPIC TRANSACTIONS RECORDS VALUE_BYTES MODE
+//   java -cp '.deps/java/*' TxnPerf.java BOOTSTRAP TOPIC TRANSACTIONS RECORDS VALUE_BYTES MODE [WARMUP]
 //
 // MODE "txn": one transactional producer (acks=all) runs TRANSACTIONS transactions of
 // RECORDS records each, back to back (begin, RECORDS asynchronous sends, commit).
 // MODE "idempotent": the same records without transactions (enable.idempotence, acks=all),
 // flushed every RECORDS records. Prints one line "RESULT {json}": seconds, transactions,
 // records, bytes, and the p50/p99 of each transaction's latency (begin to commit returned)
-// in milliseconds.
+// in milliseconds. WARMUP more transactions (default 0) run first, unmeasured (the JIT).
 
 import java.util.*;
 import org.apache.kafka.clients.producer.*;
@@ -30,16 +30,11 @@ public class TxnPerf {
         try (KafkaProducer<byte[], byte[]> producer =
                  new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
             if (txn) producer.initTransactions();
+            int warmup = args.length > 6 ? Integer.parseInt(args[6]) : 0;
+            for (int t = 0; t < warmup; t++) once(producer, topic, records, value, txn);
             long[] latencies = new long[transactions];
             long started = System.nanoTime();
-            for (int t = 0; t < transactions; t++) {
-                long t0 = System.nanoTime();
-                if (txn) producer.beginTransaction();
-                for (int r = 0; r < records; r++) producer.send(new ProducerRecord<>(topic, 0, null, value));
-                if (txn) producer.commitTransaction();
-                else producer.flush();
-                latencies[t] = System.nanoTime() - t0;
-            }
+            for (int t = 0; t < transactions; t++) latencies[t] = once(producer, topic, records, value, txn);
             double seconds = (System.nanoTime() - started) / 1e9;
             Arrays.sort(latencies);
             System.out.printf(Locale.ROOT,
@@ -48,5 +43,15 @@ public class TxnPerf {
                 seconds, transactions, (long) transactions * records, (long) transactions * records * value.length,
                 latencies[transactions / 2] / 1e6, latencies[Math.min(transactions - 1, transactions * 99 / 100)] / 1e6);
         }
+    }
+
+    // One transaction (or one flushed group of records): its latency in nanoseconds.
+    static long once(KafkaProducer<byte[], byte[]> producer, String topic, int records, byte[] value, boolean txn) {
+        long t0 = System.nanoTime();
+        if (txn) producer.beginTransaction();
+        for (int r = 0; r < records; r++) producer.send(new ProducerRecord<>(topic, 0, null, value));
+        if (txn) producer.commitTransaction();
+        else producer.flush();
+        return System.nanoTime() - t0;
     }
 }
