@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.producer import EndTxnRequest
 
 from broker.cluster.image import ClusterImage
@@ -31,9 +31,10 @@ from coordinator.hashing import coordinator_partition
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
-from tests.integration.cluster import Cluster, running_cluster
+from tests.integration.cluster import Cluster, running_cluster, wait_until_served
 from tests.integration.harness import gregor_command, require_java, wait_until
 from tests.integration.shop import ProcessorRun, Shop, kill_processors
+from tests.integration.test_cluster_admin import reassign_wire
 from tests.integration.test_eos_zombie_wire import (
     COORDINATOR_ERRORS,
     FENCED_INSTANCE_ID,
@@ -44,7 +45,7 @@ from tests.integration.test_eos_zombie_wire import (
     offset_fetch,
     rebalance,
 )
-from tests.integration.wire import WireClient
+from tests.integration.wire import WireClient, encode_body
 
 pytestmark = pytest.mark.integration
 
@@ -54,13 +55,14 @@ INTERNAL_PARTITIONS = 5
 RECORDS = 10_000
 FEED_CHUNK, FEED_INTERVAL_S = 300, 0.3
 TXN_STATE, OFFSETS = "__transaction_state", "__consumer_offsets"
-DESCRIBE_TRANSACTIONS, WRITE_TXN_MARKERS = 65, 27
+DESCRIBE_TRANSACTIONS, WRITE_TXN_MARKERS, ADD_PARTITIONS = 65, 27, 24
 OVERRIDES = {
     "transaction.state.log.num.partitions": INTERNAL_PARTITIONS,
     "offsets.topic.num.partitions": INTERNAL_PARTITIONS,
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
+    "transaction.completion.wait.ms": 8000,
 }
 
 
@@ -267,6 +269,119 @@ def test_a_deposed_coordinator_answers_nothing_with_success(cluster: Cluster) ->
     error = answer.markers[0].topics[0].partitions[0].error_code
     assert error in (ErrorCode.TRANSACTION_COORDINATOR_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH), answer
     assert assert_all_or_nothing(values, committed_values(cluster, topic))
+
+
+# -- requests parked while a completion cannot finish --------------------------------------
+
+
+class Stuck(NamedTuple):
+    topic: str
+    tid: str
+    producer: Producer
+    coordinator: int
+    destination: int
+    pid: int
+    epoch: int
+
+
+def stuck_completion(cluster: Cluster, tag: str) -> Stuck:
+    """A committed transaction whose COMMIT marker cannot be written: its one partition's only
+    replica is paused (left paused) on a broker other than the id's coordinator."""
+    topic = f"{tag}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1, config={"min.insync.replicas": "1"})])[topic].result(30)
+    for b in cluster.brokers:
+        wait_until_served(b.bootstrap, topic, 3)
+    destination = cluster.partition(topic, 0).leader
+    transactional_producer(cluster, f"{tag}-first")  # __transaction_state exists from here on
+    tid = next(t for t in (f"{tag}-{uuid.uuid4().hex[:8]}" for _ in range(100))
+               if coordinator_of(cluster, TXN_STATE, t) != destination)
+    p = transactional_producer(cluster, tid)
+    coordinator = coordinator_of(cluster, TXN_STATE, tid)
+    p.begin_transaction()
+    p.produce(topic, b"first", partition=0)
+    assert p.flush(30) == 0
+    state = describe_transaction(cluster.broker(coordinator).port, tid)
+    cluster.broker(destination).pause()
+    p.commit_transaction(60)  # answered once PrepareCommit is replicated; the marker waits
+    return Stuck(topic, tid, p, coordinator, destination, state.producer_id, state.producer_epoch)
+
+
+def add_partitions_v3(s: Stuck) -> tuple[int, bytes]:
+    """The id's next AddPartitionsToTxn as a client sends it (version 3): (version, body)."""
+    cls = REQUESTS[ADD_PARTITIONS]
+    request = cls(v3_and_below_transactional_id=s.tid, v3_and_below_producer_id=s.pid,
+                  v3_and_below_producer_epoch=s.epoch,
+                  v3_and_below_topics=[cls.AddPartitionsToTxnTopic(name=s.topic, partitions=[1])])
+    return 3, encode_body(request, 3)
+
+
+def partition_error(answer: object) -> ErrorCode:
+    return ErrorCode(answer.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)  # type: ignore[attr-defined]
+
+
+def finish_and_check(cluster: Cluster, s: Stuck) -> None:
+    """The paused broker resumes: the completion lands, the id works again, nothing twice."""
+    cluster.broker(s.destination).resume()
+    s.producer.begin_transaction()
+    s.producer.produce(s.topic, b"second", partition=0)
+    s.producer.commit_transaction(60)
+    assert committed_values(cluster, s.topic) == ["first", "second"]
+
+
+def test_a_request_parked_behind_an_unwritable_marker_is_answered_within_its_wait(cluster: Cluster) -> None:
+    """The id's next request waits for the completion (transaction.completion.wait.ms here
+    8 s), then gets CONCURRENT_TRANSACTIONS, as Kafka answers at once; it is still PrepareCommit;
+    once the destination resumes, the producer's next transaction commits."""
+    s = stuck_completion(cluster, "parked")
+    try:
+        with WireClient(cluster.broker(s.coordinator).port, timeout=30) as c:
+            version, body = add_partitions_v3(s)
+            answer = c.recv_response(ADD_PARTITIONS, version, c.send_request(ADD_PARTITIONS, version, body))
+        assert partition_error(answer) == ErrorCode.CONCURRENT_TRANSACTIONS, answer
+        state = describe_transaction(cluster.broker(s.coordinator).port, s.tid)
+        assert state.transaction_state == "PrepareCommit", state  # type: ignore[attr-defined]
+    finally:
+        cluster.broker(s.destination).resume()
+    finish_and_check(cluster, s)
+
+
+def test_requests_parked_on_a_deposed_coordinator_get_not_coordinator(cluster: Cluster) -> None:
+    """While the id's request waits, leadership of its `__transaction_state` partition moves to
+    another live broker (reassigned, then a preferred election): the waiting request is
+    answered NOT_COORDINATOR, the successor completes the transaction once the marker can be
+    written, and the producer carries on with nothing committed twice."""
+    s = stuck_completion(cluster, "deposed-parked")
+    index = coordinator_partition(s.tid, INTERNAL_PARTITIONS)
+    replicas = list(cluster.partition(TXN_STATE, index).replicas)
+    successor = next(n for n in replicas if n not in (s.coordinator, s.destination))
+    try:
+        with WireClient(cluster.broker(s.coordinator).port, timeout=30) as c:
+            version, body = add_partitions_v3(s)
+            cid = c.send_request(ADD_PARTITIONS, version, body)
+            # the paused broker's registration lapses: the partition moves to the two live ones
+            move_leadership(cluster, (TXN_STATE, index), [successor, s.coordinator])
+            answer = c.recv_response(ADD_PARTITIONS, version, cid)
+        assert partition_error(answer) == ErrorCode.NOT_COORDINATOR, answer
+    finally:
+        cluster.broker(s.destination).resume()
+    finish_and_check(cluster, s)
+    cluster.restore()
+    move_leadership(cluster, (TXN_STATE, index), replicas)  # as the module's other tests expect
+
+
+def move_leadership(cluster: Cluster, tp: tuple[str, int], replicas: list[int]) -> None:
+    """Reassign the partition to `replicas` and elect the first (the preferred) leader."""
+    admin = AdminClient({"bootstrap.servers": cluster.broker(replicas[0]).bootstrap})
+    topic, index = tp
+    result = reassign_wire(cluster.broker(replicas[0]).port, topic, index, replicas)
+    assert result.error_code == ErrorCode.NONE, result
+    cluster.wait_for(lambda i: list(i.partitions[tp].replicas) == replicas)
+    deadline = time.monotonic() + 30
+    while cluster.partition(topic, index).leader != replicas[0]:
+        assert time.monotonic() < deadline, cluster.partition(topic, index)
+        admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, index)]).result(30)
+        time.sleep(0.2)
 
 
 def test_an_abandoned_transaction_is_aborted_by_the_successor(cluster: Cluster) -> None:
