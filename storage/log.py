@@ -644,6 +644,9 @@ class Log:
         aborted transactions overlapping the returned range (Kafka's addAbortedTransactions)."""
         if not self._log_start_offset <= fetch_offset <= self.log_end_offset:
             return self._fetch_info(ErrorCode.OFFSET_OUT_OF_RANGE, b"")
+        if fetch_offset >= min(max_offset, self.log_end_offset):  # caught up: nothing to look for
+            info = self._fetch_info(ErrorCode.NONE, b"")
+            return replace(info, aborted_transactions=[]) if collect_aborted else info
         i = self._segment_index_for(fetch_offset)
         for j, seg in enumerate(self._segments[i:], start=i):
             found = seg.translate_offset(fetch_offset)
