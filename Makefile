@@ -74,7 +74,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark
 
-bench: $(STAMP) $(ETCD)
+bench: $(STAMP) $(ETCD) $(JAVA_DEPS)
+	$(PY) -m bench.transactions
 	$(PY) -m bench.produce_fetch
 	$(PY) -m bench.produce_validation
 	$(PY) -m bench.append_micro
