@@ -1,10 +1,10 @@
 """The transaction coordinator's markers, carried to each partition's leader.
 
-One channel per destination broker: the markers submitted for it in one event-loop
-turn go out as one WriteTxnMarkers request over the inter-broker client, pipelined
+One channel per other broker: the markers submitted for it in one event-loop turn
+go out as one WriteTxnMarkers request over the inter-broker client, pipelined
 behind any still in flight (a slow transaction's markers hold up no other); this
-broker's own partitions go through the same writer the WriteTxnMarkers handler
-runs (`marker_writer.write_markers`), without the network. A marker counts when
+broker's own partitions are written at once through the same writer the
+WriteTxnMarkers handler runs (`marker_writer.write_markers`), without the network. A marker counts when
 its leader answers NONE (written and replicated); NOT_LEADER_OR_FOLLOWER and other
 retriable answers send it again, to the leader the metadata names by then. Only
 when every partition of a transaction is done does the coordinator hear of it
@@ -150,10 +150,20 @@ class MarkerChannel:
                 results[tp] = ErrorCode.LEADER_NOT_AVAILABLE
             else:
                 by_leader.setdefault(leader, set()).add(tp)
-        futures = [self._destination(b).submit(marker(intent, tps)) for b, tps in by_leader.items()]
-        for answer in await asyncio.gather(*futures):
+        sends = [self._send_to(b, marker(intent, tps)) for b, tps in by_leader.items()]
+        for answer in await asyncio.gather(*sends):
             results.update(answer)
         return results
+
+    def _send_to(self, broker: BrokerInfo, entry: Any) -> Awaitable[Results]:
+        if broker.node_id == self.node_id:
+            return self._local(entry)
+        return self._destination(broker).submit(entry)
+
+    async def _local(self, entry: Any) -> Results:
+        """This broker's partitions: written at once, without the network or a queue."""
+        response = await self._write_local(WriteTxnMarkersRequest(markers=[entry]))
+        return _results(response.markers[0])
 
     def _destination(self, broker: BrokerInfo) -> _Destination:
         key = (broker.node_id, broker.host, broker.port)
@@ -163,8 +173,6 @@ class MarkerChannel:
         return found
 
     def _sender(self, broker: BrokerInfo) -> Send:
-        if broker.node_id == self.node_id:
-            return self._write_local
         client = BrokerClient(broker.host, broker.port, f"gregor-markers-{self.node_id}")
         self._clients.append(client)
 

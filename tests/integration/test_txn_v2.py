@@ -336,9 +336,10 @@ def test_a_later_batch_cannot_overtake_one_whose_check_is_retried(
     """Kafka's VerificationStateEntry: the first batch for partition r gets a retriable error
     from its check (the coordinator is busy adding another partition); a later batch's check
     then passes, but it is refused (OUT_OF_ORDER_SEQUENCE_NUMBER) until the first is appended.
-    Otherwise the later sequence would open r's transaction and the first could never follow."""
+    Otherwise the later sequence would open r's transaction and the first could never follow.
+    (The coordinator would park r's check until q's write lands: a 1 ms wait makes it fail.)"""
     monkeypatch.setenv("GREGOR_CRASH_POINTS", f"{TXN_STATE}-write@0.4")
-    b = broker_factory(OVERRIDES)
+    b = broker_factory({**OVERRIDES, "transaction.completion.wait.ms": 1})
     with WireClient(b.port) as c:
         q, r = new_topic(c, "busy-q"), new_topic(c, "busy-r")
         txn = Txn(c, "busy-id")
