@@ -21,7 +21,9 @@ def request(named: dict[str, list[int]], forgotten: dict[str, list[int]] | None 
                                             last_fetched_epoch=-1, log_start_offset=0,
                                             partition_max_bytes=1 << 20) for i in parts
         ]) for t, parts in named.items()],
-        forgotten_topics_data=[Fetch.ForgottenTopic(topic=t, partitions=p) for t, p in (forgotten or {}).items()],
+        forgotten_topics_data=[
+            Fetch.ForgottenTopic(topic=t, partitions=p) for t, p in (forgotten or {}).items()
+        ],
     )
 
 
