@@ -50,6 +50,19 @@ def _list_of(*choices: str) -> Validator:
     return check
 
 
+def _throttled_replicas(value: ConfigValue) -> str | None:
+    """Kafka's ThrottledReplicaListValidator: empty, `*`, or `partition:broker` pairs."""
+    items = [v.strip() for v in str(value).split(",") if v.strip()]
+    if items == ["*"] or all(_pair_of_ints(v) for v in items):
+        return None
+    return "must be the literal '*' or a list of replicas in the format [PartitionId]:[BrokerId]"
+
+
+def _pair_of_ints(item: str) -> bool:
+    partition, sep, broker = item.partition(":")
+    return sep == ":" and partition.strip().isdigit() and broker.strip().isdigit()
+
+
 def _ratio(value: ConfigValue) -> str | None:
     ok = isinstance(value, float) and 0.0 <= value <= 1.0
     return None if ok else "must be between 0 and 1"
@@ -108,9 +121,13 @@ _DEFS = [
         _at_least(0),
         (("log.flush.scheduler.interval.ms", 1),),
     ),
+    # Replication throttles (kafka-reassign-partitions sets and clears them): known and
+    # validated as Kafka does; Gregor's replica fetchers are not throttled.
+    TopicConfigDef("follower.replication.throttled.replicas", None, "list", "", None, _throttled_replicas),
     TopicConfigDef(
         "index.interval.bytes", "log.index.interval.bytes", "int", 4096, "index_interval_bytes", _at_least(0)
     ),
+    TopicConfigDef("leader.replication.throttled.replicas", None, "list", "", None, _throttled_replicas),
     TopicConfigDef(
         "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "long", LONG_MAX,
         "max_compaction_lag_ms", _at_least(1),

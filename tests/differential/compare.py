@@ -17,13 +17,16 @@ from typing import Any
 from tests.integration.harness import REPO_ROOT
 
 README_SECTION = "## Differences from Apache Kafka"
+CASE_TOPIC = re.compile(r"d-[0-9a-f]{10}")  # tests/differential/conftest.py names topics so
 # Fields whose value each broker makes up: compared by order of first appearance in a case.
 RENAMED = {"producer_id", "topic_id", "member_id", "session_id", "coordinator_key_unused"}
 # Fields compared only as "present": host names, ports, clocks and free text.
-BLANKED = {"host", "port", "cluster_id", "error_message", "log_append_time_ms", "log_dir",
+BLANKED = {"host", "port", "cluster_id", "log_append_time_ms", "log_dir",
            "total_bytes", "usable_bytes", "last_timestamp", "transaction_start_time_ms",
            "finalized_features_epoch", "throttle_time_ms", "client_host", "message"}
-NO_ID = {None, -1, "", 0, "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}
+# The values that mean "none" for each renamed field (kept as they are).
+NO_ID: dict[str, set[Any]] = {"producer_id": {-1}, "session_id": {0}, "member_id": {"", None},
+                              "topic_id": {None, "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}}
 # The fields that identify an element of a list, in the order they are tried for sorting.
 LIST_KEYS = ("name", "topic", "topic_name", "partition_index", "index", "partition", "group_id",
              "transactional_id", "api_key", "node_id", "resource_name", "config_name",
@@ -37,7 +40,7 @@ class Renamer:
     seen: dict[tuple[str, Any], str] = field(default_factory=dict)
 
     def __call__(self, name: str, value: Any) -> Any:
-        if value in NO_ID:
+        if value in NO_ID.get(name, {None}):
             return value
         key = (name, value)
         if key not in self.seen:
@@ -52,6 +55,8 @@ def normalise(tree: Any, rename: Renamer, name: str = "") -> Any:
         return _sorted([normalise(v, rename, name) for v in tree])
     if name in RENAMED:
         return rename(name, tree)
+    if name in ("error_message", "error_msg"):  # free text in Kafka; some of Gregor's are None
+        return "<text>"
     if name in BLANKED:
         return "<set>" if tree not in (None, -1, "") or name == "throttle_time_ms" else tree
     if name == "records" and isinstance(tree, bytes | bytearray):
@@ -107,6 +112,9 @@ def differences(kafka: Any, gregor: Any, path: str = "", common_only: bool = Fal
             out += differences(kafka.get(k, "<absent>"), gregor.get(k, "<absent>"), _join(path, k), common_only)
         return out
     if isinstance(kafka, list) and isinstance(gregor, list):
+        key = _identity(kafka + gregor)
+        if key is not None:
+            return _keyed_differences(kafka, gregor, key, path, common_only)
         if len(kafka) != len(gregor):
             return [Difference(path + "[]", kafka, gregor)]
         out = []
@@ -114,6 +122,29 @@ def differences(kafka: Any, gregor: Any, path: str = "", common_only: bool = Fal
             out += differences(k, g, path + "[]", common_only)
         return out
     return [] if kafka == gregor else [Difference(path, kafka, gregor)]
+
+
+def _identity(items: list[Any]) -> str | None:
+    """The field that names each element of a list of dicts, if one does (unique values)."""
+    if not items or not all(isinstance(i, dict) for i in items):
+        return None
+    for k in LIST_KEYS:
+        if all(k in i for i in items):
+            return k
+    return None
+
+
+def _keyed_differences(kafka: list[Any], gregor: list[Any], key: str, path: str,
+                       common_only: bool) -> list[Difference]:
+    """Elements matched by their `key` field: path `list[value]` (a case's topic name is `T`)."""
+    k_items, g_items = {str(i[key]): i for i in kafka}, {str(i[key]): i for i in gregor}
+    if len(k_items) != len(kafka) or len(g_items) != len(gregor):  # not unique: compare in order
+        return [Difference(path + "[]", kafka, gregor)] if kafka != gregor else []
+    out: list[Difference] = []
+    for name in sorted(k_items.keys() | g_items.keys()):
+        at = f"{path}[{CASE_TOPIC.sub('T', name)}]"
+        out += differences(k_items.get(name, "<absent>"), g_items.get(name, "<absent>"), at, common_only)
+    return out
 
 
 def _join(path: str, name: str) -> str:
@@ -140,9 +171,14 @@ def accepted(api_name: str, version: int, diff: Difference) -> bool:
         wanted, _, versions = api.partition(" v")
         if wanted != api_name or (versions and not _in_range(version, versions)):
             continue
-        if fnmatch.fnmatchcase(diff.path, pattern):
+        if fnmatch.fnmatchcase(diff.path, _literal_brackets(pattern)):
             return True
     return False
+
+
+def _literal_brackets(pattern: str) -> str:
+    """A README pattern for fnmatch: `[`/`]` are the path's own brackets, only `*` is a wildcard."""
+    return "".join("[[]" if c == "[" else "[]]" if c == "]" else c for c in pattern)
 
 
 def _in_range(version: int, versions: str) -> bool:
