@@ -19,7 +19,8 @@ from tests.integration.harness import REPO_ROOT
 README_SECTION = "## Differences from Apache Kafka"
 CASE_TOPIC = re.compile(r"d-[0-9a-f]{10}")  # tests/differential/conftest.py names topics so
 # Fields whose value each broker makes up: compared by order of first appearance in a case.
-RENAMED = {"producer_id", "topic_id", "member_id", "session_id", "coordinator_key_unused"}
+RENAMED = {"producer_id", "topic_id", "member_id", "session_id", "leader"}
+SAME_IDS = {"leader": "member_id"}  # a field holding ids of another field's kind
 # Fields compared only as "present": host names, ports, clocks and free text.
 BLANKED = {"host", "port", "cluster_id", "log_append_time_ms", "log_dir",
            "total_bytes", "usable_bytes", "last_timestamp", "transaction_start_time_ms",
@@ -54,7 +55,7 @@ def normalise(tree: Any, rename: Renamer, name: str = "") -> Any:
     if isinstance(tree, list):
         return _sorted([normalise(v, rename, name) for v in tree])
     if name in RENAMED:
-        return rename(name, tree)
+        return rename(SAME_IDS.get(name, name), tree)
     if name in ("error_message", "error_msg"):  # free text in Kafka; some of Gregor's are None
         return "<text>"
     if name in BLANKED:
