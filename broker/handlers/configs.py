@@ -64,6 +64,7 @@ def _entry(
         name=name, value=value, read_only=read_only, config_source=int(source),
         is_default=source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
         synonyms=listed if with_synonyms else [], config_type=WIRE_TYPES.get(kind or "", 0),
+        documentation=None,  # Gregor has none to give (Kafka's is null unless asked for)
     )
 
 

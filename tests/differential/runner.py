@@ -75,7 +75,7 @@ class CaseFailure(AssertionError):
     pass
 
 
-def compare_step(step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any) -> list[str]:
+def compare_step(step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any, n: int = 0) -> list[str]:
     """The unaccepted differences of one step's answers (empty when they agree)."""
     k_raw, g_raw = as_tree(k_resp), as_tree(g_resp)
     if step.select is not None:
@@ -89,7 +89,7 @@ def compare_step(step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any
     bad = [d for d in found if not accepted(api_name(step.api_key), step.at(), d)]
     if not bad:
         return []
-    return [f"{api_name(step.api_key)} v{step.at()}:", *(f"  {d}" for d in bad),
+    return [f"step {n}, {api_name(step.api_key)} v{step.at()}:", *(f"  {d}" for d in bad),
             f"  kafka answer:  {k_tree}", f"  gregor answer: {g_tree}"]
 
 
@@ -99,7 +99,7 @@ Action = Callable[[Side], None]  # done on each broker in turn, nothing compared
 def run_case(steps: list[Step | Action], kafka: Side, gregor: Side) -> None:
     problems: list[str] = []
     exercised: set[tuple[int, int]] = set()
-    for step in steps:
+    for n, step in enumerate(steps):
         if not isinstance(step, Step):
             step(kafka)
             step(gregor)
@@ -107,7 +107,7 @@ def run_case(steps: list[Step | Action], kafka: Side, gregor: Side) -> None:
         k_resp, g_resp = step.send(kafka), step.send(gregor)
         if not step.compare:
             continue
-        problems += compare_step(step, kafka, gregor, k_resp, g_resp)
+        problems += compare_step(step, kafka, gregor, k_resp, g_resp, n)
         exercised.add((step.api_key, step.at()))
     COVERAGE.update(exercised)
     if problems:
