@@ -22,16 +22,46 @@ CASE_TOPIC = re.compile(r"d-[0-9a-f]{10}")  # tests/differential/conftest.py nam
 RENAMED = {"producer_id", "topic_id", "member_id", "session_id", "leader"}
 SAME_IDS = {"leader": "member_id"}  # a field holding ids of another field's kind
 # Fields compared only as "present": host names, ports, clocks and free text.
-BLANKED = {"host", "port", "cluster_id", "log_append_time_ms", "log_dir",
-           "total_bytes", "usable_bytes", "last_timestamp", "transaction_start_time_ms",
-           "finalized_features_epoch", "throttle_time_ms", "client_host", "message"}
+BLANKED = {
+    "host",
+    "port",
+    "cluster_id",
+    "log_append_time_ms",
+    "log_dir",
+    "total_bytes",
+    "usable_bytes",
+    "last_timestamp",
+    "transaction_start_time_ms",
+    "finalized_features_epoch",
+    "throttle_time_ms",
+    "client_host",
+    "message",
+}
 # The values that mean "none" for each renamed field (kept as they are).
-NO_ID: dict[str, set[Any]] = {"producer_id": {-1}, "session_id": {0}, "member_id": {"", None},
-                              "topic_id": {None, "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}}
+NO_ID: dict[str, set[Any]] = {
+    "producer_id": {-1},
+    "session_id": {0},
+    "member_id": {"", None},
+    "topic_id": {None, "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"},
+}
 # The fields that identify an element of a list, in the order they are tried for sorting.
-LIST_KEYS = ("name", "topic", "topic_name", "partition_index", "index", "partition", "group_id",
-             "transactional_id", "api_key", "node_id", "resource_name", "config_name",
-             "broker_id", "log_dir", "producer_id")
+LIST_KEYS = (
+    "name",
+    "topic",
+    "topic_name",
+    "partition_index",
+    "index",
+    "partition",
+    "group_id",
+    "transactional_id",
+    "api_key",
+    "node_id",
+    "resource_name",
+    "config_name",
+    "broker_id",
+    "log_dir",
+    "producer_id",
+)
 
 
 @dataclass
@@ -75,12 +105,17 @@ def batches(data: bytes, rename: Renamer) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     records = MemoryRecords(data)
     while (batch := records.next_batch()) is not None:
-        out.append({
-            "base_offset": batch.base_offset, "producer_id": rename("producer_id", batch.producer_id),
-            "producer_epoch": batch.producer_epoch, "base_sequence": batch.base_sequence,
-            "is_transactional": batch.is_transactional, "is_control": batch.is_control_batch,
-            "records": [[r.offset, r.timestamp, r.key, r.value, list(r.headers)] for r in batch],
-        })
+        out.append(
+            {
+                "base_offset": batch.base_offset,
+                "producer_id": rename("producer_id", batch.producer_id),
+                "producer_epoch": batch.producer_epoch,
+                "base_sequence": batch.base_sequence,
+                "is_transactional": batch.is_transactional,
+                "is_control": batch.is_control_batch,
+                "records": [[r.offset, r.timestamp, r.key, r.value, list(r.headers)] for r in batch],
+            }
+        )
     return out
 
 
@@ -110,7 +145,9 @@ def differences(kafka: Any, gregor: Any, path: str = "", common_only: bool = Fal
         out: list[Difference] = []
         names = kafka.keys() & gregor.keys() if common_only else kafka.keys() | gregor.keys()
         for k in sorted(names):
-            out += differences(kafka.get(k, "<absent>"), gregor.get(k, "<absent>"), _join(path, k), common_only)
+            out += differences(
+                kafka.get(k, "<absent>"), gregor.get(k, "<absent>"), _join(path, k), common_only
+            )
         return out
     if isinstance(kafka, list) and isinstance(gregor, list):
         key = _identity(kafka + gregor)
@@ -135,8 +172,9 @@ def _identity(items: list[Any]) -> str | None:
     return None
 
 
-def _keyed_differences(kafka: list[Any], gregor: list[Any], key: str, path: str,
-                       common_only: bool) -> list[Difference]:
+def _keyed_differences(
+    kafka: list[Any], gregor: list[Any], key: str, path: str, common_only: bool
+) -> list[Difference]:
     """Elements matched by their `key` field: path `list[value]` (a case's topic name is `T`)."""
     k_items, g_items = {str(i[key]): i for i in kafka}, {str(i[key]): i for i in gregor}
     if len(k_items) != len(kafka) or len(g_items) != len(gregor):  # not unique: compare in order

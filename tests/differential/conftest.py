@@ -36,8 +36,10 @@ class Pair:
 
 @pytest.fixture(scope="session")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    with started_kafka(tmp_path_factory.mktemp("kafka"), SHARED) as kafka, \
-            started_broker(tmp_path_factory.mktemp("gregor"), SHARED) as gregor:
+    with (
+        started_kafka(tmp_path_factory.mktemp("kafka"), SHARED) as kafka,
+        started_broker(tmp_path_factory.mktemp("gregor"), SHARED) as gregor,
+    ):
         for port in (kafka.port, gregor.port):
             _warm_coordinators(port)
             _warm_producer_ids(port)
@@ -67,8 +69,16 @@ def _warm_producer_ids(port: int, timeout: float = 30.0) -> None:
 
     deadline = time.monotonic() + timeout
     with WireClient(port) as c:
-        req = build(22, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
-                            "producer_id": -1, "producer_epoch": -1})
+        req = build(
+            22,
+            4,
+            {
+                "transactional_id": None,
+                "transaction_timeout_ms": 60000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
         while c.call(req, 4).error_code != 0:
             assert time.monotonic() < deadline, f"no producer id from {port}"
             time.sleep(0.1)

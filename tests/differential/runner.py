@@ -89,8 +89,12 @@ def compare_step(step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any
     bad = [d for d in found if not accepted(api_name(step.api_key), step.at(), d)]
     if not bad:
         return []
-    return [f"step {n}, {api_name(step.api_key)} v{step.at()}:", *(f"  {d}" for d in bad),
-            f"  kafka answer:  {k_tree}", f"  gregor answer: {g_tree}"]
+    return [
+        f"step {n}, {api_name(step.api_key)} v{step.at()}:",
+        *(f"  {d}" for d in bad),
+        f"  kafka answer:  {k_tree}",
+        f"  gregor answer: {g_tree}",
+    ]
 
 
 Action = Callable[[Side], None]  # done on each broker in turn, nothing compared (set-up, waits)

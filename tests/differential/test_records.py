@@ -16,39 +16,85 @@ from tests.differential.steps import TS, batch, init_producer, new_topic, pid_of
 
 def fetch(v: int, offset: int = 0, partition: int = 0, isolation: int = 0, suffix: str = "") -> Step:
     def request(side: Side) -> dict[str, Any]:
-        return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-                "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": topic(side, suffix), "topic_id": side.vars.get(f"id{suffix}"),
-                            "partitions": [{"partition": partition, "fetch_offset": offset,
-                                            "log_start_offset": -1, "partition_max_bytes": 1 << 20,
-                                            "current_leader_epoch": -1}]}],
-                "forgotten_topics_data": [], "rack_id": ""}
+        return {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": isolation,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic(side, suffix),
+                    "topic_id": side.vars.get(f"id{suffix}"),
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "fetch_offset": offset,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                            "current_leader_epoch": -1,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
 
     return Step(1, request, version=v)
 
 
 def list_offsets(v: int, timestamps: list[int], partition: int = 0, isolation: int = 0) -> Step:
     def request(side: Side) -> dict[str, Any]:
-        return {"replica_id": -1, "isolation_level": isolation, "topics": [
-            {"name": topic(side), "partitions": [
-                {"partition_index": partition, "timestamp": ts, "max_num_offsets": 1,
-                 "current_leader_epoch": -1} for ts in timestamps]}]}
+        return {
+            "replica_id": -1,
+            "isolation_level": isolation,
+            "topics": [
+                {
+                    "name": topic(side),
+                    "partitions": [
+                        {
+                            "partition_index": partition,
+                            "timestamp": ts,
+                            "max_num_offsets": 1,
+                            "current_leader_epoch": -1,
+                        }
+                        for ts in timestamps
+                    ],
+                }
+            ],
+        }
 
     return Step(2, request, version=v)
 
 
 def delete_records(v: int, offset: int, partition: int = 0) -> Step:
     def request(side: Side) -> dict[str, Any]:
-        return {"topics": [{"name": topic(side), "partitions": [{"partition_index": partition, "offset": offset}]}],
-                "timeout_ms": 10000}
+        return {
+            "topics": [
+                {"name": topic(side), "partitions": [{"partition_index": partition, "offset": offset}]}
+            ],
+            "timeout_ms": 10000,
+        }
 
     return Step(21, request, version=v)
 
 
 def leader_epoch(v: int, epoch: int, partition: int = 0) -> Step:
     def request(side: Side) -> dict[str, Any]:
-        return {"replica_id": -1, "topics": [{"topic": topic(side), "partitions": [
-            {"partition": partition, "current_leader_epoch": -1, "leader_epoch": epoch}]}]}
+        return {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": topic(side),
+                    "partitions": [
+                        {"partition": partition, "current_leader_epoch": -1, "leader_epoch": epoch}
+                    ],
+                }
+            ],
+        }
 
     return Step(23, request, version=v)
 
@@ -60,43 +106,97 @@ def describe_producers(partitions: list[int]) -> Step:
     return Step(61, request)
 
 
-def idempotent(base_sequence: int, values: list[bytes] | None = None, key: str = "pid",
-               epoch_delta: int = 0) -> Step:
+def idempotent(
+    base_sequence: int, values: list[bytes] | None = None, key: str = "pid", epoch_delta: int = 0
+) -> Step:
     """A Produce of an idempotent batch of the producer `key` learnt by an earlier step."""
+
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side, key)
-        data = batch(values or [b"x", b"y"], producer_id=pid, producer_epoch=epoch + epoch_delta,
-                     base_sequence=base_sequence)
-        return {"acks": -1, "timeout_ms": 10000, "topic_data": [
-            {"name": topic(side), "topic_id": side.vars.get("id"), "partition_data": [{"index": 0, "records": data}]}]}
+        data = batch(
+            values or [b"x", b"y"],
+            producer_id=pid,
+            producer_epoch=epoch + epoch_delta,
+            base_sequence=base_sequence,
+        )
+        return {
+            "acks": -1,
+            "timeout_ms": 10000,
+            "topic_data": [
+                {
+                    "name": topic(side),
+                    "topic_id": side.vars.get("id"),
+                    "partition_data": [{"index": 0, "records": data}],
+                }
+            ],
+        }
 
     return Step(0, request)
 
 
 CASES: Cases = {}
 for v in versions(0):
-    CASES[f"produce-v{v}"] = [*new_topic(2), produce(version=v), produce(version=v, partition=1),
-                              produce(version=v, partition=7), produce(version=v, acks=1, partition=1)]
+    CASES[f"produce-v{v}"] = [
+        *new_topic(2),
+        produce(version=v),
+        produce(version=v, partition=1),
+        produce(version=v, partition=7),
+        produce(version=v, acks=1, partition=1),
+    ]
 CASES["produce-unknown-topic"] = [produce(suffix="-none-such", version=12)]
 for v in versions(1):
-    CASES[f"fetch-v{v}"] = [*new_topic(), produce(compare=False), produce(compare=False),
-                            fetch(v), fetch(v, offset=4), fetch(v, offset=6), fetch(v, offset=99),
-                            fetch(v, partition=3)]
+    CASES[f"fetch-v{v}"] = [
+        *new_topic(),
+        produce(compare=False),
+        produce(compare=False),
+        fetch(v),
+        fetch(v, offset=4),
+        fetch(v, offset=6),
+        fetch(v, offset=99),
+        fetch(v, partition=3),
+    ]
 for v in versions(2):
-    CASES[f"list-offsets-v{v}"] = [*new_topic(), produce(compare=False), list_offsets(v, [-2]),
-                                   list_offsets(v, [-1]), list_offsets(v, [TS + 1]), list_offsets(v, [TS + 99]),
-                                   list_offsets(v, [-1], partition=4)]
-CASES["list-offsets-max-timestamp"] = [*new_topic(), produce(compare=False), list_offsets(7, [-3]),
-                                       list_offsets(11, [-3]), list_offsets(11, [-5])]
+    CASES[f"list-offsets-v{v}"] = [
+        *new_topic(),
+        produce(compare=False),
+        list_offsets(v, [-2]),
+        list_offsets(v, [-1]),
+        list_offsets(v, [TS + 1]),
+        list_offsets(v, [TS + 99]),
+        list_offsets(v, [-1], partition=4),
+    ]
+CASES["list-offsets-max-timestamp"] = [
+    *new_topic(),
+    produce(compare=False),
+    list_offsets(7, [-3]),
+    list_offsets(11, [-3]),
+    list_offsets(11, [-5]),
+]
 for v in versions(21):
-    CASES[f"delete-records-v{v}"] = [*new_topic(), produce(compare=False), delete_records(v, 1),
-                                     delete_records(v, -1), delete_records(v, 9), delete_records(v, 0, partition=5),
-                                     list_offsets(8, [-2])]
-CASES["fetch-below-log-start"] = [*new_topic(), produce(compare=False), delete_records(2, 2), fetch(17, offset=0),
-                                  fetch(17, offset=2)]
+    CASES[f"delete-records-v{v}"] = [
+        *new_topic(),
+        produce(compare=False),
+        delete_records(v, 1),
+        delete_records(v, -1),
+        delete_records(v, 9),
+        delete_records(v, 0, partition=5),
+        list_offsets(8, [-2]),
+    ]
+CASES["fetch-below-log-start"] = [
+    *new_topic(),
+    produce(compare=False),
+    delete_records(2, 2),
+    fetch(17, offset=0),
+    fetch(17, offset=2),
+]
 for v in versions(23):
-    CASES[f"offset-for-leader-epoch-v{v}"] = [*new_topic(), produce(compare=False), leader_epoch(v, 0),
-                                              leader_epoch(v, 5), leader_epoch(v, 0, partition=3)]
+    CASES[f"offset-for-leader-epoch-v{v}"] = [
+        *new_topic(),
+        produce(compare=False),
+        leader_epoch(v, 0),
+        leader_epoch(v, 5),
+        leader_epoch(v, 0, partition=3),
+    ]
 for v in versions(22):
     CASES[f"init-producer-id-v{v}"] = [init_producer(version=v)]
 # Left out until Gregor's Produce handler (broker/handlers/produce.py) answers as Kafka does:
@@ -107,24 +207,47 @@ for v in versions(22):
 #   the batch (its max timestamp), by Gregor with -1.
 LEFT_OUT: Cases = {
     "idempotent-sequences": [
-        *new_topic(), init_producer(),
-        idempotent(0), idempotent(0),  # a duplicate: the first batch's offset again
-        idempotent(2), idempotent(7),  # next in order; then a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
+        *new_topic(),
+        init_producer(),
+        idempotent(0),
+        idempotent(0),  # a duplicate: the first batch's offset again
+        idempotent(2),
+        idempotent(7),  # next in order; then a gap: OUT_OF_ORDER_SEQUENCE_NUMBER
         idempotent(4, epoch_delta=1),  # a new epoch must start at sequence 0
-        idempotent(0, epoch_delta=1), idempotent(6),  # the old epoch is fenced
+        idempotent(0, epoch_delta=1),
+        idempotent(6),  # the old epoch is fenced
         describe_producers([0, 3]),
     ],
     "idempotent-unknown-producer": [*new_topic(), init_producer(), idempotent(5)],
     "compacted-topic": [
-        *new_topic(configs={"cleanup.policy": "compact"}), produce(),
-        Step(0, lambda side: {"acks": -1, "timeout_ms": 10000, "topic_data": [
-            {"name": topic(side), "topic_id": side.vars.get("id"), "partition_data": [
-                {"index": 0, "records": _keyless()}]}]}),
-        fetch(17)],
+        *new_topic(configs={"cleanup.policy": "compact"}),
+        produce(),
+        Step(
+            0,
+            lambda side: {
+                "acks": -1,
+                "timeout_ms": 10000,
+                "topic_data": [
+                    {
+                        "name": topic(side),
+                        "topic_id": side.vars.get("id"),
+                        "partition_data": [{"index": 0, "records": _keyless()}],
+                    }
+                ],
+            },
+        ),
+        fetch(17),
+    ],
 }
 CASES["idempotent-in-order"] = [
-    *new_topic(), init_producer(), idempotent(0), idempotent(2), idempotent(4), fetch(18),
-    describe_producers([0, 3])]
+    *new_topic(),
+    init_producer(),
+    idempotent(0),
+    idempotent(2),
+    idempotent(4),
+    fetch(18),
+    describe_producers([0, 3]),
+]
 
 
 def _keyless() -> bytes:

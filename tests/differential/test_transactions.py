@@ -14,7 +14,7 @@ import pytest
 
 from tests.differential.cases import Cases, capped
 from tests.differential.runner import Action, Side, Step, run_case
-from tests.differential.steps import WAIT_S, batch, init_producer, new_topic, pid_of, topic, wait_lso
+from tests.differential.steps import WAIT_S, batch, new_topic, pid_of, topic, wait_lso
 from tests.differential.test_groups import join, sync
 from tests.differential.test_records import fetch
 
@@ -31,8 +31,12 @@ def init_txn(v: int | None = None, key: str = "pid") -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = side.vars.get(key, (-1, -1))
         bump = v is not None and v >= 3
-        return {"transactional_id": txn_id(side), "transaction_timeout_ms": 60000,
-                "producer_id": pid if bump else -1, "producer_epoch": epoch if bump else -1}
+        return {
+            "transactional_id": txn_id(side),
+            "transaction_timeout_ms": 60000,
+            "producer_id": pid if bump else -1,
+            "producer_epoch": epoch if bump else -1,
+        }
 
     def learn(side: Side, resp: Any) -> None:
         if resp.error_code == 0:
@@ -44,9 +48,12 @@ def init_txn(v: int | None = None, key: str = "pid") -> Step:
 def add_partitions(v: int, pid_delta: int = 0) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
-        return {"v3_and_below_transactional_id": txn_id(side), "v3_and_below_producer_id": pid + pid_delta,
-                "v3_and_below_producer_epoch": epoch,
-                "v3_and_below_topics": [{"name": topic(side), "partitions": [0]}]}
+        return {
+            "v3_and_below_transactional_id": txn_id(side),
+            "v3_and_below_producer_id": pid + pid_delta,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic(side), "partitions": [0]}],
+        }
 
     return Step(24, request, version=v)
 
@@ -54,9 +61,21 @@ def add_partitions(v: int, pid_delta: int = 0) -> Step:
 def txn_produce(values: list[bytes], sequence: int = 0) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
-        data = batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=sequence, transactional=True)
-        return {"transactional_id": txn_id(side), "acks": -1, "timeout_ms": 10000, "topic_data": [
-            {"name": topic(side), "topic_id": side.vars.get("id"), "partition_data": [{"index": 0, "records": data}]}]}
+        data = batch(
+            values, producer_id=pid, producer_epoch=epoch, base_sequence=sequence, transactional=True
+        )
+        return {
+            "transactional_id": txn_id(side),
+            "acks": -1,
+            "timeout_ms": 10000,
+            "topic_data": [
+                {
+                    "name": topic(side),
+                    "topic_id": side.vars.get("id"),
+                    "partition_data": [{"index": 0, "records": data}],
+                }
+            ],
+        }
 
     return Step(0, request)
 
@@ -64,7 +83,12 @@ def txn_produce(values: list[bytes], sequence: int = 0) -> Step:
 def add_offsets(v: int) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
-        return {"transactional_id": txn_id(side), "producer_id": pid, "producer_epoch": epoch, "group_id": group(side)}
+        return {
+            "transactional_id": txn_id(side),
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "group_id": group(side),
+        }
 
     return Step(25, request, version=v)
 
@@ -73,12 +97,28 @@ def txn_commit_offsets(v: int, generation: int = -1, generation_delta: int = 0) 
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
         gen = side.vars.get("generation", -1) + generation_delta if generation_delta else generation
-        return {"transactional_id": txn_id(side), "group_id": group(side), "producer_id": pid,
-                "producer_epoch": epoch, "generation_id": gen,
-                "member_id": side.vars.get("member", "") if generation_delta else "",
-                "group_instance_id": None, "topics": [{"name": topic(side), "partitions": [
-                    {"partition_index": 0, "committed_offset": 3, "committed_leader_epoch": -1,
-                     "committed_metadata": "t"}]}]}
+        return {
+            "transactional_id": txn_id(side),
+            "group_id": group(side),
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "generation_id": gen,
+            "member_id": side.vars.get("member", "") if generation_delta else "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": topic(side),
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 3,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "t",
+                        }
+                    ],
+                }
+            ],
+        }
 
     return Step(28, request, version=v)
 
@@ -86,8 +126,12 @@ def txn_commit_offsets(v: int, generation: int = -1, generation_delta: int = 0) 
 def end_txn(v: int, commit: bool, epoch_delta: int = 0) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
-        return {"transactional_id": txn_id(side), "producer_id": pid, "producer_epoch": epoch + epoch_delta,
-                "committed": commit}
+        return {
+            "transactional_id": txn_id(side),
+            "producer_id": pid,
+            "producer_epoch": epoch + epoch_delta,
+            "committed": commit,
+        }
 
     def learn(side: Side, resp: Any) -> None:
         if resp.error_code == 0 and getattr(resp, "producer_id", -1) >= 0:
@@ -104,6 +148,7 @@ def describe_txn() -> Step:
 
 def wait_state(prefix: str) -> Action:
     """Until DescribeTransactions shows a state starting with `prefix` (markers written)."""
+
     def action(side: Side) -> None:
         from tests.differential.messages import build
 
@@ -121,8 +166,12 @@ def wait_state(prefix: str) -> Action:
 
 def list_txns(v: int) -> Step:
     def request(side: Side) -> dict[str, Any]:
-        return {"state_filters": [], "producer_id_filters": [pid_of(side)[0]], "duration_filter": -1,
-                "transactional_id_pattern": None}
+        return {
+            "state_filters": [],
+            "producer_id_filters": [pid_of(side)[0]],
+            "duration_filter": -1,
+            "transactional_id_pattern": None,
+        }
 
     return Step(66, request, version=v)
 
@@ -134,9 +183,18 @@ def describe_producers() -> Step:
 def markers(v: int, commit: bool) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
-        return {"markers": [{"producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
-                             "topics": [{"name": topic(side), "partition_indexes": [0]}],
-                             "coordinator_epoch": 0, "transaction_version": 1}]}
+        return {
+            "markers": [
+                {
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "transaction_result": commit,
+                    "topics": [{"name": topic(side), "partition_indexes": [0]}],
+                    "coordinator_epoch": 0,
+                    "transaction_version": 1,
+                }
+            ]
+        }
 
     return Step(27, request, version=v)
 
@@ -144,20 +202,35 @@ def markers(v: int, commit: bool) -> Step:
 def transaction(i: int, commit: bool) -> list[Any]:
     """One transaction of three records and an offset commit, every API at version `i`, capped."""
     return [
-        *new_topic(), init_txn(capped(22, i)), describe_txn(),
-        add_partitions(capped(24, i)), txn_produce([b"a", b"b", b"c"]), describe_txn(), list_txns(capped(66, i)),
-        add_offsets(capped(25, i)), txn_commit_offsets(capped(28, i)), end_txn(capped(26, i), commit),
-        wait_lso(4), wait_state("Complete"), describe_txn(), fetch(18, isolation=1), fetch(18, isolation=0),
-        describe_producers(), list_txns(capped(66, i)),
+        *new_topic(),
+        init_txn(capped(22, i)),
+        describe_txn(),
+        add_partitions(capped(24, i)),
+        txn_produce([b"a", b"b", b"c"]),
+        describe_txn(),
+        list_txns(capped(66, i)),
+        add_offsets(capped(25, i)),
+        txn_commit_offsets(capped(28, i)),
+        end_txn(capped(26, i), commit),
+        wait_lso(4),
+        wait_state("Complete"),
+        describe_txn(),
+        fetch(18, isolation=1),
+        fetch(18, isolation=0),
+        describe_producers(),
+        list_txns(capped(66, i)),
     ]
 
 
 CASES: Cases = {}
 for i in range(6):
     CASES[f"transaction-{'commit' if i % 2 == 0 else 'abort'}-v{i}"] = transaction(i, commit=i % 2 == 0)
+
+
 def init_until_done(key: str) -> Action:
     """A second producer's InitProducerId, retried while the first one's transaction is aborted
     (CONCURRENT_TRANSACTIONS meanwhile, for as long as each broker takes)."""
+
     def action(side: Side) -> None:
         deadline = time.monotonic() + WAIT_S
         step = init_txn(key=key)
@@ -169,24 +242,58 @@ def init_until_done(key: str) -> Action:
 
 
 CASES["transaction-fenced"] = [
-    *new_topic(), init_txn(), add_partitions(3), txn_produce([b"f"]),
+    *new_topic(),
+    init_txn(),
+    add_partitions(3),
+    txn_produce([b"f"]),
     init_until_done("new"),  # a second producer fences the first and aborts its transaction
-    end_txn(5, commit=True), end_txn(4, commit=True), add_partitions(3), add_partitions(3, pid_delta=1),
-    wait_lso(2), fetch(18, isolation=1),
+    end_txn(5, commit=True),
+    end_txn(4, commit=True),
+    add_partitions(3),
+    add_partitions(3, pid_delta=1),
+    wait_lso(2),
+    fetch(18, isolation=1),
 ]
 # Left out until Gregor's transaction coordinator bumps the epoch as Kafka's does: after an
 # InitProducerId fenced an ongoing transaction (transaction version 2), Kafka's producer has
 # epoch 2 (0, fenced to 1 for the abort markers, 2 for the new producer), Gregor's epoch 3.
-LEFT_OUT: Cases = {"transaction-fenced-epoch": [
-    *new_topic(), init_txn(), add_partitions(3), txn_produce([b"f"]), init_until_done("new"), describe_txn()]}
-CASES["end-txn-without-transaction"] = [*new_topic(), init_txn(), end_txn(5, commit=True), end_txn(4, commit=False)]
+LEFT_OUT: Cases = {
+    "transaction-fenced-epoch": [
+        *new_topic(),
+        init_txn(),
+        add_partitions(3),
+        txn_produce([b"f"]),
+        init_until_done("new"),
+        describe_txn(),
+    ]
+}
+CASES["end-txn-without-transaction"] = [
+    *new_topic(),
+    init_txn(),
+    end_txn(5, commit=True),
+    end_txn(4, commit=False),
+]
 CASES["txn-offset-commit-stale-generation"] = [
-    *new_topic(), join(9), join(9), sync(5), init_txn(), add_offsets(4),
-    txn_commit_offsets(5, generation_delta=7), txn_commit_offsets(2), end_txn(5, commit=False)]
+    *new_topic(),
+    join(9),
+    join(9),
+    sync(5),
+    init_txn(),
+    add_offsets(4),
+    txn_commit_offsets(5, generation_delta=7),
+    txn_commit_offsets(2),
+    end_txn(5, commit=False),
+]
 for v in (0, 1):
     CASES[f"write-txn-markers-v{v}"] = [
-        *new_topic(), init_txn(), add_partitions(3), txn_produce([b"m"]), markers(v, commit=True), wait_lso(2),
-        fetch(18, isolation=1)]
+        *new_topic(),
+        init_txn(),
+        add_partitions(3),
+        txn_produce([b"m"]),
+        markers(v, commit=True),
+        wait_lso(2),
+        fetch(18, isolation=1),
+    ]
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -33,8 +33,7 @@ KAFKA_VERSION = "4.3.1"  # scripts/kafka/pom.xml
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # Small heaps (the CI machine has 2 cores): C1 only and a serial collector start the JVM soonest.
-JVM_OPTS = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-            "-Djava.awt.headless=true"]
+JVM_OPTS = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
 TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 # Settings that make a one-node Kafka answer as soon as a one-node Gregor does: internal topics
@@ -143,8 +142,16 @@ class KafkaNode:
         (self.workdir / "log4j2.yaml").write_text(LOG4J2.format(log=self.log_path))
 
     def format_storage(self) -> None:
-        cmd = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",
-                         str(self.config_path), "--ignore-formatted", opts=TOOL_JVM_OPTS)
+        cmd = self._java(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self.cluster_id,
+            "-c",
+            str(self.config_path),
+            "--ignore-formatted",
+            opts=TOOL_JVM_OPTS,
+        )
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.workdir)
         if done.returncode != 0:
             raise KafkaStartError(f"kafka-storage format failed: {done.stdout}{done.stderr}")
@@ -156,7 +163,10 @@ class KafkaNode:
         with open(self.workdir / "kafka.out", "ab") as out:
             self.proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(self.config_path), opts=JVM_OPTS),
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
                 env={**os.environ, "LOG_DIR": str(self.workdir)},
             )
         self._wait_ready(timeout)
@@ -173,8 +183,9 @@ class KafkaNode:
                 return
             time.sleep(0.1)
         self.stop()
-        raise KafkaStartError(f"kafka did not answer Metadata on {self.bootstrap} within {timeout}s\n"
-                              f"{self.log_tail()}")
+        raise KafkaStartError(
+            f"kafka did not answer Metadata on {self.bootstrap} within {timeout}s\n{self.log_tail()}"
+        )
 
     def _serves_metadata(self) -> bool:
         from tests.integration.wire import WireClient
@@ -214,11 +225,16 @@ def started_kafka(workdir: Path, overrides: dict[str, object] | None = None) -> 
         node.stop()
 
 
-def kafka_tool(main_class: str, *args: str, timeout: float = 120, stdin: str | None = None,
-               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def kafka_tool(
+    main_class: str, *args: str, timeout: float = 120, stdin: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run one of Kafka's CLI tools by its main class (what its bin/ script runs), text captured."""
     require_kafka()
     return subprocess.run(
         ["java", *TOOL_JVM_OPTS, "-Dlog4j2.level=WARN", "-cp", classpath(), main_class, *args],
-        capture_output=True, text=True, timeout=timeout, input=stdin, cwd=cwd or REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+        cwd=cwd or REPO_ROOT,
     )

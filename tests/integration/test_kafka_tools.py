@@ -43,14 +43,27 @@ def run(b: BrokerProcess, main_class: str, *args: str, stdin: str | None = None)
 
 def _ok(done: subprocess.CompletedProcess[str], main_class: str, args: tuple[str, ...]) -> str:
     name = main_class.rsplit(".", 1)[-1]
-    assert done.returncode == 0, f"{name} {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, (
+        f"{name} {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
     return done.stdout
 
 
 def test_topics_and_configs(module_broker: BrokerProcess) -> None:
     b, topic = module_broker, unique_topic("kt-topics")
-    run(b, TOPICS, "--create", "--topic", topic, "--partitions", "2", "--replication-factor", "1",
-        "--config", "retention.ms=3600000")
+    run(
+        b,
+        TOPICS,
+        "--create",
+        "--topic",
+        topic,
+        "--partitions",
+        "2",
+        "--replication-factor",
+        "1",
+        "--config",
+        "retention.ms=3600000",
+    )
     assert topic in run(b, TOPICS, "--list").split()
     described = run(b, TOPICS, "--describe", "--topic", topic)
     assert "PartitionCount: 2" in described and "retention.ms=3600000" in described, described
@@ -68,13 +81,34 @@ def test_topics_and_configs(module_broker: BrokerProcess) -> None:
     broker = ["--entity-type", "brokers", "--entity-name", "1"]
     assert "log.retention.ms=" in run(b, CONFIGS, *broker, "--describe", "--all")
     run(b, CONFIGS, *broker, "--alter", "--add-config", "log.retention.ms=86400000")
-    assert "log.retention.ms=86400000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.retention.ms=86400000" \
+    assert (
+        "log.retention.ms=86400000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.retention.ms=86400000"
         in run(b, CONFIGS, *broker, "--describe")
-    run(b, CONFIGS, "--entity-type", "brokers", "--entity-default", "--alter", "--add-config",
-        "log.retention.ms=172800000")
-    assert "log.retention.ms=172800000" in run(b, CONFIGS, "--entity-type", "brokers", "--entity-default", "--describe")
+    )
+    run(
+        b,
+        CONFIGS,
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--alter",
+        "--add-config",
+        "log.retention.ms=172800000",
+    )
+    assert "log.retention.ms=172800000" in run(
+        b, CONFIGS, "--entity-type", "brokers", "--entity-default", "--describe"
+    )
     run(b, CONFIGS, *broker, "--alter", "--delete-config", "log.retention.ms")
-    run(b, CONFIGS, "--entity-type", "brokers", "--entity-default", "--alter", "--delete-config", "log.retention.ms")
+    run(
+        b,
+        CONFIGS,
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--alter",
+        "--delete-config",
+        "log.retention.ms",
+    )
     run(b, TOPICS, "--delete", "--topic", topic)
     assert topic not in run(b, TOPICS, "--list").split()
 
@@ -83,17 +117,42 @@ def test_console_groups_offsets_records(module_broker: BrokerProcess, tmp_path: 
     b, topic, group = module_broker, unique_topic("kt-console"), unique_topic("kt-group")
     run(b, TOPICS, "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1")
     lines = "".join(f"k{i}:v{i}\n" for i in range(10))
-    run(b, PRODUCER, "--topic", topic, "--reader-property", "parse.key=true", "--reader-property",
-        "key.separator=:", stdin=lines)
-    got = run(b, CONSUMER, "--topic", topic, "--group", group, "--from-beginning", "--max-messages", "10",
-              "--formatter-property", "print.key=true", "--formatter-property", "key.separator=:",
-              "--timeout-ms", "20000")
+    run(
+        b,
+        PRODUCER,
+        "--topic",
+        topic,
+        "--reader-property",
+        "parse.key=true",
+        "--reader-property",
+        "key.separator=:",
+        stdin=lines,
+    )
+    got = run(
+        b,
+        CONSUMER,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+        "--max-messages",
+        "10",
+        "--formatter-property",
+        "print.key=true",
+        "--formatter-property",
+        "key.separator=:",
+        "--timeout-ms",
+        "20000",
+    )
     assert got.splitlines() == lines.splitlines()
 
     assert group in run(b, GROUPS, "--list").split()
     described = run(b, GROUPS, "--describe", "--group", group)
     assert re.search(rf"{group}\s+{topic}\s+0\s+10\s+10\s+0", described), described
-    reset = run(b, GROUPS, "--reset-offsets", "--group", group, "--topic", topic, "--to-offset", "4", "--execute")
+    reset = run(
+        b, GROUPS, "--reset-offsets", "--group", group, "--topic", topic, "--to-offset", "4", "--execute"
+    )
     assert re.search(rf"{group}\s+{topic}\s+0\s+4", reset), reset
     assert re.search(rf"{topic}\s+0\s+4\s+10\s+6", run(b, GROUPS, "--describe", "--group", group))
     assert f"('{group}') was successful" in run(b, GROUPS, "--delete", "--group", group)
@@ -118,15 +177,25 @@ def test_cluster_tools(module_broker: BrokerProcess, tmp_path: Path) -> None:
     assert "Produce(0): 3 to 13 [usable: 13]" in versions and "EndTxn(26)" in versions, versions
     features = run(b, FEATURES, "describe")
     assert "Feature: transaction.version" in features, features
-    cluster_id = _ok(kafka_tool(CLUSTER, "cluster-id", "--bootstrap-server", b.bootstrap), CLUSTER, ()).strip()
+    cluster_id = _ok(
+        kafka_tool(CLUSTER, "cluster-id", "--bootstrap-server", b.bootstrap), CLUSTER, ()
+    ).strip()
     assert re.fullmatch(r"Cluster ID: [A-Za-z0-9_-]{22}", cluster_id), cluster_id
 
     run(b, TOPICS, "--create", "--topic", topic, "--partitions", "2", "--replication-factor", "1")
     elected = run(b, ELECTION, "--election-type", "PREFERRED", "--topic", topic, "--partition", "0")
     assert "Valid replica already elected for partitions" in elected, elected
     plan = tmp_path / "reassign.json"
-    plan.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": p, "replicas": [1], "log_dirs": ["any"]} for p in (0, 1)]}))
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [
+                    {"topic": topic, "partition": p, "replicas": [1], "log_dirs": ["any"]} for p in (0, 1)
+                ],
+            }
+        )
+    )
     run(b, REASSIGN, "--reassignment-json-file", str(plan), "--execute")
     verified = run(b, REASSIGN, "--reassignment-json-file", str(plan), "--verify")
     assert f"Reassignment of partition {topic}-0 is completed" in verified, verified
@@ -135,13 +204,37 @@ def test_cluster_tools(module_broker: BrokerProcess, tmp_path: Path) -> None:
 def test_perf_tools_and_transactions(module_broker: BrokerProcess) -> None:
     b, topic, txn = module_broker, unique_topic("kt-perf"), unique_topic("kt-txn")
     run(b, TOPICS, "--create", "--topic", topic, "--partitions", "2", "--replication-factor", "1")
-    produced = kafka_tool(PRODUCER_PERF, "--topic", topic, "--num-records", "2000", "--record-size", "100",
-                          "--throughput", "-1", "--transactional-id", txn, "--transaction-duration-ms", "200",
-                          "--producer-props", f"bootstrap.servers={b.bootstrap}")
+    produced = kafka_tool(
+        PRODUCER_PERF,
+        "--topic",
+        topic,
+        "--num-records",
+        "2000",
+        "--record-size",
+        "100",
+        "--throughput",
+        "-1",
+        "--transactional-id",
+        txn,
+        "--transaction-duration-ms",
+        "200",
+        "--producer-props",
+        f"bootstrap.servers={b.bootstrap}",
+    )
     out = _ok(produced, PRODUCER_PERF, ())
     assert "2000 records sent" in out, out
-    consumed = run(b, CONSUMER_PERF, "--topic", topic, "--messages", "2000", "--timeout", "30000",
-                   "--consumer.config", "/dev/null")
+    consumed = run(
+        b,
+        CONSUMER_PERF,
+        "--topic",
+        topic,
+        "--messages",
+        "2000",
+        "--timeout",
+        "30000",
+        "--consumer.config",
+        "/dev/null",
+    )
     assert "2000" in consumed.splitlines()[-1], consumed
 
     listed = run(b, TRANSACTIONS, "list")
@@ -151,14 +244,18 @@ def test_perf_tools_and_transactions(module_broker: BrokerProcess) -> None:
     producers = run(b, TRANSACTIONS, "describe-producers", "--topic", topic, "--partition", "0")
     assert "ProducerId" in producers and len(producers.splitlines()) == 2, producers
     hanging = run(b, TRANSACTIONS, "find-hanging", "--broker-id", "1")
-    assert hanging.splitlines()[0].startswith("Topic\tPartition\tProducerId") and len(hanging.splitlines()) == 1
+    assert (
+        hanging.splitlines()[0].startswith("Topic\tPartition\tProducerId") and len(hanging.splitlines()) == 1
+    )
 
 
 def _transactions(bootstrap: str, topic: str, count: int, commit_every: int = 2) -> None:
     """`count` transactions of 20 records on partition 0; every `commit_every`-th one aborted."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_topic("kt-dump-tx"), "linger.ms": 5})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": unique_topic("kt-dump-tx"), "linger.ms": 5}
+    )
     p.init_transactions(30)
     for n in range(count):
         p.begin_transaction()
@@ -176,7 +273,9 @@ def test_transactions_abort(module_broker: BrokerProcess) -> None:
 
     b, topic = module_broker, unique_topic("kt-abort")
     run(b, TOPICS, "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1")
-    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": unique_topic("kt-open"), "linger.ms": 0})
+    p = Producer(
+        {"bootstrap.servers": b.bootstrap, "transactional.id": unique_topic("kt-open"), "linger.ms": 0}
+    )
     p.init_transactions(30)
     p.begin_transaction()
     p.produce(topic, b"left open", partition=0)
@@ -203,13 +302,19 @@ def test_dump_log_reads_gregor_files(module_broker: BrokerProcess) -> None:
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={"segment.bytes": "16384"})])[topic].result(30)
     _transactions(b.bootstrap, topic, 8)
-    files = sorted(p for p in b.partition_dir(topic).iterdir() if p.suffix in
-                   (".log", ".index", ".timeindex", ".snapshot", ".txnindex"))
+    files = sorted(
+        p
+        for p in b.partition_dir(topic).iterdir()
+        if p.suffix in (".log", ".index", ".timeindex", ".snapshot", ".txnindex")
+    )
     kinds = {p.suffix for p in files}
     assert kinds == {".log", ".index", ".timeindex", ".snapshot", ".txnindex"}, files
     sealed = [str(p) for p in files if p.suffix in (".log", ".index", ".timeindex", ".txnindex", ".snapshot")]
-    dumped = _ok(kafka_tool(DUMP_LOG, "--files", ",".join(sealed), "--print-data-log", "--deep-iteration"),
-                 DUMP_LOG, ())
+    dumped = _ok(
+        kafka_tool(DUMP_LOG, "--files", ",".join(sealed), "--print-data-log", "--deep-iteration"),
+        DUMP_LOG,
+        (),
+    )
     assert "endTxnMarker: ABORT" in dumped and "endTxnMarker: COMMIT" in dumped, dumped[-3000:]
     assert "producerId:" in dumped and "isTransactional: true" in dumped, dumped[-3000:]
     assert "Mismatch" not in dumped and "Exception" not in dumped, dumped[-3000:]
