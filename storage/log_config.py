@@ -390,6 +390,43 @@ DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {
     if d.broker_key is not None and d.field is not None and d.field not in _UNREAD_FIELDS
 } | {PRODUCER_ID_EXPIRATION_MS: _PRODUCER_ID_EXPIRATION_DEF}
 
+
+def _unused(name: str, kind: str, default: ConfigValue | None, minimum: int | None) -> TopicConfigDef:
+    check = _at_least(minimum) if minimum is not None else None
+    return TopicConfigDef(name, name, kind, default if default is not None else "", None, check)
+
+
+# Broker keys Kafka updates at run time that Gregor takes, stores and describes but does not use
+# (thread pools, connection quotas, replication throttles): Kafka's tools set them, e.g.
+# kafka-configs with log.cleaner.threads, kafka-reassign-partitions with the throttled rates.
+# Changing one changes nothing in Gregor. Kafka's defaults; a throttle has none (and is not
+# described until set); the Kerberos key is per broker only.
+UNUSED_DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
+    _unused("background.threads", "int", 10, 1),
+    _unused("log.cleaner.io.buffer.size", "int", 524288, 0),
+    _unused("log.cleaner.threads", "int", 1, 0),
+    _unused("max.connection.creation.rate", "int", INT_MAX, 0),
+    _unused("max.connections", "int", INT_MAX, 0),
+    _unused("max.connections.per.ip", "int", INT_MAX, 0),
+    _unused("num.io.threads", "int", 8, 1),
+    _unused("num.network.threads", "int", 3, 1),
+    _unused("num.recovery.threads.per.data.dir", "int", 2, 1),
+    _unused("num.replica.fetchers", "int", 1, None),
+    _unused("sasl.kerberos.min.time.before.relogin", "long", 60000, None),
+    _unused("follower.replication.throttled.rate", "long", None, 0),
+    _unused("leader.replication.throttled.rate", "long", None, 0),
+    _unused("replica.alter.log.dirs.io.max.bytes.per.second", "long", None, 0),
+)}
+UNDESCRIBED_UNTIL_SET = frozenset({"follower.replication.throttled.rate", "leader.replication.throttled.rate",
+                                   "replica.alter.log.dirs.io.max.bytes.per.second"})
+PER_BROKER_ONLY = frozenset({"sasl.kerberos.min.time.before.relogin"})
+DYNAMIC_BROKER_CONFIGS |= UNUSED_DYNAMIC_BROKER_CONFIGS
+
+
+def unused_broker_defaults() -> dict[str, ConfigValue]:
+    """Kafka's default of each unused dynamic key that has one."""
+    return {k: d.default for k, d in UNUSED_DYNAMIC_BROKER_CONFIGS.items() if k not in UNDESCRIBED_UNTIL_SET}
+
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: broker keys that set the same thing, in order.
 _BROKER_SYNONYM_GROUPS = (
     ("log.roll.ms", "log.roll.hours"),

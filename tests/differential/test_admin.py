@@ -16,40 +16,9 @@ TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC_KEYS = ["cleanup.policy", "retention.ms", "segment.bytes", "max.message.bytes", "compression.type"]
 BROKER_KEYS = ["log.retention.ms", "log.segment.bytes", "message.max.bytes"]
-# Left out until Gregor knows the broker keys Kafka marks dynamic but Gregor does not use:
-# Kafka describes `log.cleaner.threads` (default 1) and accepts it per broker and cluster-wide
-# (also num.io.threads, leader.replication.throttled.rate, ...); Gregor knows no such key.
-LEFT_OUT: Cases = {
-    "broker-config-kafka-only": [
-        Step(
-            32,
-            {
-                "resources": [
-                    {
-                        "resource_type": BROKER,
-                        "resource_name": "1",
-                        "configuration_keys": ["log.cleaner.threads"],
-                    }
-                ],
-                "include_synonyms": True,
-                "include_documentation": False,
-            },
-        ),
-        Step(
-            44,
-            {
-                "resources": [
-                    {
-                        "resource_type": BROKER,
-                        "resource_name": "",
-                        "configs": [{"name": "log.cleaner.threads", "config_operation": SET, "value": "2"}],
-                    }
-                ],
-                "validate_only": True,
-            },
-        ),
-    ]
-}
+# Keys Kafka marks dynamic that Gregor stores but does not use, and the per-broker-only one.
+UNUSED_KEYS = ["log.cleaner.threads", "num.io.threads", "leader.replication.throttled.rate",
+               "sasl.kerberos.min.time.before.relogin"]
 
 
 def resource(side: Side, kind: int, name: str | None) -> str:
@@ -215,6 +184,18 @@ CASES["broker-configs"] = [
 CASES["incremental-alter-configs-unknown-operation"] = [
     *new_topic(suffix="-op9"),
     incremental(1, [("retention.ms", 9, "1")], name="-op9"),
+]
+CASES["broker-configs-kafka-uses"] = [
+    describe_configs(4, kind=BROKER, name="1", keys=UNUSED_KEYS),
+    incremental(1, [("log.cleaner.threads", SET, "2")], kind=BROKER, name="1"),
+    incremental(1, [("log.cleaner.threads", SET, "2")], kind=BROKER, name=""),
+    incremental(1, [("leader.replication.throttled.rate", SET, "1000")], kind=BROKER, name="1"),
+    incremental(1, [("num.io.threads", SET, "0")], kind=BROKER, name="1"),
+    incremental(1, [("sasl.kerberos.min.time.before.relogin", SET, "60001")], kind=BROKER, name=""),
+    describe_configs(4, kind=BROKER, name="1", keys=UNUSED_KEYS),
+    incremental(1, [(k, DELETE, None) for k in UNUSED_KEYS], kind=BROKER, name="1"),
+    incremental(1, [("log.cleaner.threads", DELETE, None)], kind=BROKER, name=""),
+    describe_configs(4, kind=BROKER, name="1", keys=UNUSED_KEYS),
 ]
 for v in versions(35):
     CASES[f"describe-log-dirs-v{v}"] = [

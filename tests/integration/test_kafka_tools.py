@@ -98,6 +98,48 @@ def test_topics_and_configs(module_broker: BrokerProcess) -> None:
     assert "log.retention.ms=172800000" in run(
         b, CONFIGS, "--entity-type", "brokers", "--entity-default", "--describe"
     )
+    # Keys Kafka updates at run time that Gregor stores but does not use.
+    run(
+        b,
+        CONFIGS,
+        *broker,
+        "--alter",
+        "--add-config",
+        "log.cleaner.threads=2,sasl.kerberos.min.time.before.relogin=60001",
+    )
+    run(
+        b,
+        CONFIGS,
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--alter",
+        "--add-config",
+        "log.cleaner.threads=2",
+    )
+    assert (
+        "log.cleaner.threads=2 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.cleaner.threads=2, "
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.threads=2, DEFAULT_CONFIG:log.cleaner.threads=1}"
+        in run(b, CONFIGS, *broker, "--describe", "--all")
+    )
+    run(
+        b,
+        CONFIGS,
+        *broker,
+        "--alter",
+        "--delete-config",
+        "log.cleaner.threads,sasl.kerberos.min.time.before.relogin",
+    )
+    run(
+        b,
+        CONFIGS,
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--alter",
+        "--delete-config",
+        "log.cleaner.threads",
+    )
     run(b, CONFIGS, *broker, "--alter", "--delete-config", "log.retention.ms")
     run(
         b,
