@@ -75,7 +75,7 @@ class DynamicBrokerConfigs:
         """Kafka's message for a set of dynamic configs it would refuse at ``scope``, else None."""
         refused = sorted(set(configs) - set(DYNAMIC_BROKER_CONFIGS))
         if refused:
-            return f"Cannot update these configs dynamically: Set({', '.join(refused)})"
+            return f"Cannot update these configs dynamically: [{', '.join(refused)}]"
         broker_only = sorted(set(configs) & PER_BROKER_ONLY) if scope == DEFAULT_SCOPE else []
         if broker_only:
             return ("Cannot update these configs at default cluster level, broker id must be specified: "

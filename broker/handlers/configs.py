@@ -270,7 +270,7 @@ def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -
         return ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}"
     definition = DYNAMIC_BROKER_CONFIGS.get(name)
     if definition is None:
-        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({name})"
+        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{name}]"
     if definition.type != "list":
         verb = "append" if op == APPEND else "subtract"
         return ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"

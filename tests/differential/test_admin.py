@@ -4,13 +4,14 @@ AlterPartitionReassignments and ListPartitionReassignments at every version Greg
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from tests.differential.cases import Cases, versions
-from tests.differential.runner import Side, Step, Tree, run_case
-from tests.differential.steps import new_topic, produce, topic
+from tests.differential.runner import Action, Side, Step, Tree, run_case
+from tests.differential.steps import WAIT_S, new_topic, produce, topic
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -83,6 +84,26 @@ def incremental(
         }
 
     return Step(44, request, version=v)
+
+
+DYNAMIC_SOURCES = {2, 3}  # DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG
+
+
+def applied(key: str, *dynamic: int) -> Action:
+    """Until broker 1 describes `key` with exactly the `dynamic` sources among its synonyms: Kafka
+    applies a dynamic broker config through its metadata log, a moment after AlterConfigs."""
+
+    def action(side: Side) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            resp = describe_configs(4, kind=BROKER, name="1", keys=[key]).send(side)
+            sources = {s.source for c in resp.results[0].configs for s in c.synonyms} & DYNAMIC_SOURCES
+            if sources == set(dynamic):
+                return
+            assert time.monotonic() < deadline, f"{side.name}: {key} has sources {sources}, want {dynamic}"
+            time.sleep(0.05)
+
+    return action
 
 
 def ours(side: Side, tree: Tree) -> Tree:
@@ -173,11 +194,13 @@ for v in versions(44):
 CASES["broker-configs"] = [
     incremental(1, [("log.retention.ms", SET, "86400000")], kind=BROKER, name="1"),
     incremental(1, [("log.retention.ms", SET, "172800000")], kind=BROKER, name=""),
+    applied("log.retention.ms", 2, 3),
     describe_configs(4, kind=BROKER, name="1", keys=["log.retention.ms"]),
     describe_configs(4, kind=BROKER, name="", keys=["log.retention.ms"]),
     incremental(1, [("log.retention.ms", SET, "abc")], kind=BROKER, name="1"),
     incremental(1, [("log.retention.ms", DELETE, None)], kind=BROKER, name="1"),
     incremental(1, [("log.retention.ms", DELETE, None)], kind=BROKER, name=""),
+    applied("log.retention.ms"),
     describe_configs(4, kind=BROKER, name="1", keys=["log.retention.ms"]),
     incremental(1, [("log.retention.ms", SET, "1")], kind=BROKER, name="9"),
 ]
@@ -192,9 +215,13 @@ CASES["broker-configs-kafka-uses"] = [
     incremental(1, [("leader.replication.throttled.rate", SET, "1000")], kind=BROKER, name="1"),
     incremental(1, [("num.io.threads", SET, "0")], kind=BROKER, name="1"),
     incremental(1, [("sasl.kerberos.min.time.before.relogin", SET, "60001")], kind=BROKER, name=""),
+    applied("leader.replication.throttled.rate", 2),
+    applied("log.cleaner.threads", 2, 3),
     describe_configs(4, kind=BROKER, name="1", keys=UNUSED_KEYS),
     incremental(1, [(k, DELETE, None) for k in UNUSED_KEYS], kind=BROKER, name="1"),
     incremental(1, [("log.cleaner.threads", DELETE, None)], kind=BROKER, name=""),
+    applied("log.cleaner.threads"),
+    applied("leader.replication.throttled.rate"),
     describe_configs(4, kind=BROKER, name="1", keys=UNUSED_KEYS),
 ]
 for v in versions(35):
