@@ -22,6 +22,7 @@ SHARED = {
     "offsets.topic.num.partitions": 1,
     "transaction.state.log.num.partitions": 1,
     "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,  # the EOS processor's session is 2 s
     "auto.create.topics.enable": True,
     "num.partitions": 1,
 }

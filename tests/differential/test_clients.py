@@ -10,6 +10,8 @@ import time
 import uuid
 from typing import Any
 
+import pytest
+
 from tests.differential.conftest import Pair
 from tests.differential.steps import TS
 from tests.integration.harness import prefixed_json, require_java, run_java
@@ -89,3 +91,30 @@ def confluent_admin(bootstrap: str, _port: int, topic: str) -> Outcome:
 
 def test_confluent_admin(pair: Pair) -> None:
     assert_same(*both(pair, confluent_admin))
+
+
+def java_eos(bootstrap: str, _port: int, name: str, client: str) -> Outcome:
+    """The shop's consume-transform-produce processor (EosProcessor.java) halted mid-transaction
+    after its sends, then run to the end: what read_committed and read_uncommitted consumers see."""
+    from tests.integration.shop import Shop
+
+    shop = Shop(bootstrap, purchases=60)
+    crashed = shop.processor(name, {"CRASH_AT": "after_sends:2"}, java=client, batch=10)
+    assert crashed.wait(90) == 137, crashed.transcript()
+    final = shop.processor(name, java=client, batch=20)
+    assert final.wait(90) == 0 and final.of("done"), final.transcript()
+    shop.assert_exactly_once()
+    committed = sorted(shop.read(shop.invoices, "read_committed"))
+    return {
+        "committed": committed,
+        "uncommitted": len(shop.read(shop.invoices, "read_uncommitted")),
+        "offsets": shop.committed(),
+        "transactions": len(crashed.of("committed")) + len(final.of("committed")),
+    }
+
+
+@pytest.mark.parametrize("client", ["3.9", "4.3"])
+def test_java_exactly_once(pair: Pair, client: str) -> None:
+    """kafka-clients 3.9 (transaction version 1) and 4.3 (version 2, both brokers finalize it)."""
+    require_java(client)
+    assert_same(*both(pair, java_eos, client))
