@@ -110,7 +110,10 @@ COLLECTED: set[Path] = set()  # the differential test modules this session colle
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    COLLECTED.update(Path(str(i.fspath)) for i in items if Path(str(i.fspath)).parent == here)
+    ours = [i for i in items if Path(str(i.fspath)).parent == here]
+    for item in ours:
+        item.add_marker(pytest.mark.integration)  # real Kafka and Gregor processes
+    COLLECTED.update(Path(str(i.fspath)) for i in ours)
 
 
 def _whole_suite(config: pytest.Config) -> bool:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.integration.harness import BrokerProcess, unique_topic
+import pytest
+
+from tests.integration.harness import BrokerProcess, started_broker, unique_topic
 from tests.integration.kafka import kafka_tool
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
@@ -33,6 +36,13 @@ PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 DUMP_LOG = "org.apache.kafka.tools.DumpLogSegments"
+
+
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module; a console consumer's group forms at once."""
+    with started_broker(tmp_path_factory.mktemp("kafka-tools"), {"group.initial.rebalance.delay.ms": 0}) as b:
+        yield b
 
 
 def run(b: BrokerProcess, main_class: str, *args: str, stdin: str | None = None) -> str:
