@@ -18,8 +18,12 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC_KEYS = ["cleanup.policy", "retention.ms", "segment.bytes", "max.message.bytes", "compression.type"]
 BROKER_KEYS = ["log.retention.ms", "log.segment.bytes", "message.max.bytes"]
 # Keys Kafka marks dynamic that Gregor stores but does not use, and the per-broker-only one.
-UNUSED_KEYS = ["log.cleaner.threads", "num.io.threads", "leader.replication.throttled.rate",
-               "sasl.kerberos.min.time.before.relogin"]
+UNUSED_KEYS = [
+    "log.cleaner.threads",
+    "num.io.threads",
+    "leader.replication.throttled.rate",
+    "sasl.kerberos.min.time.before.relogin",
+]
 
 
 def resource(side: Side, kind: int, name: str | None) -> str:
