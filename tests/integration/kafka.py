@@ -34,6 +34,17 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # Small heaps (the CI machine has 2 cores): C1 only and a serial collector start the JVM soonest.
 JVM_OPTS = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
+# What Kafka's own scripts start a broker with (kafka-server-start.sh, kafka-run-class.sh): for
+# a benchmark, `KafkaNode(workdir, jvm_opts=SCRIPT_JVM_OPTS)`.
+SCRIPT_JVM_OPTS = [
+    "-Xmx1G",
+    "-Xms1G",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+]
 TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 # Settings that make a one-node Kafka answer as soon as a one-node Gregor does: internal topics
@@ -101,7 +112,14 @@ def properties_text(props: dict[str, object]) -> str:
 class KafkaNode:
     """One Apache Kafka KRaft combined node: its config, data dir and log under one work dir."""
 
-    def __init__(self, workdir: Path, overrides: dict[str, object] | None = None, node_id: int = 1) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        overrides: dict[str, object] | None = None,
+        node_id: int = 1,
+        jvm_opts: list[str] | None = None,
+    ) -> None:
+        self.jvm_opts = JVM_OPTS if jvm_opts is None else jvm_opts
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.node_id = node_id
@@ -162,7 +180,7 @@ class KafkaNode:
         self.format_storage()
         with open(self.workdir / "kafka.out", "ab") as out:
             self.proc = subprocess.Popen(
-                self._java("kafka.Kafka", str(self.config_path), opts=JVM_OPTS),
+                self._java("kafka.Kafka", str(self.config_path), opts=self.jvm_opts),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -217,8 +235,10 @@ class KafkaNode:
 
 
 @contextlib.contextmanager
-def started_kafka(workdir: Path, overrides: dict[str, object] | None = None) -> Iterator[KafkaNode]:
-    node = KafkaNode(workdir, overrides)
+def started_kafka(
+    workdir: Path, overrides: dict[str, object] | None = None, jvm_opts: list[str] | None = None
+) -> Iterator[KafkaNode]:
+    node = KafkaNode(workdir, overrides, jvm_opts=jvm_opts)
     try:
         yield node.start()
     finally:
