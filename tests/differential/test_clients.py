@@ -1,12 +1,11 @@
 """Client-level scenarios: the same program run against Kafka and against Gregor, its results
-compared after normalising the names a run makes up: the Java producer and consumer (codecs,
-acks, idempotence) and librdkafka's admin client (offsets by timestamp, DeleteRecords,
-configs with sources and synonyms)."""
+compared after normalising the names a run makes up: the Java exactly-once processor
+(kafka-clients 3.9 and 4.3) and librdkafka's admin client (offsets by timestamp,
+DeleteRecords, configs with sources and synonyms)."""
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 
 from tests.differential.conftest import Pair
 from tests.differential.steps import TS
-from tests.integration.harness import prefixed_json, require_java, run_java
+from tests.integration.harness import require_java
 
 Outcome = Any
 
@@ -40,26 +39,12 @@ def assert_same(kafka: Outcome, gregor: Outcome) -> None:
 # DescribeConfigs shows right after depends on timing there (Gregor's answer is the new value).
 
 
-def java_round_trip(bootstrap: str, _port: int, prefix: str) -> Outcome:
-    proc = run_java(
-        "RoundTrip.java", bootstrap, "50", str(TS), prefix, "lz4:all", "zstd:all:auto", "none:1:auto"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(json.dumps(prefixed_json(proc.stdout)).replace(prefix, "P"))
-
-
-def test_java_round_trip(pair: Pair) -> None:
-    require_java()
-    assert_same(*both(pair, java_round_trip))
-
-
 def confluent_admin(bootstrap: str, _port: int, topic: str) -> Outcome:
     from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "3600000"})])[topic].result(30)
-    time.sleep(0.5)  # both brokers: the new partition's leader is known to the producer's metadata
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
     for i in range(6):
         p.produce(topic, value=b"v%d" % i, partition=0, timestamp=TS + 10 * i)
