@@ -1,4 +1,4 @@
-"""One Apache Kafka node and one Gregor broker for the whole differential session, and the
+"""One Apache Kafka node and one Gregor broker for the whole differential suite, and the
 closing table: every API key Gregor advertises, its versions, and the cases that exercised it
 (a key at 0 cases fails a run of the whole suite)."""
 
@@ -35,7 +35,7 @@ class Pair:
     gregor: BrokerProcess
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped after the last differential test, not at session end
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     with (
         started_kafka(tmp_path_factory.mktemp("kafka"), SHARED) as kafka,
