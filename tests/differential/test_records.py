@@ -280,11 +280,7 @@ CASES["negative-ids"] = [
     ),
     describe_producers([-1]),
 ]
-# Left out until Gregor records a leader epoch's start when a partition gets its leader: for a
-# log with no records yet, Kafka answers OffsetForLeaderEpoch from the epoch it assigned at
-# election (epoch 0 ends at 0; an epoch below every known one, e.g. -3, answers (-3, 0)), Gregor
-# knows no epoch until the first append and answers (-1, -1).
-LEFT_OUT["empty-log-leader-epoch"] = [*new_topic(), leader_epoch(4, 0), leader_epoch(4, -3)]
+CASES["empty-log-leader-epoch"] = [*new_topic(), leader_epoch(4, 0), leader_epoch(4, -3)]
 
 
 @pytest.mark.parametrize("name", list(CASES))
