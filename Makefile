@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed .deps/java4/.installed
+KAFKA_DEPS := .deps/kafka/.installed
+SPARK_KAFKA_DEPS := .deps/spark-kafka/.installed
 ETCD := .deps/etcd/.installed
 DOCKER_DEPS := .deps/docker/.installed
 COMPOSE := .deps/docker/.compose
@@ -12,7 +14,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run kcat cluster cluster-stop test unit integration lint bench venv java-deps etcd docker-deps clean clean-data
+.PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +24,28 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The Java clients: 3.9 (transaction version 1) and 4.3 (transaction version 2), apart.
-.deps/java/.installed: scripts/java-deps.sh
-	bash scripts/java-deps.sh .deps/java $(PY) 3.9
+# The Java clients from Maven Central: 3.9 (transaction version 1) and 4.3 (transaction
+# version 2), apart (scripts/kafka/clients-pom.xml).
+.deps/java/.installed: scripts/kafka/clients-pom.xml scripts/maven-deps.sh
+	bash scripts/maven-deps.sh scripts/kafka/clients-pom.xml .deps/java -Dkafka.version=3.9.2
 
-.deps/java4/.installed: scripts/java-deps.sh
-	bash scripts/java-deps.sh .deps/java4 $(PY) 4.3
+.deps/java4/.installed: scripts/kafka/clients-pom.xml scripts/maven-deps.sh
+	bash scripts/maven-deps.sh scripts/kafka/clients-pom.xml .deps/java4 -Dkafka.version=4.3.1
+
+# Apache Kafka 4.3.1 itself (broker, storage, tools, log4j2) from Maven Central
+# (scripts/kafka/pom.xml): the reference broker of the differential suite and Kafka's CLI tools.
+$(KAFKA_DEPS): scripts/kafka/pom.xml scripts/maven-deps.sh
+	bash scripts/maven-deps.sh scripts/kafka/pom.xml .deps/kafka
+
+kafka-deps: $(KAFKA_DEPS)
+
+# Spark's built-in Kafka connector 4.2.0 (the newest Maven Central serves) and the jars its pom
+# names that pyspark lacks (scripts/kafka/spark-pom.xml), for test_spark_builtin.py.
+$(SPARK_KAFKA_DEPS): scripts/kafka/spark-pom.xml scripts/maven-deps.sh
+	bash scripts/maven-deps.sh scripts/kafka/spark-pom.xml .deps/spark-kafka \
+		-DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+
+spark-kafka-deps: $(SPARK_KAFKA_DEPS)
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 
@@ -61,14 +79,19 @@ cluster: $(STAMP) $(ETCD)
 cluster-stop:
 	bash scripts/cluster.sh stop $(VENV) .deps/etcd/etcd
 
-test: $(STAMP) $(JAVA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS)
+test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS)
 	$(PY) -m pytest -q tests
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(ETCD) $(DOCKER_DEPS)
+integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(DOCKER_DEPS)
 	$(PY) -m pytest -q tests/integration
+
+# The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of
+# API keys and the cases that exercised each.
+differential: $(STAMP) $(KAFKA_DEPS)
+	$(PY) -m pytest -q tests/differential
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

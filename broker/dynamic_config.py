@@ -17,9 +17,11 @@ from broker.config import KEYS, BrokerConfig
 from broker.metadata import LocalMetadataStore
 from storage.log_config import (
     DYNAMIC_BROKER_CONFIGS,
+    PER_BROKER_ONLY,
     BrokerProperties,
     LogConfig,
     topic_broker_defaults,
+    unused_broker_defaults,
     validate_broker_config,
 )
 
@@ -41,6 +43,7 @@ def _defaults() -> dict[str, object]:
     """Kafka's value of every broker key nobody set (its staticDefaultConfigs)."""
     defaults: dict[str, object] = dict(topic_broker_defaults())
     defaults |= {key: spec.default for key, spec in KEYS.items()}
+    defaults |= unused_broker_defaults()
     return {key: value for key, value in defaults.items() if key not in _NULL_DEFAULTS}
 
 
@@ -72,7 +75,11 @@ class DynamicBrokerConfigs:
         """Kafka's message for a set of dynamic configs it would refuse at ``scope``, else None."""
         refused = sorted(set(configs) - set(DYNAMIC_BROKER_CONFIGS))
         if refused:
-            return f"Cannot update these configs dynamically: Set({', '.join(refused)})"
+            return f"Cannot update these configs dynamically: [{', '.join(refused)}]"
+        broker_only = sorted(set(configs) & PER_BROKER_ONLY) if scope == DEFAULT_SCOPE else []
+        if broker_only:
+            return ("Cannot update these configs at default cluster level, broker id must be specified: "
+                    f"[{', '.join(broker_only)}]")
         for key, value in configs.items():
             problem = validate_broker_config(key, value)
             if problem is not None:

@@ -162,6 +162,8 @@ class ReplicaManager:
         )
         log_.auto_advance_high_watermark = False  # the partition owns it
         log_.verify_transactions = self.verify_transactions
+        if log_.epoch_cache.latest_epoch <= epoch:  # Kafka's makeLeader: the epoch starts at the log end
+            log_.epoch_cache.assign(epoch, log_.log_end_offset)
         part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
         part.advance_high_watermark()
         self._partitions[(topic, index)] = part

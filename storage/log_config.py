@@ -50,6 +50,19 @@ def _list_of(*choices: str) -> Validator:
     return check
 
 
+def _throttled_replicas(value: ConfigValue) -> str | None:
+    """Kafka's ThrottledReplicaListValidator: empty, `*`, or `partition:broker` pairs."""
+    items = [v.strip() for v in str(value).split(",") if v.strip()]
+    if items == ["*"] or all(_pair_of_ints(v) for v in items):
+        return None
+    return "must be the literal '*' or a list of replicas in the format [PartitionId]:[BrokerId]"
+
+
+def _pair_of_ints(item: str) -> bool:
+    partition, sep, broker = item.partition(":")
+    return sep == ":" and partition.strip().isdigit() and broker.strip().isdigit()
+
+
 def _ratio(value: ConfigValue) -> str | None:
     ok = isinstance(value, float) and 0.0 <= value <= 1.0
     return None if ok else "must be between 0 and 1"
@@ -108,9 +121,13 @@ _DEFS = [
         _at_least(0),
         (("log.flush.scheduler.interval.ms", 1),),
     ),
+    # Replication throttles (kafka-reassign-partitions sets and clears them): known and
+    # validated as Kafka does; Gregor's replica fetchers are not throttled.
+    TopicConfigDef("follower.replication.throttled.replicas", None, "list", "", None, _throttled_replicas),
     TopicConfigDef(
         "index.interval.bytes", "log.index.interval.bytes", "int", 4096, "index_interval_bytes", _at_least(0)
     ),
+    TopicConfigDef("leader.replication.throttled.replicas", None, "list", "", None, _throttled_replicas),
     TopicConfigDef(
         "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "long", LONG_MAX,
         "max_compaction_lag_ms", _at_least(1),
@@ -372,6 +389,43 @@ DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {
     for d in _DEFS
     if d.broker_key is not None and d.field is not None and d.field not in _UNREAD_FIELDS
 } | {PRODUCER_ID_EXPIRATION_MS: _PRODUCER_ID_EXPIRATION_DEF}
+
+
+def _unused(name: str, kind: str, default: ConfigValue | None, minimum: int | None) -> TopicConfigDef:
+    check = _at_least(minimum) if minimum is not None else None
+    return TopicConfigDef(name, name, kind, default if default is not None else "", None, check)
+
+
+# Broker keys Kafka updates at run time that Gregor takes, stores and describes but does not use
+# (thread pools, connection quotas, replication throttles): Kafka's tools set them, e.g.
+# kafka-configs with log.cleaner.threads, kafka-reassign-partitions with the throttled rates.
+# Changing one changes nothing in Gregor. Kafka's defaults; a throttle has none (and is not
+# described until set); the Kerberos key is per broker only.
+UNUSED_DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
+    _unused("background.threads", "int", 10, 1),
+    _unused("log.cleaner.io.buffer.size", "int", 524288, 0),
+    _unused("log.cleaner.threads", "int", 1, 0),
+    _unused("max.connection.creation.rate", "int", INT_MAX, 0),
+    _unused("max.connections", "int", INT_MAX, 0),
+    _unused("max.connections.per.ip", "int", INT_MAX, 0),
+    _unused("num.io.threads", "int", 8, 1),
+    _unused("num.network.threads", "int", 3, 1),
+    _unused("num.recovery.threads.per.data.dir", "int", 2, 1),
+    _unused("num.replica.fetchers", "int", 1, None),
+    _unused("sasl.kerberos.min.time.before.relogin", "long", 60000, None),
+    _unused("follower.replication.throttled.rate", "long", None, 0),
+    _unused("leader.replication.throttled.rate", "long", None, 0),
+    _unused("replica.alter.log.dirs.io.max.bytes.per.second", "long", None, 0),
+)}
+UNDESCRIBED_UNTIL_SET = frozenset({"follower.replication.throttled.rate", "leader.replication.throttled.rate",
+                                   "replica.alter.log.dirs.io.max.bytes.per.second"})
+PER_BROKER_ONLY = frozenset({"sasl.kerberos.min.time.before.relogin"})
+DYNAMIC_BROKER_CONFIGS |= UNUSED_DYNAMIC_BROKER_CONFIGS
+
+
+def unused_broker_defaults() -> dict[str, ConfigValue]:
+    """Kafka's default of each unused dynamic key that has one."""
+    return {k: d.default for k, d in UNUSED_DYNAMIC_BROKER_CONFIGS.items() if k not in UNDESCRIBED_UNTIL_SET}
 
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: broker keys that set the same thing, in order.
 _BROKER_SYNONYM_GROUPS = (

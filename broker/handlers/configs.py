@@ -18,6 +18,7 @@ from protocol.errors import ErrorCode
 from storage.log_config import (
     DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
+    UNDESCRIBED_UNTIL_SET,
     BrokerProperties,
     ConfigSource,
     ResolvedConfig,
@@ -27,6 +28,7 @@ from storage.log_config import (
     parse_config_value,
     resolve_topic_config,
     topic_config_synonym,
+    unused_broker_defaults,
     validate_topic_config,
 )
 
@@ -64,6 +66,7 @@ def _entry(
         name=name, value=value, read_only=read_only, config_source=int(source),
         is_default=source == ConfigSource.DEFAULT_CONFIG, is_sensitive=False,
         synonyms=listed if with_synonyms else [], config_type=WIRE_TYPES.get(kind or "", 0),
+        documentation=None,  # Gregor has none to give (Kafka's is null unless asked for)
     )
 
 
@@ -93,9 +96,11 @@ def _broker_entries(ctx: RequestContext, scope: str, with_synonyms: bool) -> lis
             for key, value in sorted(props.dynamic_default.items())
         ]
     static = ctx.broker.config.values
+    shown = {**unused_broker_defaults(), **static}
+    shown |= {k: props[k] for k in UNDESCRIBED_UNTIL_SET if k in props}
     entries = []
-    for key in sorted(static):
-        value = props.get(key, static[key])
+    for key in sorted(shown):
+        value = props.get(key, shown[key])
         dynamic = DYNAMIC_BROKER_CONFIGS.get(key)
         kind = dynamic.type if dynamic is not None else None
         text = format_config_value(value) if isinstance(value, bool | int | float | str) else str(value)
@@ -265,7 +270,7 @@ def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -
         return ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}"
     definition = DYNAMIC_BROKER_CONFIGS.get(name)
     if definition is None:
-        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({name})"
+        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{name}]"
     if definition.type != "list":
         verb = "append" if op == APPEND else "subtract"
         return ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"

@@ -74,11 +74,16 @@ def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
 
 
 def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
-    hw = part.log.high_watermark if part else -1
+    """A partition without records. With an error, Kafka's: offsets -1 (INVALID_HIGH_WATERMARK),
+    and no aborted-transactions field but for a partition it does not know (an empty list)."""
+    if error != ErrorCode.NONE or part is None:
+        return PartitionData(
+            partition_index=index, error_code=error, high_watermark=-1, last_stable_offset=-1,
+            log_start_offset=-1, aborted_transactions=[] if part is None else None, records=b"",
+        )
     return PartitionData(
-        partition_index=index, error_code=error, high_watermark=hw,
-        last_stable_offset=part.log.last_stable_offset if part else -1,
-        log_start_offset=part.log.log_start_offset if part else -1,
+        partition_index=index, error_code=error, high_watermark=part.log.high_watermark,
+        last_stable_offset=part.log.last_stable_offset, log_start_offset=part.log.log_start_offset,
         aborted_transactions=None, records=b"",
     )
 

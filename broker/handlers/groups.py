@@ -21,6 +21,14 @@ def _unready(ctx: RequestContext) -> ErrorCode | None:
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+JOIN_NULLABLE_PROTOCOL_NAME = 7
+
+
+def _protocol_name(ctx: RequestContext, name: str | None) -> str | None:
+    """JoinGroup's ProtocolName is nullable from v7 only: older answers carry "" (as Kafka's)."""
+    return "" if name is None and ctx.version < JOIN_NULLABLE_PROTOCOL_NAME else name
+
+
 async def handle_join(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[JOIN]
     if (error := _unready(ctx)) is not None:
@@ -28,7 +36,7 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
             throttle_time_ms=0,
             error_code=error,
             generation_id=-1,
-            protocol_name=None,
+            protocol_name=_protocol_name(ctx, None),
             leader="",
             member_id="",
             members=[],
@@ -52,7 +60,7 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
         error_code=answer.error,
         generation_id=answer.generation_id,
         protocol_type=answer.protocol_type,
-        protocol_name=answer.protocol_name,
+        protocol_name=_protocol_name(ctx, answer.protocol_name),
         leader=answer.leader,
         skip_assignment=answer.skip_assignment,
         member_id=answer.member_id,

@@ -19,8 +19,18 @@ LPart = L.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 E = OffsetForLeaderEpochResponse
 EPart = E.OffsetForLeaderTopicResult.EpochEndOffset
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6  # tiered storage: Gregor has none, so no offset
+TIERED = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
+FIRST_VERSION_WITH_PENDING_UPLOAD = 11
 READ_COMMITTED = 1
+
+
+def _unsupported(timestamp: int, version: int) -> bool:
+    """Kafka answers UNSUPPORTED_VERSION for a negative timestamp it does not know at `version`."""
+    if timestamp >= 0 or timestamp in (LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED):
+        return False
+    return timestamp != EARLIEST_PENDING_UPLOAD or version < FIRST_VERSION_WITH_PENDING_UPLOAD
 
 
 def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, int]:
@@ -31,7 +41,7 @@ def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, 
     if timestamp == LATEST:
         end = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
         return end, -1, part.leader_epoch
-    if timestamp == EARLIEST_PENDING_UPLOAD:
+    if timestamp in TIERED:
         return -1, -1, -1
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
     if found is None:
@@ -44,6 +54,8 @@ def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> An
     part, error = resolve_partition(ctx, topic, index)
     if part is not None:
         error = check_leader_epoch(part, query.current_leader_epoch)
+    if error == ErrorCode.NONE and _unsupported(query.timestamp, ctx.version):
+        error = ErrorCode.UNSUPPORTED_VERSION
     if part is None or error != ErrorCode.NONE:
         return LPart(partition_index=index, error_code=error, old_style_offsets=[])
     offset, ts, epoch = _lookup(part, query.timestamp, isolation)

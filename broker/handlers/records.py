@@ -27,7 +27,8 @@ def _delete_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
     if offset < 0:
         return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
     error = ErrorCode(part.log.delete_records_before(offset))
-    return PartResult(partition_index=index, low_watermark=part.log.log_start_offset, error_code=error)
+    low_watermark = part.log.log_start_offset if error == ErrorCode.NONE else -1  # as Kafka answers
+    return PartResult(partition_index=index, low_watermark=low_watermark, error_code=error)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

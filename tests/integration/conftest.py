@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.etcd import EtcdProcess
-from tests.integration.harness import BrokerFactory, BrokerProcess, started_broker
+from tests.integration.harness import REPO_ROOT, BrokerFactory, BrokerProcess, started_broker
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -89,7 +89,10 @@ def spark():  # type: ignore[no-untyped-def]
     up to 3 attempts), with the gregor_kafka data source registered."""
     from gregor_spark.session import local_session
 
-    session = local_session("local[2,3]", app="gregor-tests")
+    # Spark's own Kafka connector too (test_spark_builtin.py), when `make spark-kafka-deps` put it there.
+    jars = sorted(str(j) for j in (REPO_ROOT / ".deps" / "spark-kafka").glob("*.jar"))
+    extra = {"spark.jars": ",".join(jars)} if jars else {}
+    session = local_session("local[2,3]", app="gregor-tests", **extra)
     try:
         yield session
     finally:

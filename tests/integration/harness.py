@@ -29,8 +29,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 JAVA_DEPS = REPO_ROOT / ".deps" / "java"
-# The Java client jar sets scripts/java-deps.sh installs: 3.9 speaks transaction version 1,
-# 4.3 transaction version 2 (KIP-890 part 2) when the broker finalizes it.
+# The Java client jar sets `make java-deps` copies from Maven Central (scripts/kafka/clients-pom.xml):
+# 3.9 speaks transaction version 1, 4.3 transaction version 2 (KIP-890 part 2) when the broker
+# finalizes it.
 JAVA_CLIENTS = {"3.9": JAVA_DEPS, "4.3": REPO_ROOT / ".deps" / "java4"}
 
 START_TIMEOUT_S = 20.0

@@ -6,7 +6,7 @@ changes dynamically and Gregor reads (the log keys that topic configs default fr
 producer.id.expiration.ms), persist them in the metadata store, and apply them at once to existing
 and new topics that do not override them. Everything else is refused as Kafka's
 ConfigAdminManager does: INVALID_REQUEST naming the key ("Cannot update these configs
-dynamically: Set(...)"), INVALID_CONFIG for APPEND to a non-list key. DescribeConfigs reports each
+dynamically: [...]"), INVALID_CONFIG for APPEND to a non-list key. DescribeConfigs reports each
 value's source and, when asked, its synonyms in Kafka's order (per-broker, default, static,
 built-in default). Byte level, plus confluent-kafka's incremental_alter_configs and the Java
 Admin (java/ConfigsAdmin.java).
@@ -178,13 +178,13 @@ def test_cluster_default_below_per_broker_below_topic(module_broker: BrokerProce
     ("name", "ops", "error", "message"),
     [
         ("1", [("num.partitions", SET, "3")], INVALID_REQUEST,
-         "Cannot update these configs dynamically: Set(num.partitions)"),
+         "Cannot update these configs dynamically: [num.partitions]"),
         ("", [("no.such.key", SET, "3")], INVALID_REQUEST,
-         "Cannot update these configs dynamically: Set(no.such.key)"),
+         "Cannot update these configs dynamically: [no.such.key]"),
         ("1", [("log.segment.delete.delay.ms", SET, "5")], INVALID_REQUEST,
-         "Cannot update these configs dynamically: Set(log.segment.delete.delay.ms)"),
+         "Cannot update these configs dynamically: [log.segment.delete.delay.ms]"),
         ("1", [("log.retention.hours", SET, "5")], INVALID_REQUEST,
-         "Cannot update these configs dynamically: Set(log.retention.hours)"),
+         "Cannot update these configs dynamically: [log.retention.hours]"),
         ("1", [("log.retention.ms", SET, "soon")], INVALID_REQUEST,
          "Invalid value soon for configuration log.retention.ms: Not a number of type LONG"),
         ("1", [("log.segment.bytes", SET, "10")], INVALID_REQUEST,
@@ -219,7 +219,7 @@ def test_validate_only_and_legacy_refusal(module_broker: BrokerProcess) -> None:
         assert incremental(c, "1", [("log.retention.ms", SET, "1000")], validate_only=True) == (0, None)
         assert describe(c, BROKER, "1", ["log.retention.ms"])["log.retention.ms"][1] == DEFAULT
         assert alter(c, "1", {"log.retention.ms": "1000", "num.partitions": "2"}) == (
-            INVALID_REQUEST, "Cannot update these configs dynamically: Set(num.partitions)"
+            INVALID_REQUEST, "Cannot update these configs dynamically: [num.partitions]"
         )
         entries = describe(c, BROKER, "1")
         assert entries["log.retention.ms"][1] == DEFAULT
@@ -287,7 +287,7 @@ def test_java_admin(module_broker: BrokerProcess) -> None:
     assert described["default_names"] == "log.retention.ms,message.max.bytes"
     assert refused == {
         "step": "refused", "error": "InvalidRequestException",
-        "message": "Cannot update these configs dynamically: Set(num.partitions)",
+        "message": "Cannot update these configs dynamically: [num.partitions]",
     }
     assert cleaned["topic_retention"] == {
         "value": "604800000", "source": "DEFAULT_CONFIG", "read_only": False, "synonyms": []

@@ -1,0 +1,227 @@
+"""Answers of Kafka and Gregor compared field by field after normalising what legitimately
+differs (ids each broker makes up, hosts and ports, clocks, throttling, free-text messages).
+
+The accepted differences are the table "Differences from Apache Kafka" of README.md: a
+difference at a path that a row of that table names is reported as accepted, any other one
+fails the case with both answers.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from tests.integration.harness import REPO_ROOT
+
+README_SECTION = "## Differences from Apache Kafka"
+CASE_TOPIC = re.compile(r"d-[0-9a-f]{10}")  # tests/differential/conftest.py names topics so
+# Fields whose value each broker makes up: compared by order of first appearance in a case.
+RENAMED = {"producer_id", "topic_id", "member_id", "session_id", "leader"}
+SAME_IDS = {"leader": "member_id"}  # a field holding ids of another field's kind
+# Fields compared only as "present": host names, ports, clocks and free text.
+BLANKED = {
+    "host",
+    "port",
+    "cluster_id",
+    "log_append_time_ms",
+    "log_dir",
+    "total_bytes",
+    "usable_bytes",
+    "last_timestamp",
+    "transaction_start_time_ms",
+    "finalized_features_epoch",
+    "throttle_time_ms",
+    "client_host",
+    "message",
+}
+# The values that mean "none" for each renamed field (kept as they are).
+NO_ID: dict[str, set[Any]] = {
+    "producer_id": {-1},
+    "session_id": {0},
+    "member_id": {"", None},
+    "topic_id": {None, "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"},
+}
+# The fields that identify an element of a list, in the order they are tried for sorting.
+LIST_KEYS = (
+    "name",
+    "topic",
+    "topic_name",
+    "partition_index",
+    "index",
+    "partition",
+    "group_id",
+    "transactional_id",
+    "api_key",
+    "node_id",
+    "resource_name",
+    "config_name",
+    "broker_id",
+    "log_dir",
+    "producer_id",
+)
+
+
+@dataclass
+class Renamer:
+    """Canonical names for made-up ids, by order of first appearance (one per broker and case)."""
+
+    seen: dict[tuple[str, Any], str] = field(default_factory=dict)
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if value in NO_ID.get(name, {None}):
+            return value
+        key = (name, value)
+        if key not in self.seen:
+            self.seen[key] = f"<{name}#{sum(1 for k in self.seen if k[0] == name)}>"
+        return self.seen[key]
+
+
+def normalise(tree: Any, rename: Renamer, name: str = "") -> Any:
+    if isinstance(tree, dict):
+        return {k: normalise(v, rename, k) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return _sorted([normalise(v, rename, name) for v in tree])
+    if name in RENAMED:
+        return rename(SAME_IDS.get(name, name), tree)
+    if name in ("error_message", "error_msg"):  # free text in Kafka; some of Gregor's are None
+        return "<text>"
+    if name in BLANKED:
+        return "<set>" if tree not in (None, -1, "") or name == "throttle_time_ms" else tree
+    if name == "records" and isinstance(tree, bytes | bytearray):
+        return batches(bytes(tree), rename)
+    if isinstance(tree, bytes | bytearray):
+        return bytes(tree).hex()
+    return tree
+
+
+def batches(data: bytes, rename: Renamer) -> list[dict[str, Any]]:
+    """The batches of a records field as trees: producer ids renamed, CRCs left out (they cover
+    the producer id), records with offset, timestamp, key, value and headers."""
+    from kafka.record import MemoryRecords
+
+    out: list[dict[str, Any]] = []
+    records = MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:
+        out.append(
+            {
+                "base_offset": batch.base_offset,
+                "producer_id": rename("producer_id", batch.producer_id),
+                "producer_epoch": batch.producer_epoch,
+                "base_sequence": batch.base_sequence,
+                "is_transactional": batch.is_transactional,
+                "is_control": batch.is_control_batch,
+                "records": [[r.offset, r.timestamp, r.key, r.value, list(r.headers)] for r in batch],
+            }
+        )
+    return out
+
+
+def _sorted(items: list[Any]) -> list[Any]:
+    if not items or not all(isinstance(i, dict) for i in items):
+        return items
+    keys = [k for k in LIST_KEYS if all(k in i for i in items)]
+    if not keys:
+        return items
+    return sorted(items, key=lambda i: tuple(str(i[k]) for k in keys))
+
+
+@dataclass(frozen=True)
+class Difference:
+    path: str
+    kafka: Any
+    gregor: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}: kafka {self.kafka!r}, gregor {self.gregor!r}"
+
+
+def differences(kafka: Any, gregor: Any, path: str = "", common_only: bool = False) -> list[Difference]:
+    """Every leaf where the trees differ; with `common_only`, fields one side lacks are left out
+    (the two answers are of different versions)."""
+    if isinstance(kafka, dict) and isinstance(gregor, dict):
+        out: list[Difference] = []
+        names = kafka.keys() & gregor.keys() if common_only else kafka.keys() | gregor.keys()
+        for k in sorted(names):
+            out += differences(
+                kafka.get(k, "<absent>"), gregor.get(k, "<absent>"), _join(path, k), common_only
+            )
+        return out
+    if isinstance(kafka, list) and isinstance(gregor, list):
+        key = _identity(kafka + gregor)
+        if key is not None:
+            return _keyed_differences(kafka, gregor, key, path, common_only)
+        if len(kafka) != len(gregor):
+            return [Difference(path + "[]", kafka, gregor)]
+        out = []
+        for k, g in zip(kafka, gregor, strict=True):
+            out += differences(k, g, path + "[]", common_only)
+        return out
+    return [] if kafka == gregor else [Difference(path, kafka, gregor)]
+
+
+def _identity(items: list[Any]) -> str | None:
+    """The field that names each element of a list of dicts, if one does (unique values)."""
+    if not items or not all(isinstance(i, dict) for i in items):
+        return None
+    for k in LIST_KEYS:
+        if all(k in i for i in items):
+            return k
+    return None
+
+
+def _keyed_differences(
+    kafka: list[Any], gregor: list[Any], key: str, path: str, common_only: bool
+) -> list[Difference]:
+    """Elements matched by their `key` field: path `list[value]` (a case's topic name is `T`)."""
+    k_items, g_items = {str(i[key]): i for i in kafka}, {str(i[key]): i for i in gregor}
+    if len(k_items) != len(kafka) or len(g_items) != len(gregor):  # not unique: compare in order
+        return [Difference(path + "[]", kafka, gregor)] if kafka != gregor else []
+    out: list[Difference] = []
+    for name in sorted(k_items.keys() | g_items.keys()):
+        at = f"{path}[{CASE_TOPIC.sub('T', name)}]"
+        out += differences(k_items.get(name, "<absent>"), g_items.get(name, "<absent>"), at, common_only)
+    return out
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+@cache
+def accepted_table() -> list[tuple[str, str, str]]:
+    """(API name, path pattern, why) of every row of README.md's accepted-differences table."""
+    text = (REPO_ROOT / "README.md").read_text()
+    start = text.index(README_SECTION)
+    rows: list[tuple[str, str, str]] = []
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[1].startswith("`"):
+            rows.append((cells[0], cells[1].strip("`"), cells[-1]))
+    return rows
+
+
+def accepted(api_name: str, version: int, diff: Difference) -> bool:
+    for api, pattern, _why in accepted_table():
+        wanted, _, versions = api.partition(" v")
+        if wanted != api_name or (versions and not _in_range(version, versions)):
+            continue
+        if fnmatch.fnmatchcase(diff.path, _literal_brackets(pattern)):
+            return True
+    return False
+
+
+def _literal_brackets(pattern: str) -> str:
+    """A README pattern for fnmatch: `[`/`]` are the path's own brackets, only `*` is a wildcard."""
+    return "".join("[[]" if c == "[" else "[]]" if c == "]" else c for c in pattern)
+
+
+def _in_range(version: int, versions: str) -> bool:
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", versions.strip())
+    assert m, f"README accepted-differences: bad version range {versions!r}"
+    low = int(m[1])
+    return low <= version <= int(m[2] or low)
