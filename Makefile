@@ -97,7 +97,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark
 
-bench: $(STAMP) $(ETCD) $(JAVA_DEPS)
+bench: $(STAMP) $(ETCD) $(JAVA_DEPS) $(KAFKA_DEPS)
 	$(PY) -m bench.transactions
 	$(PY) -m bench.produce_fetch
 	$(PY) -m bench.produce_validation

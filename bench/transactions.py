@@ -10,6 +10,11 @@ compares each row's figure with bench/baseline.json: a row more than 25% below i
 baseline says REGRESSION and the benchmark exits 1. `--update-baseline` records this
 run's figures as the new baseline (commit it with the reason).
 
+Apache Kafka 4.3.1 (one KRaft node from `make kafka-deps`, started as its own scripts start it:
+-Xmx1G -Xms1G, G1) runs the same workloads in the same run as the reference: each row of one
+Gregor broker is printed next to Kafka's, with the ratio. Kafka's rows are not compared with
+the baseline.
+
 A transaction's next request used to find the previous transaction still completing and
 be bounced with CONCURRENT_TRANSACTIONS (20-100 ms of client back-off); these rows would
 have shown it as a fall of more than 10x.
@@ -32,11 +37,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench import baseline
 from tests.integration.cluster import running_cluster
 from tests.integration.harness import BrokerProcess, java_command, prefixed_json
+from tests.integration.kafka import SCRIPT_JVM_OPTS, started_kafka
 
 BENCHMARK = "transactions"
 VALUE_BYTES = 1024
 MIB = 1 << 20
 SINGLE = {"transaction.state.log.replication.factor": 1, "offsets.topic.replication.factor": 1}
+KAFKA = {"transaction.state.log.num.partitions": 50, "offsets.topic.num.partitions": 50}  # as Gregor's
+ONE, REFERENCE, CLUSTER = "1 broker", "Kafka 4.3.1", "3 brokers RF 3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +114,12 @@ def one_broker(base: Path) -> Iterator[tuple[str, int]]:
 
 
 @contextmanager
+def kafka_node(base: Path) -> Iterator[tuple[str, int]]:
+    with started_kafka(base / "kafka", KAFKA, jvm_opts=SCRIPT_JVM_OPTS) as node:
+        yield node.bootstrap, 1
+
+
+@contextmanager
 def three_brokers(base: Path) -> Iterator[tuple[str, int]]:
     (base / "cluster").mkdir()
     with running_cluster(base / "cluster", show_logs_on_error=True) as cluster:
@@ -120,10 +134,18 @@ def measure(topology: str, bootstrap: str, replicas: int, scale: float) -> dict[
         row = f"{topology}: {w.name}"
         figure = r.figure(w.unit)
         figures[row] = figure
+        verdict = "reference" if topology == REFERENCE else baseline.verdict(BENCHMARK, row).text(figure)
         print(f"{row:<58} {r.txn_per_s:>9,.0f} txn/s {r.mib_per_s:>7.1f} MiB/s  p50 {r.p50_ms:>6.1f} ms"
-              f"  p99 {r.p99_ms:>7.1f} ms   {figure:,.1f} {w.unit}: "
-              f"{baseline.verdict(BENCHMARK, row).text(figure)}", flush=True)
+              f"  p99 {r.p99_ms:>7.1f} ms   {figure:,.1f} {w.unit}: {verdict}", flush=True)
     return figures
+
+
+def print_ratios(figures: dict[str, float], scale: float) -> None:
+    """Each workload on one Gregor broker against the same on one Kafka node."""
+    print(f"\n{'workload':<44} {'Gregor':>9} {'Kafka':>9} {'ratio':>6}")
+    for w in workloads(scale):
+        gregor, kafka = figures[f"{ONE}: {w.name}"], figures[f"{REFERENCE}: {w.name}"]
+        print(f"{w.name:<44} {gregor:>9,.1f} {kafka:>9,.1f} {gregor / kafka:>6.2f}  ({w.unit})")
 
 
 def main() -> None:
@@ -133,9 +155,11 @@ def main() -> None:
     args = parser.parse_args()
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="gregor-bench-txn-") as tmp:
-        for topology, start in (("1 broker", one_broker), ("3 brokers RF 3", three_brokers)):
+        for topology, start in ((ONE, one_broker), (REFERENCE, kafka_node), (CLUSTER, three_brokers)):
             with start(Path(tmp)) as (bootstrap, replicas):
                 figures |= measure(topology, bootstrap, replicas, args.scale)
+    print_ratios(figures, args.scale)
+    figures = {row: v for row, v in figures.items() if not row.startswith(REFERENCE)}
     if args.update_baseline:
         baseline.update(BENCHMARK, figures)
         print(f"baseline updated: {baseline.BASELINE}")
