@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from tests.chaos.history import NO_OFFSET, Fault, History, Key, Kind, Op, Outcome, Read
 
+DRAIN = "drain"  # the process that reads everything at the end (not a client making progress)
+
 ANOMALIES = (
     "lost-write", "duplicate", "aborted-read", "inconsistent-offsets", "torn-transaction",
     "precommitted-read", "non-monotonic-poll", "skipping-poll", "G0", "G1c",
@@ -279,21 +281,35 @@ def _pop_component(node: int, stack: list[int], on_stack: set[int]) -> set[int]:
 
 def recoveries(history: History) -> Iterator[Recovery]:
     for fault in history.faults:
-        yield Recovery(fault, _progress_after(history.ops, fault.stop_s, _writes),
-                       _progress_after(history.ops, fault.stop_s, _reads))
+        yield Recovery(fault, _progress_after(history.ops, fault.stop_s, _written),
+                       _progress_after(history.ops, fault.stop_s, _read))
 
 
-def _writes(op: Op) -> bool:
-    return op.kind in (Kind.SEND, Kind.TXN) and op.outcome == Outcome.OK
+def _written(op: Op) -> Iterable[Key]:
+    if op.kind in (Kind.SEND, Kind.TXN) and op.outcome == Outcome.OK:
+        yield from (w.key for w in op.writes)
 
 
-def _reads(op: Op) -> bool:
-    return op.kind == Kind.POLL and bool(op.reads)
+def _read(op: Op) -> Iterable[Key]:
+    if op.kind == Kind.POLL and op.process != DRAIN:
+        yield from (r.key for r in op.reads)
 
 
-def _progress_after(ops: Iterable[Op], healed_s: float, progress: Callable[[Op], bool]) -> float | None:
-    done = [op.complete_s for op in ops if progress(op) and op.complete_s >= healed_s]
-    return min(done) - healed_s if done else None
+def _progress_after(
+    ops: Iterable[Op], healed_s: float, progress: Callable[[Op], Iterable[Key]]
+) -> float | None:
+    """Seconds from `healed_s` until every partition the history ever progressed on did so again
+    (None: one never did before the history ended)."""
+    first: dict[Key, float] = {}
+    keys: set[Key] = set()
+    for op in ops:
+        for key in progress(op):
+            keys.add(key)
+            if op.complete_s >= healed_s:
+                first[key] = min(first.get(key, op.complete_s), op.complete_s)
+    if not keys or set(first) != keys:
+        return None
+    return max(first.values()) - healed_s
 
 
 def _tp(key: Key) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from tests.chaos.checker import Recovery, Verdict
+from tests.chaos.checker import DRAIN, Recovery, Verdict
 from tests.chaos.history import History, Kind, Op, Outcome
 
 ANOMALIES_SHOWN = 50
@@ -108,7 +108,7 @@ def _per_second(ops: list[Op], t0: float) -> dict[str, dict[int, int]]:
         second = int(op.complete_s - t0)
         if op.kind in (Kind.SEND, Kind.TXN):
             series[f"{op.kind} {op.outcome}"][second] += 1
-        elif op.kind == Kind.POLL:
+        elif op.kind == Kind.POLL and op.process != DRAIN:
             series["values read"][second] += len(op.reads)
     return series
 

@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.chaos.checker import DRAIN
 from tests.chaos.history import NO_OFFSET, History, Kind, Op, Outcome, ProcessId, Read, Write
 
 PARTITIONS = 3
@@ -209,7 +210,7 @@ def drain(
     deadline, last_new = now() + limit_s, now()
     try:
         while now() < deadline and now() - last_new < quiet_s:
-            if poll_into(c, rec, "drain", True):
+            if poll_into(c, rec, DRAIN, True):
                 last_new = now()
     finally:
         c.close()
