@@ -59,20 +59,23 @@ def run(options: Options) -> Result:
 
 def _drive(cluster: ChaosCluster, options: Options, base: Path) -> History:
     out, stop_file = base / "history.json", base / "stop"
-    clients = cluster.client("-m", "tests.chaos.workload", cluster.bootstrap, str(out), str(stop_file),
-                             "--workload", ",".join(options.workloads), "--seed", str(options.seed),
-                             stdout=subprocess.DEVNULL, stderr=open(options.out / "clients.log", "wb"))
+    with open(options.out / "clients.log", "wb") as log:
+        clients = cluster.client("-m", "tests.chaos.workload", cluster.bootstrap, str(out), str(stop_file),
+                                 "--workload", ",".join(options.workloads), "--seed", str(options.seed),
+                                 stdout=subprocess.DEVNULL, stderr=log)
     try:
         time.sleep(options.heal_s)  # the clients create their topics and start
         faults = _schedule(cluster, options)
         cluster.restore()
         time.sleep(options.heal_s)
         stop_file.touch()
+        print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
         code = clients.wait(180)
         assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
     finally:
         if clients.poll() is None:
             clients.kill()
+    print(f"{time.monotonic():.1f} the clients ended", flush=True)
     history = History.load(out)
     history.faults.extend(faults)
     return history

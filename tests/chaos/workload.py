@@ -135,28 +135,28 @@ def poll_subscribed(bootstrap: str, name: str, rec: Recorder, stop: threading.Ev
 
 def produce_txns(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, seed: int) -> None:
     rng = random.Random(seed)
-    producer = _txn_producer(bootstrap, name)
+    producer = _txn_producer(bootstrap, name, stop)
     n = 0
-    while not stop.is_set():
+    while producer is not None and not stop.is_set():
         values = [f"{name}-{n}-{i}" for i in range(rng.randint(2, 4))]
         n += 1
         try:
             rec.add(_one_txn(producer, name, values, rng))
         except KafkaException:
-            producer = _txn_producer(bootstrap, name)  # fatal: a new producer fences the old
+            producer = _txn_producer(bootstrap, name, stop)  # fatal: a new producer fences the old
 
 
-def _txn_producer(bootstrap: str, name: str) -> Producer:
+def _txn_producer(bootstrap: str, name: str, stop: threading.Event) -> Producer | None:
+    """A producer whose InitProducerId went through (None if the run stopped first)."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{name}",
                          "transaction.timeout.ms": 10000, "message.timeout.ms": 8000, **COMMON})
-    deadline = now() + 120
-    while True:
+    while not stop.is_set():
         try:
-            producer.init_transactions(10)
+            producer.init_transactions(5)
             return producer
         except KafkaException:
-            if now() > deadline:
-                raise
+            continue
+    return None
 
 
 def _one_txn(producer: Producer, name: str, values: list[str], rng: random.Random) -> Op:
