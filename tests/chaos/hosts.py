@@ -10,14 +10,13 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.chaos.netns import Host, Network
 from tests.integration.disks import small_tmpfs
 from tests.integration.etcd import EtcdProcess
-from tests.integration.harness import BrokerProcess, BrokerStartError, port_open
+from tests.integration.harness import BrokerProcess, port_open
 
 BROKERS = ("n1", "n2", "n3")
 HOSTS = ("etcd", *BROKERS, "client")
@@ -47,19 +46,8 @@ class NamespacedBroker(BrokerProcess):
     def bootstrap(self) -> str:
         return f"{self.host.address}:{PORT}"
 
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        assert self.proc is not None
-        while time.monotonic() < deadline:
-            code = self.proc.poll()
-            if code is not None:
-                self.proc = None
-                raise BrokerStartError(f"broker exited with code {code} during start-up\n{self.log_tail()}")
-            if port_open(self.host.address, PORT, self.wrapper):
-                return
-            time.sleep(0.1)
-        self.kill9()
-        raise BrokerStartError(f"broker did not listen on {self.bootstrap} within {timeout}s")
+    def answers(self) -> bool:
+        return port_open(self.host.address, PORT, self.wrapper)
 
     def skew(self, seconds: int) -> None:
         self.clock_file.write_text(f"{seconds:+d}\n")

@@ -169,13 +169,17 @@ class BrokerProcess:
             if code is not None:
                 self.proc = None
                 raise BrokerStartError(f"broker exited with code {code} during start-up\n{self.log_tail()}")
-            if _api_versions_probe(self.port, timeout=1.0):
+            if self.answers():
                 return
             time.sleep(0.05)
         self.kill9()
         raise BrokerStartError(
             f"broker did not answer ApiVersions on {self.bootstrap} within {timeout}s\n{self.log_tail()}"
         )
+
+    def answers(self) -> bool:
+        """True once the broker answers ApiVersions (a subclass may ask otherwise)."""
+        return _api_versions_probe(self.port, timeout=1.0)
 
     @property
     def running(self) -> bool:
