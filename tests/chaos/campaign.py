@@ -45,7 +45,7 @@ class Result:
 
 def run(options: Options) -> Result:
     options.out.mkdir(parents=True, exist_ok=True)
-    sweep()
+    sweep(options.run_id)
     with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
         cluster = ChaosCluster(Path(base), options.run_id)
         try:
@@ -118,13 +118,14 @@ def main() -> int:
     parser.add_argument("--fault-seconds", type=float, default=4.0)
     parser.add_argument("--heal-seconds", type=float, default=4.0)
     parser.add_argument("--out", type=Path, default=Path("chaos-report"))
+    parser.add_argument("--run-id", type=int, default=1, help="1-250: hosts 10.222.ID.*, namespaces gchID-*")
     args = parser.parse_args()
     names = tuple(NEMESES) if args.nemeses == "all" else tuple(args.nemeses.split(","))
     unknown = [n for n in names if n not in NEMESES]
     if unknown:
         parser.error(f"unknown nemeses {unknown}; known: {', '.join(NEMESES)}")
     result = run(Options(args.seconds, names, tuple(args.workload.split(",")), args.seed,
-                         args.fault_seconds, args.heal_seconds, args.out))
+                         args.fault_seconds, args.heal_seconds, args.out, args.run_id))
     print((result.report / "summary.txt").read_text())
     return 0 if result.verdict.valid else 1
 

@@ -6,7 +6,7 @@ exists only inside these namespaces (nothing is ever sent elsewhere: the root na
 gets no interface, no route, no rule). A process runs on a host through `ip netns exec`.
 Partitions are iptables DROP rules inside the namespaces; `heal` flushes them all.
 `close` deletes every namespace (their veths and rules go with them), also after a
-failure, and `sweep` removes what a killed run left behind.
+failure, and `sweep` removes what a killed run of the same id left behind.
 """
 
 from __future__ import annotations
@@ -123,11 +123,12 @@ def _delete(namespace: str) -> None:
     subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
 
 
-def sweep() -> None:
-    """Delete the namespaces a killed run left behind (ours only, by their prefix)."""
+def sweep(run_id: int) -> None:
+    """Delete the namespaces a killed run with this id left behind (never another run's)."""
+    mine = f"{PREFIX}{run_id}-"
     for line in run("ip", "netns", "list").splitlines():
         name = line.split()[0] if line.strip() else ""
-        if name.startswith(PREFIX):
+        if name.startswith(mine):
             _delete(name)
 
 

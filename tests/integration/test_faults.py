@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.errors import ErrorCode
@@ -66,8 +66,6 @@ def produce(cluster: Cluster, topic: str, values: list[bytes], partition: int = 
 
 
 def consume(bootstrap: str, topic: str, partition: int, count: int) -> list[bytes]:
-    from confluent_kafka import TopicPartition
-
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, partition, 0)])
