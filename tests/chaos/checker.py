@@ -45,10 +45,11 @@ class Anomaly:
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """How long after `fault` healed producers and consumers first made progress (None:
-    not before the history ended)."""
+    """How long after `fault` healed the producers and consumers of `topic` had progressed
+    again on every partition (None: not before the history ended)."""
 
     fault: Fault
+    topic: str
     producers_s: float | None
     consumers_s: float | None
 
@@ -99,6 +100,7 @@ class _Index:
             self.values_at[(key, offset)].add(value)
             self.offsets_of[value].add((key, offset))
         self.read_values = {r.value for _, r in self.all_reads}
+        self.committed_reads = {r.value for op, r in self.all_reads if op.committed_reader}
         self.max_read: dict[Key, int] = defaultdict(lambda: NO_OFFSET)
         for _, r in self.all_reads:
             self.max_read[r.key] = max(self.max_read[r.key], r.offset)
@@ -115,8 +117,15 @@ class _Index:
                 yield from ((op, w.value, w.key, w.offset) for w in op.writes)
 
     def committed(self, value: str) -> bool:
+        """Not known to have failed (what a read_committed reader may see)."""
         op = self.writer.get(value)
         return op is None or op.outcome != Outcome.FAIL
+
+    def known_committed(self, value: str) -> bool:
+        """Known to be visible to a read_committed reader: acknowledged, or seen by one (a
+        transaction of unknown outcome may have been aborted, and rightly skipped)."""
+        op = self.writer.get(value)
+        return (op is not None and op.outcome == Outcome.OK) or value in self.committed_reads
 
     # -- the checks ---------------------------------------------------------------
 
@@ -187,7 +196,7 @@ class _Index:
             yield Anomaly("non-monotonic-poll", f"{process} read {_tp(r.key)}@{r.offset} after @{before}")
             return
         missed = [v for o in range(before + 1, r.offset) for v in self.values_at.get((r.key, o), ())
-                  if not committed or self.committed(v)]
+                  if not committed or self.known_committed(v)]
         if missed:
             yield Anomaly("skipping-poll", f"{process} jumped {_tp(r.key)}@{before} -> @{r.offset} "
                           f"over {sorted(missed)}")
@@ -280,9 +289,17 @@ def _pop_component(node: int, stack: list[int], on_stack: set[int]) -> set[int]:
 
 
 def recoveries(history: History) -> Iterator[Recovery]:
+    topics = sorted({k[0] for op in history.ops for k in (*_written(op), *_read(op))})
     for fault in history.faults:
-        yield Recovery(fault, _progress_after(history.ops, fault.stop_s, _written),
-                       _progress_after(history.ops, fault.stop_s, _read))
+        for topic in topics:
+            yield Recovery(
+                fault, topic, _progress_after(history.ops, fault.stop_s, _on(topic, _written)),
+                _progress_after(history.ops, fault.stop_s, _on(topic, _read)),
+            )
+
+
+def _on(topic: str, progress: Callable[[Op], Iterable[Key]]) -> Callable[[Op], Iterable[Key]]:
+    return lambda op: [k for k in progress(op) if k[0] == topic]
 
 
 def _written(op: Op) -> Iterable[Key]:

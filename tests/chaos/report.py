@@ -20,6 +20,7 @@ ANOMALIES_SHOWN = 50
 
 def write_report(out: Path, history: History, verdict: Verdict, seed: int) -> Path:
     out.mkdir(parents=True, exist_ok=True)
+    history.save(out / "history.json")  # to check again: History.load + checker.check
     figures = summary_figures(history, verdict, seed)
     (out / "report.json").write_text(json.dumps({
         **figures, "anomalies": [asdict(a) for a in verdict.anomalies],
@@ -44,23 +45,27 @@ def summary_figures(history: History, verdict: Verdict, seed: int) -> dict[str, 
 
 
 def _recovery_json(r: Recovery) -> dict[str, Any]:
-    return {"nemesis": r.fault.nemesis, "target": r.fault.target, "producers_s": r.producers_s,
-            "consumers_s": r.consumers_s}
+    return {"nemesis": r.fault.nemesis, "target": r.fault.target, "topic": r.topic,
+            "producers_s": r.producers_s, "consumers_s": r.consumers_s}
 
 
-def _recovery_by_nemesis(recoveries: tuple[Recovery, ...]) -> dict[str, dict[str, float | None]]:
-    found: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"producers": [], "consumers": []})
-    never: Counter[str] = Counter()
+def _recovery_by_nemesis(recoveries: tuple[Recovery, ...]) -> dict[str, dict[str, Any]]:
+    """Per nemesis and topic: median and max seconds to progress again, and how many times
+    it never did before the run ended."""
+    found: dict[str, list[Recovery]] = defaultdict(list)
     for r in recoveries:
-        for side, value in (("producers", r.producers_s), ("consumers", r.consumers_s)):
-            if value is None:
-                never[r.fault.nemesis] += 1
-            else:
-                found[r.fault.nemesis][side].append(value)
-    return {name: {f"{side}_median_s": round(median(v), 2) if v else None for side, v in sides.items()}
-            | {"max_s": round(max([*sides["producers"], *sides["consumers"]], default=0), 2),
-               "never": never[name]}
-            for name, sides in sorted(found.items())}
+        found[f"{r.fault.nemesis} {r.topic}"].append(r)
+    return {name: _spread(rs) for name, rs in sorted(found.items())}
+
+
+def _spread(rs: list[Recovery]) -> dict[str, Any]:
+    times = [t for r in rs for t in (r.producers_s, r.consumers_s) if t is not None]
+    produced = [r.producers_s for r in rs if r.producers_s is not None]
+    consumed = [r.consumers_s for r in rs if r.consumers_s is not None]
+    return {"producers_median_s": round(median(produced), 2) if produced else None,
+            "consumers_median_s": round(median(consumed), 2) if consumed else None,
+            "max_s": round(max(times, default=0.0), 2),
+            "never": sum(1 for r in rs for t in (r.producers_s, r.consumers_s) if t is None)}
 
 
 def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
@@ -70,9 +75,11 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
              f"acknowledged writes {figures['acknowledged_writes']}, values read {figures['values_read']}",
              "faults per nemesis: " + ", ".join(f"{k} {v}" for k, v in figures["faults_per_nemesis"].items()),
              "anomalies: " + ", ".join(f"{k} {v}" for k, v in figures["anomalies_per_kind"].items()),
-             "progress after the fault healed (median s, producers / consumers; max):"]
+             "progress on every partition after the fault healed (median s, producers / consumers; "
+             "max; never):"]
     for name, r in figures["recovery_s_per_nemesis"].items():
-        lines.append(f"  {name:22} {r['producers_median_s']} / {r['consumers_median_s']}; max {r['max_s']}")
+        lines.append(f"  {name:28} {r['producers_median_s']} / {r['consumers_median_s']}; "
+                     f"max {r['max_s']}; never {r['never']}")
     lines += [f"  {a.kind}: {a.detail}" for a in verdict.anomalies[:ANOMALIES_SHOWN]]
     return "\n".join(lines) + "\n"
 

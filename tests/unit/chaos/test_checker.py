@@ -100,6 +100,15 @@ def test_a_skipping_poll_but_not_over_aborted_records() -> None:
                    poll((1, "x"), who="c3", committed=False)).valid
 
 
+def test_a_committed_reader_may_skip_a_transaction_of_unknown_outcome() -> None:
+    unknown = txn(Write(A, "x", 1), outcome=INFO)  # its commit timed out; it was aborted
+    seen_uncommitted = poll((1, "x"), who="tu", committed=False)
+    assert verdict(send("a", 0), unknown, send("c", 2), poll((0, "a"), (2, "c")), seen_uncommitted).valid
+    seen_committed = poll((1, "x"), who="tc")  # but if another committed reader saw it, it committed
+    v = verdict(send("a", 0), unknown, send("c", 2), poll((0, "a"), (2, "c")), seen_committed)
+    assert found(v) == {"skipping-poll": 1}
+
+
 def test_g0_a_write_cycle() -> None:
     t1 = txn(Write(A, "x1", 0), Write(B, "y1", 1), who="t1")
     t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2")
@@ -126,7 +135,8 @@ def test_availability_after_each_fault() -> None:
     never = Fault("pause", 10.0, 20.0, "n2")
     v = verdict(send("a", 0, at=2.0), send("b", 1, at=3.5), send("c", 0, key=B, at=3.9),
                 poll((0, "a"), (1, "b"), at=4.0), poll((0, "c"), key=B, at=4.5), faults=(fault, never))
-    first, second = v.recoveries  # every partition progressed again: B last
+    first, second = v.recoveries  # one topic: every partition progressed again, B last
+    assert first.topic == "q"
     assert round(first.producers_s or 0, 3) == 0.91 and round(first.consumers_s or 0, 3) == 1.51
     assert (second.producers_s, second.consumers_s) == (None, None)
 
