@@ -191,11 +191,11 @@ def _finish(producer: Producer, abort: bool) -> tuple[Outcome, float]:
         error = exc.args[0]
         if error.fatal():
             raise
-        try:
+        try:  # an abort that goes through means the commit never took effect
             producer.abort_transaction(10)
+            return Outcome.FAIL, commit_s
         except KafkaException:
-            pass
-        return Outcome.INFO, commit_s
+            return Outcome.INFO, commit_s
 
 
 # -- the end: drain ----------------------------------------------------------------------------
