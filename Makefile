@@ -8,13 +8,14 @@ KAFKA_DEPS := .deps/kafka/.installed
 SPARK_KAFKA_DEPS := .deps/spark-kafka/.installed
 ETCD := .deps/etcd/.installed
 DOCKER_DEPS := .deps/docker/.installed
+CHAOS_DEPS := .deps/chaos/.installed
 COMPOSE := .deps/docker/.compose
 CONFIG ?= config/broker.yaml
 DATA ?= data
 
 ARGS ?=
 
-.PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps clean clean-data
+.PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps chaos-deps chaos clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +65,24 @@ $(DOCKER_DEPS): scripts/docker-engine.sh | $(STAMP)
 
 docker-deps: $(STAMP) $(DOCKER_DEPS)
 
+# The fault tests (tests/chaos, tests/integration/test_faults.py): Debian's iproute2, iptables
+# and faketime (scripts/chaos-deps.sh).
+$(CHAOS_DEPS): scripts/chaos-deps.sh
+	bash scripts/chaos-deps.sh .deps/chaos
+
+chaos-deps: $(CHAOS_DEPS)
+
+# A long fault campaign (tests/chaos/campaign.py; as root: network namespaces, tmpfs mounts).
+# DURATION seconds, NEMESES all or a comma-separated list, WORKLOAD queue,txn, SEED; the report
+# (report.json, summary.txt, timeline.png, the brokers' logs) goes to chaos-report/.
+DURATION ?= 600
+NEMESES ?= all
+WORKLOAD ?= queue,txn
+SEED ?= 1
+chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS)
+	$(PY) -m tests.chaos.campaign --seconds $(DURATION) --nemeses $(NEMESES) --workload $(WORKLOAD) \
+		--seed $(SEED) --out chaos-report
+
 # ARGS: more `gregor broker` options, e.g. ARGS="--override listeners=PLAINTEXT://127.0.0.1:9093".
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG) $(ARGS)
@@ -79,13 +98,13 @@ cluster: $(STAMP) $(ETCD)
 cluster-stop:
 	bash scripts/cluster.sh stop $(VENV) .deps/etcd/etcd
 
-test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS)
+test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
 	$(PY) -m pytest -q tests
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(DOCKER_DEPS)
+integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS)
 	$(PY) -m pytest -q tests/integration
 
 # The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of

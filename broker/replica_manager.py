@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
+from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from storage.log import AppendResult, Log, MarkerResult
@@ -134,6 +135,10 @@ class ReplicaManager:
         self.may_lead: Callable[[], bool] = lambda: True
         # Told of every leadership change: (partition, True on becoming leader, False on losing it).
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
+        self.write_failures = WriteFailures()
+        # Cluster mode: a led partition whose log just became unwritable (its leadership is
+        # handed to an in-sync follower, as Kafka's controller does for an offline log dir).
+        self.on_unwritable: Callable[[Partition], None] | None = None
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -251,10 +256,22 @@ class ReplicaManager:
         self, part: Partition, records: bytes, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT,
         header: BatchHeader | None = None, verification: Verification | None = None,
     ) -> AppendResult:
-        result = part.log.append_as_leader(records, part.leader_epoch, now_ms, origin, header, verification)
+        try:
+            result = part.log.append_as_leader(
+                records, part.leader_epoch, now_ms, origin, header, verification
+            )
+        except OSError as exc:
+            self._write_failed(part, exc)
+            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1, part.log.log_start_offset,
+                                f"cannot write the log: {exc.strerror or exc}")
+        self.write_failures.succeeded((part.topic, part.index))
         if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result
+
+    def _write_failed(self, part: Partition, exc: OSError) -> None:
+        if self.write_failures.failed((part.topic, part.index), exc) and self.on_unwritable is not None:
+            self.on_unwritable(part)
 
     def start_verification(self, part: Partition, header: BatchHeader, now_ms: int) -> Verification | None:
         """A client's transactional batch is about to be checked with its coordinator: the
@@ -270,9 +287,14 @@ class ReplicaManager:
         coordinator_epoch: int, now_ms: int,
     ) -> MarkerResult:
         """A COMMIT/ABORT marker; the LSO may move, so read_committed fetches wake."""
-        result = part.log.append_txn_marker(
-            producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch, now_ms
-        )
+        try:
+            result = part.log.append_txn_marker(
+                producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch, now_ms
+            )
+        except OSError as exc:
+            self._write_failed(part, exc)
+            return MarkerResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, f"cannot write the log: {exc.strerror}")
+        self.write_failures.succeeded((part.topic, part.index))
         if result.error == 0 and not part.advance_high_watermark():
             part.wake()
         return result

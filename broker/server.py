@@ -181,7 +181,7 @@ class Broker:
         """Register, reserve producer ids, then take the partitions the image gives this broker."""
         advertised = self.config.advertised
         await cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None,
-                               self._endpoints())
+                               self._endpoints(), self.log_manager.data_dir_id)
         assert self._prefetched is not None and self.roles is not None
         await self._prefetched.start()
         self.roles.start()

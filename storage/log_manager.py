@@ -147,6 +147,12 @@ class LogManager:
     def cluster_id(self) -> str:
         return self._cluster_id
 
+    @property
+    def data_dir_id(self) -> str:
+        """The identity of this broker's data: the directory.id of each log dir, joined."""
+        metas = (MetaProperties.read(d) for d in self.log_dirs)
+        return ",".join(sorted(m.directory_id for m in metas if m is not None))
+
     def topics(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         for topic, partition in sorted(self._logs):

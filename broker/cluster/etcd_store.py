@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -279,19 +280,52 @@ class EtcdMetadataStore:
 
     # -- membership -----------------------------------------------------------
 
+    async def end_own_session(self, registration: BrokerRegistration) -> bool:
+        """Revoke the lease of the registration this node id holds if it carries the same data
+        dir identity: the caller holds that data dir's lock, so its holder is this broker's
+        own dead incarnation. True if a session was ended."""
+        found = await self.client.get(self._key(f"brokers/{registration.node_id}"))
+        if found is None or not registration.data_dir_id:
+            return False
+        holder = BrokerRegistration.from_json(json.loads(bytes(found.value)))
+        if holder.data_dir_id != registration.data_dir_id:
+            return False
+        with contextlib.suppress(aetcd.exceptions.ClientError):  # it expired meanwhile
+            await self.client.revoke_lease(found.lease)
+        return True
+
     async def register(self, registration: BrokerRegistration) -> None:
-        """Register under a fresh lease; NodeIdInUse if a live broker holds the id."""
+        """Register under a fresh lease. NodeIdInUse if a live broker of another data dir holds
+        the id; a holder without a data dir identity (an older broker) is waited out until its
+        session ends, as Kafka's broker retries its registration."""
         lease = await self.client.lease(self._ttl)
-        tx = self.client.transactions
-        key = self._key(f"brokers/{registration.node_id}")
-        if not await self._txn([tx.version(key) == 0], [tx.put(key, encode(registration), lease=lease.id)]):
-            await self.client.revoke_lease(lease.id)
-            raise NodeIdInUse(f"node id {registration.node_id} is registered by a live broker")
+        try:
+            await self._claim(registration, lease.id)
+        except BaseException:
+            with contextlib.suppress(aetcd.exceptions.ClientError, OSError):
+                await self.client.revoke_lease(lease.id)
+            raise
         self._registration = registration
         self._lease_id = lease.id
         self._lease_deadline = time.monotonic() + self._ttl
         if not any(t.get_name() == "etcd-keepalive" for t in self._tasks):
             self._tasks.append(asyncio.create_task(self._keep_alive(), name="etcd-keepalive"))
+
+    async def _claim(self, registration: BrokerRegistration, lease_id: int) -> None:
+        tx = self.client.transactions
+        key = self._key(f"brokers/{registration.node_id}")
+        deadline = time.monotonic() + self._ttl + 1
+        put = tx.put(key, encode(registration), lease=lease_id)
+        while not await self._txn([tx.version(key) == 0], [put]):
+            found = await self.client.get(key)
+            holder = BrokerRegistration.from_json(json.loads(bytes(found.value))) if found else None
+            if holder is not None and (holder.data_dir_id or time.monotonic() >= deadline):
+                raise NodeIdInUse(f"node id {registration.node_id} is registered by a live broker")
+            await asyncio.sleep(0.2)
+
+    @property
+    def session_s(self) -> float:
+        return float(self._ttl)
 
     @property
     def registration_alive(self) -> bool:

@@ -38,12 +38,15 @@ class BrokerRegistration:
     incarnation: str = ""  # new for every process start, as Kafka's incarnation id
     # Every advertised listener: (name, host, port); host/port above are the inter-broker one.
     endpoints: tuple[tuple[str, str, int], ...] = ()
+    # The data dir's identity (meta.properties directory.id): a restart of the same broker
+    # carries the same one, so it may end its dead incarnation's session at once.
+    data_dir_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "node_id": self.node_id, "host": self.host, "port": self.port,
             "rack": self.rack, "incarnation": self.incarnation,
-            "endpoints": [list(e) for e in self.endpoints],
+            "endpoints": [list(e) for e in self.endpoints], "data_dir_id": self.data_dir_id,
         }
 
     @classmethod
@@ -52,6 +55,7 @@ class BrokerRegistration:
             NodeId(int(data["node_id"])), str(data["host"]), int(data["port"]),
             data.get("rack"), str(data.get("incarnation", "")),
             tuple((str(n), str(h), int(p)) for n, h, p in data.get("endpoints", [])),
+            str(data.get("data_dir_id", "")),
         )
 
 

@@ -16,7 +16,7 @@ from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
-from broker.cluster.image import BrokerRegistration, NodeId
+from broker.cluster.image import BrokerRegistration, ClusterImage, NodeId
 from storage.checkpoints import random_kafka_uuid
 
 log = logging.getLogger(__name__)
@@ -52,20 +52,47 @@ class ClusterMembership:
         return cls(store, NodeId(node_id), cluster_id, balancing)
 
     async def register(
-        self, host: str, port: int, rack: str | None, endpoints: tuple[tuple[str, str, int], ...] = ()
+        self, host: str, port: int, rack: str | None, endpoints: tuple[tuple[str, str, int], ...] = (),
+        data_dir_id: str = "",
     ) -> None:
         """Register under a lease (NodeIdInUse if taken), then take part in controller elections.
-        `host`/`port`: where other brokers connect; `endpoints`: every advertised listener."""
-        registration = BrokerRegistration(self.node_id, host, port, rack, uuid.uuid4().hex, endpoints)
+        `host`/`port`: where other brokers connect; `endpoints`: every advertised listener;
+        `data_dir_id`: the identity of the (locked) data dir, see `_end_own_session`."""
+        registration = BrokerRegistration(
+            self.node_id, host, port, rack, uuid.uuid4().hex, endpoints, data_dir_id
+        )
+        await self._end_own_session(registration)
         await self.store.register(registration)
         log.info("broker %d registered in cluster %s (%s:%d, rack %s)",
                  self.node_id, self.cluster_id, host, port, rack)
         self.controller.start()
 
+    async def _end_own_session(self, registration: BrokerRegistration) -> None:
+        """A restart within the session timeout after kill -9 finds its dead incarnation still
+        registered: end that session at once, then wait (at most a session) until the
+        controller has failed the dead incarnation's partitions over, as after a lease
+        expiry, so the new process starts as a follower of a new leader epoch."""
+        if not await self.store.end_own_session(registration):
+            return
+        log.warning("broker %d: ended the session of its previous incarnation (same data dir); "
+                    "waiting for its partitions to fail over", self.node_id)
+        if not await self.store.wait_for(lambda i: failed_over(i, self.node_id), self.store.session_s):
+            log.warning("broker %d: no controller moved its partitions within the session timeout; "
+                        "registering anyway", self.node_id)
+
     async def close(self) -> None:
         await self.controller.stop()
         await self.channel.close()
         await self.store.close()
+
+
+def failed_over(image: ClusterImage, node: NodeId) -> bool:
+    """True when no partition has `node` as leader, nor in its ISR beside other members
+    (a partition whose last ISR member it is stays offline, waiting for it)."""
+    return all(
+        state.leader != node and (node not in state.isr or state.isr == (node,))
+        for state in image.partitions.values()
+    )
 
 
 class ClusterIdMismatch(Exception):

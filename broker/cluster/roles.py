@@ -46,6 +46,7 @@ class ClusterRoles:
         replicas.isr_changes = self._propose
         replicas.replica_lag_ms = replica_lag_ms
         replicas.may_lead = lambda: store.registration_alive
+        replicas.on_unwritable = self._hand_over
 
     def start(self) -> None:
         self._remove_stray_logs()
@@ -139,7 +140,8 @@ class ClusterRoles:
             self._spawn(fetcher.close())
         client = BrokerClient(registration.host, registration.port, f"replica-{self.me}")
         fetcher = ReplicaFetcher(self.me, client, self._now_ms, self._fetch_wait_ms,
-                                 on_progress=self._on_follower_progress)
+                                 on_progress=self._on_follower_progress,
+                                 write_failures=self.replicas.write_failures)
         self.fetchers[leader] = fetcher
         return fetcher
 
@@ -170,6 +172,35 @@ class ClusterRoles:
             part.advance_high_watermark()
         else:
             leader.rejected()
+
+    # -- a log that cannot be written (a full disk) -----------------------------
+
+    def _hand_over(self, part: Partition) -> None:
+        self._spawn(self._resign(part))
+
+    async def _resign(self, part: Partition) -> None:
+        """Hand leadership to the first live in-sync follower and leave the ISR (Kafka's
+        controller does so for a broker's offline log dir); with none, stay the leader."""
+        if part.leader is None:
+            return
+        current = part.leader.state
+        isr = tuple(n for n in current.isr if n != self.me)
+        successor = next((n for n in current.replicas if n in isr and n in self.store.image.brokers), None)
+        if successor is None:
+            log.warning("partition %s-%d: no other in-sync replica to take over; staying leader",
+                        part.topic, part.index)
+            return
+        try:
+            accepted = await self.store.alter_partition(
+                part.topic, part.index, current, current.with_leader(successor, isr)
+            )
+        except (aetcd.exceptions.ClientError, OSError) as exc:
+            log.warning("partition %s-%d: handing over leadership failed: %s", part.topic, part.index,
+                        type(exc).__name__)
+            return
+        if accepted:
+            log.warning("partition %s-%d: leadership handed to broker %d (its log here cannot be "
+                        "written)", part.topic, part.index, successor)
 
     async def _check_isr_forever(self) -> None:
         while True:

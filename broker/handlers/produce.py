@@ -149,8 +149,9 @@ def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending
                                         verification=checked.guards.get(tp))
     if result.error != ErrorCode.NONE:
         metrics.produce_failed(part.topic)
-        log.info("rejected produce to %s-%d: %s %s", part.topic, index,
-                 ErrorCode(result.error).name, result.error_message or "")
+        if result.error != ErrorCode.KAFKA_STORAGE_ERROR:  # logged once per partition by its owner
+            log.info("rejected produce to %s-%d: %s %s", part.topic, index,
+                     ErrorCode(result.error).name, result.error_message or "")
         return _error(index, ErrorCode(result.error), result.error_message, result.record_errors)
     metrics.produced(part.topic, len(t.records), result.last_offset - result.base_offset + 1)
     response = PartitionResponse(

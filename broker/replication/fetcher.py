@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.net.client import BrokerClient, BrokerUnreachable
+from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from storage.log import Log, ReplicaDataError
@@ -102,8 +103,10 @@ class ReplicaFetcher:
         self, node_id: int, client: BrokerClient, now_ms: Callable[[], int],
         max_wait_ms: int = 500, max_bytes: int = 10 * 1024 * 1024,
         on_progress: Callable[[FollowedPartition], None] = lambda p: None,
+        write_failures: WriteFailures | None = None,
     ) -> None:
         self.node_id = node_id
+        self._write_failures = write_failures or WriteFailures()
         self.client = client
         self._now_ms = now_ms
         self._max_wait_ms = max_wait_ms
@@ -150,7 +153,8 @@ class ReplicaFetcher:
                          self.client.host, self.client.port, ErrorCode(response.error_code).name)
                 await asyncio.sleep(BACKOFF_S)
                 continue
-            self._apply(response)
+            if not self._apply(response):
+                await asyncio.sleep(BACKOFF_S)  # a log could not be written (a full disk)
 
     def _request(self, parts: list[FollowedPartition]) -> Any:
         cls = REQUESTS[FETCH]
@@ -176,12 +180,20 @@ class ReplicaFetcher:
             rack_id="",
         )
 
-    def _apply(self, response: Any) -> None:
+    def _apply(self, response: Any) -> bool:
+        """Apply a Fetch answer; False if a log could not be written."""
+        written = True
         for topic in response.responses:
             for data in topic.partitions:
                 part = self.partitions.get((topic.topic, data.partition_index))
-                if part is not None:
+                if part is None:
+                    continue
+                try:
                     self._apply_partition(part, data)
+                except OSError as exc:
+                    self._write_failures.failed((part.topic, part.index), exc)
+                    written = False
+        return written
 
     def _apply_partition(self, part: FollowedPartition, data: Any) -> None:
         error = ErrorCode(data.error_code)
@@ -195,6 +207,7 @@ class ReplicaFetcher:
         try:
             if data.records:
                 part.log.append_as_follower(data.records, self._now_ms())
+                self._write_failures.succeeded((part.topic, part.index))
         except ReplicaDataError as exc:
             log.warning("%s", exc)
             return

@@ -8,14 +8,14 @@ command that installs it, never skips it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 ETCD_BINARY = Path(os.environ.get("GREGOR_ETCD", ROOT / ".deps" / "etcd" / "etcd"))
@@ -30,22 +30,25 @@ def etcd_binary() -> Path:
 
 
 class EtcdProcess:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1", wrapper: list[str] | None = None) -> None:
+        """`host`/`wrapper`: another address and a command prefix (a network namespace's)."""
         self.data_dir = data_dir
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        self.host = host
+        self.wrapper = wrapper or []
+        self.client_port = free_port() if host == "127.0.0.1" else 2379
+        self.peer_port = free_port() if host == "127.0.0.1" else 2380
         self.log_path = data_dir.with_suffix(".log")
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"etcd://127.0.0.1:{self.client_port}"
+        return f"etcd://{self.host}:{self.client_port}"
 
     def start(self, timeout: float = 20.0) -> EtcdProcess:
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         command = [
-            str(etcd_binary()), "--name", "gregor-test", "--data-dir", str(self.data_dir),
+            *self.wrapper, str(etcd_binary()), "--name", "gregor-test", "--data-dir", str(self.data_dir),
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"gregor-test={peer}", "--log-level", "warn",
@@ -61,12 +64,14 @@ class EtcdProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"etcd exited during start-up:\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.client_port), timeout=0.5):
+            with contextlib.suppress(OSError):
+                if self._listening():
                     return
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         raise AssertionError(f"etcd did not listen on {self.client_port} within {timeout}s")
+
+    def _listening(self) -> bool:
+        return port_open(self.host, self.client_port, self.wrapper)
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log_path.exists():

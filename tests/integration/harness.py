@@ -49,6 +49,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_open(host: str, port: int, wrapper: list[str] | None = None) -> bool:
+    """True when `host:port` accepts a connection; with a `wrapper` (`ip netns exec NS`),
+    as seen from inside that namespace."""
+    if wrapper:
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), 0.5)"
+        return subprocess.run([*wrapper, sys.executable, "-c", probe], capture_output=True).returncode == 0
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def gregor_command() -> list[str]:
     script = Path(sys.executable).with_name("gregor")
     if script.exists():
@@ -116,6 +129,7 @@ class BrokerProcess:
         self.starts = 0
         self.preexec_fn: Callable[[], None] | None = None  # runs in the child, e.g. setrlimit
         self.env: dict[str, str] = {}  # extra environment of the next starts
+        self.wrapper: list[str] = []  # runs the broker, e.g. `ip netns exec NS` (fault tests)
 
     # -- addressing -------------------------------------------------------
 
@@ -137,7 +151,7 @@ class BrokerProcess:
             log.write(f"\n===== harness: start #{self.starts} =====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [*gregor_command(), "broker", "--config", str(self.config_path)],
+                [*self.wrapper, *gregor_command(), "broker", "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -156,13 +170,17 @@ class BrokerProcess:
             if code is not None:
                 self.proc = None
                 raise BrokerStartError(f"broker exited with code {code} during start-up\n{self.log_tail()}")
-            if _api_versions_probe(self.port, timeout=1.0):
+            if self.answers():
                 return
             time.sleep(0.05)
         self.kill9()
         raise BrokerStartError(
             f"broker did not answer ApiVersions on {self.bootstrap} within {timeout}s\n{self.log_tail()}"
         )
+
+    def answers(self) -> bool:
+        """True once the broker answers ApiVersions (a subclass may ask otherwise)."""
+        return _api_versions_probe(self.port, timeout=1.0)
 
     @property
     def running(self) -> bool:

@@ -1,6 +1,7 @@
 """Brokers on etcd, as real processes: registration under a lease, one controller
 re-elected after kill -9, a live node id or another cluster's data dir refused,
-an unreachable etcd reported after a bound, and an etcd restart survived."""
+a broker restarted at once after kill -9 taking over its own registration, an
+unreachable etcd reported after a bound, and an etcd restart survived."""
 
 from __future__ import annotations
 
@@ -95,6 +96,31 @@ async def test_a_live_node_id_is_refused(
 ) -> None:
     broker_factory(cluster_overrides(store_url))
     await until(observer, lambda i: set(i.brokers) == {1})
+    message = failed_start(broker_factory, cluster_overrides(store_url))
+    assert "cannot join the cluster: node id 1 is registered by a live broker" in message
+
+
+async def test_a_broker_restarted_at_once_after_kill9_takes_over_its_registration(
+    broker_factory: BrokerFactory, store_url: str, observer: EtcdMetadataStore
+) -> None:
+    """A supervisor restarts the broker at once: its dead incarnation's lease would last a
+    minute, but the new process holds the same data dir and ends that session itself."""
+    broker = broker_factory(cluster_overrides(store_url, **{"broker.session.timeout.ms": 60000}))
+    first = (await until(observer, lambda i: set(i.brokers) == {1})).brokers[1]
+    broker.kill9()
+    broker.start()
+    image = await until(observer, lambda i: 1 in i.brokers and i.brokers[1].incarnation != first.incarnation)
+    assert image.brokers[1].data_dir_id == first.data_dir_id != ""
+    log = broker.log_text()
+    assert "ended the session of its previous incarnation" in log and "Traceback" not in log
+
+
+async def test_another_data_dir_is_refused_while_a_killed_brokers_session_lasts(
+    broker_factory: BrokerFactory, store_url: str, observer: EtcdMetadataStore
+) -> None:
+    broker = broker_factory(cluster_overrides(store_url, **{"broker.session.timeout.ms": 60000}))
+    await until(observer, lambda i: set(i.brokers) == {1})
+    broker.kill9()
     message = failed_start(broker_factory, cluster_overrides(store_url))
     assert "cannot join the cluster: node id 1 is registered by a live broker" in message
 

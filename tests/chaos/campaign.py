@@ -1,0 +1,134 @@
+"""A campaign: the cluster on its hosts, the workload on the clients' host, the nemeses in a
+seeded order (each: start, hold, stop, heal), then the history checked and reported.
+
+    python -m tests.chaos.campaign --seconds 600 --nemeses all --workload queue,txn --seed 7 \\
+        --out chaos-report                                   (what `make chaos` runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.chaos.checker import Verdict, check
+from tests.chaos.history import Fault, History
+from tests.chaos.hosts import ChaosCluster
+from tests.chaos.nemesis import NEMESES, Nemesis
+from tests.chaos.netns import sweep
+from tests.chaos.report import write_report
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    seconds: float  # at least one round of every nemesis; more rounds until this has passed
+    nemeses: tuple[str, ...]
+    workloads: tuple[str, ...] = ("queue", "txn")
+    seed: int = 1
+    fault_s: float = 4.0  # longer than the session and lag timeouts (2 s)
+    heal_s: float = 4.0
+    out: Path = Path("chaos-report")
+    run_id: int = 1  # the third byte of the hosts' addresses, namespaces gch<run_id>-*
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    history: History
+    verdict: Verdict
+    report: Path
+
+
+def run(options: Options) -> Result:
+    options.out.mkdir(parents=True, exist_ok=True)
+    sweep(options.run_id)
+    with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
+        cluster = ChaosCluster(Path(base), options.run_id)
+        try:
+            history = _drive(cluster, options, Path(base))
+        finally:
+            _keep_logs(cluster, options.out)
+            cluster.close()
+    verdict = check(history)
+    return Result(history, verdict, write_report(options.out, history, verdict, options.seed))
+
+
+def _drive(cluster: ChaosCluster, options: Options, base: Path) -> History:
+    out, stop_file = base / "history.json", base / "stop"
+    with open(options.out / "clients.log", "wb") as log:
+        clients = cluster.client("-m", "tests.chaos.workload", cluster.bootstrap, str(out), str(stop_file),
+                                 "--workload", ",".join(options.workloads), "--seed", str(options.seed),
+                                 stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        time.sleep(options.heal_s)  # the clients create their topics and start
+        faults = _schedule(cluster, options)
+        cluster.restore()
+        time.sleep(options.heal_s)
+        stop_file.touch()
+        print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
+        code = clients.wait(180)
+        assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
+    finally:
+        if clients.poll() is None:
+            clients.kill()
+    print(f"{time.monotonic():.1f} the clients ended", flush=True)
+    history = History.load(out)
+    history.faults.extend(faults)
+    return history
+
+
+def _schedule(cluster: ChaosCluster, options: Options) -> list[Fault]:
+    rng = random.Random(options.seed)
+    chosen = [NEMESES[n] for n in options.nemeses]
+    deadline = time.monotonic() + options.seconds
+    faults: list[Fault] = []
+    while not faults or time.monotonic() < deadline:
+        for nemesis in rng.sample(chosen, len(chosen)):
+            faults.append(_inject(cluster, nemesis, rng, options.fault_s))
+            time.sleep(options.heal_s)
+    return faults
+
+
+def _inject(cluster: ChaosCluster, nemesis: Nemesis, rng: random.Random, hold_s: float) -> Fault:
+    start = time.monotonic()
+    target = nemesis.start(cluster, rng)
+    print(f"{start:.1f} {nemesis.name} on {target}", flush=True)
+    time.sleep(hold_s)
+    nemesis.stop(cluster, target)
+    return Fault(nemesis.name, start, time.monotonic(), target)
+
+
+def _keep_logs(cluster: ChaosCluster, out: Path) -> None:
+    for name, broker in cluster.brokers.items():
+        (out / f"{name}.log").write_text(broker.log_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--nemeses", default="all", help=f"comma-separated, of: {', '.join(NEMESES)}")
+    parser.add_argument("--workload", default="queue,txn")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fault-seconds", type=float, default=4.0)
+    parser.add_argument("--heal-seconds", type=float, default=4.0)
+    parser.add_argument("--out", type=Path, default=Path("chaos-report"))
+    parser.add_argument("--run-id", type=int, default=1, help="1-250: hosts 10.222.ID.*, namespaces gchID-*")
+    args = parser.parse_args()
+    names = tuple(NEMESES) if args.nemeses == "all" else tuple(args.nemeses.split(","))
+    unknown = [n for n in names if n not in NEMESES]
+    if unknown:
+        parser.error(f"unknown nemeses {unknown}; known: {', '.join(NEMESES)}")
+    result = run(Options(args.seconds, names, tuple(args.workload.split(",")), args.seed,
+                         args.fault_seconds, args.heal_seconds, args.out, args.run_id))
+    print((result.report / "summary.txt").read_text())
+    return 0 if result.verdict.valid else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

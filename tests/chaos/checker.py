@@ -1,0 +1,333 @@
+"""The checker: anomalies in a `History`, as Jepsen's queue and Elle's Kafka checkers name them.
+
+- lost write: acknowledged (a send, a committed transaction), never read, although some
+  reader read past its offset;
+- duplicate: one value at two offsets;
+- aborted read: a read_committed reader saw a value whose write definitely failed or whose
+  transaction aborted;
+- inconsistent offsets: two values at one offset of one partition;
+- torn transaction: a transaction's writes seen in part (some read, some passed over);
+- precommitted read: a read_committed poll returned a transaction's value before the
+  transaction's commit was invoked;
+- non-monotonic poll: one consumer read an offset at or below one it read before (without
+  being re-assigned in between); skipping poll: it jumped over an offset holding a value
+  it should have seen;
+- G0 / G1c: cycles of transactions over write-write (consecutive writes of a partition, in
+  offset order) and write-read (a transaction read another's value) dependencies, as Elle
+  infers them from offsets: G0 with write-write edges only, G1c with at least one
+  write-read edge.
+
+Plus availability: after each fault healed, how long until producers and consumers made
+progress again. Pure code: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from tests.chaos.history import NO_OFFSET, Fault, History, Key, Kind, Op, Outcome, Read
+
+DRAIN = "drain"  # the process that reads everything at the end (not a client making progress)
+
+ANOMALIES = (
+    "lost-write", "duplicate", "aborted-read", "inconsistent-offsets", "torn-transaction",
+    "precommitted-read", "non-monotonic-poll", "skipping-poll", "G0", "G1c",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """How long after `fault` healed the producers and consumers of `topic` had progressed
+    again on every partition (None: not before the history ended)."""
+
+    fault: Fault
+    topic: str
+    producers_s: float | None
+    consumers_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    anomalies: tuple[Anomaly, ...]
+    recoveries: tuple[Recovery, ...]
+    ops: int
+    ok_writes: int
+    reads: int
+
+    @property
+    def valid(self) -> bool:
+        return not self.anomalies
+
+    def counts(self) -> dict[str, int]:
+        found = {kind: 0 for kind in ANOMALIES}
+        for a in self.anomalies:
+            found[a.kind] += 1
+        return found
+
+
+def check(history: History) -> Verdict:
+    index = _Index(history.ops)
+    anomalies = [
+        *index.inconsistent_offsets(), *index.duplicates(), *index.lost_writes(),
+        *index.aborted_reads(), *index.torn_transactions(), *index.precommitted_reads(),
+        *index.poll_order(), *cycles(index),
+    ]
+    return Verdict(
+        tuple(anomalies), tuple(recoveries(history)), len(history.ops),
+        sum(1 for _ in index.acknowledged()), len(index.all_reads),
+    )
+
+
+class _Index:
+    """What the history says about each value and offset (built once, read by each check)."""
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = ops
+        self.writer: dict[str, Op] = {w.value: op for op in ops for w in op.writes}
+        self.all_reads = [(op, r) for op in ops if op.kind in (Kind.POLL, Kind.TXN) for r in op.reads
+                          if op.kind == Kind.POLL or op.outcome == Outcome.OK]
+        self.values_at: dict[tuple[Key, int], set[str]] = defaultdict(set)
+        self.offsets_of: dict[str, set[tuple[Key, int]]] = defaultdict(set)
+        for key, offset, value in self._placements():
+            self.values_at[(key, offset)].add(value)
+            self.offsets_of[value].add((key, offset))
+        self.read_values = {r.value for _, r in self.all_reads}
+        self.committed_reads = {r.value for op, r in self.all_reads if op.committed_reader}
+        self.max_read: dict[Key, int] = defaultdict(lambda: NO_OFFSET)
+        for _, r in self.all_reads:
+            self.max_read[r.key] = max(self.max_read[r.key], r.offset)
+
+    def _placements(self) -> Iterator[tuple[Key, int, str]]:
+        for op in self.ops:
+            if op.outcome == Outcome.OK:
+                yield from ((w.key, w.offset, w.value) for w in op.writes if w.offset != NO_OFFSET)
+        yield from ((r.key, r.offset, r.value) for _, r in self.all_reads)
+
+    def acknowledged(self) -> Iterator[tuple[Op, str, Key, int]]:
+        for op in self.ops:
+            if op.kind in (Kind.SEND, Kind.TXN) and op.outcome == Outcome.OK:
+                yield from ((op, w.value, w.key, w.offset) for w in op.writes)
+
+    def committed(self, value: str) -> bool:
+        """Not known to have failed (what a read_committed reader may see)."""
+        op = self.writer.get(value)
+        return op is None or op.outcome != Outcome.FAIL
+
+    def known_committed(self, value: str) -> bool:
+        """Known to be visible to a read_committed reader: acknowledged, or seen by one (a
+        transaction of unknown outcome may have been aborted, and rightly skipped)."""
+        op = self.writer.get(value)
+        return (op is not None and op.outcome == Outcome.OK) or value in self.committed_reads
+
+    # -- the checks ---------------------------------------------------------------
+
+    def inconsistent_offsets(self) -> Iterator[Anomaly]:
+        for (key, offset), found in sorted(self.values_at.items()):
+            if len(found) > 1:
+                yield Anomaly("inconsistent-offsets", f"{_tp(key)}@{offset}: {sorted(found)}")
+
+    def duplicates(self) -> Iterator[Anomaly]:
+        for value, where in sorted(self.offsets_of.items()):
+            if len(where) > 1:
+                yield Anomaly("duplicate", f"{value} at {sorted(f'{_tp(k)}@{o}' for k, o in where)}")
+
+    def lost_writes(self) -> Iterator[Anomaly]:
+        for op, value, key, offset in self.acknowledged():
+            if value not in self.read_values and NO_OFFSET < offset < self.max_read[key]:
+                yield Anomaly("lost-write", f"{value} acknowledged at {_tp(key)}@{offset} by "
+                              f"{op.process}, never read (reads reached {self.max_read[key]})")
+
+    def aborted_reads(self) -> Iterator[Anomaly]:
+        for op, r in self.all_reads:
+            if op.committed_reader and not self.committed(r.value):
+                yield Anomaly("aborted-read", f"{op.process} read {r.value} at {_tp(r.key)}@{r.offset}, "
+                              "whose write failed or aborted")
+
+    def torn_transactions(self) -> Iterator[Anomaly]:
+        for op in self.ops:
+            if op.kind != Kind.TXN or len(op.writes) < 2:
+                continue
+            seen = [w for w in op.writes if w.value in self.read_values]
+            passed = [w for w in op.writes if w.value not in self.read_values
+                      and NO_OFFSET < w.offset < self.max_read[w.key]]
+            if seen and passed:
+                yield Anomaly("torn-transaction", f"{op.process} {op.outcome}: read "
+                              f"{[w.value for w in seen]}, never {[w.value for w in passed]}")
+
+    def precommitted_reads(self) -> Iterator[Anomaly]:
+        for op, r in self.all_reads:
+            writer = self.writer.get(r.value)
+            if (op.committed_reader and writer is not None and writer.kind == Kind.TXN
+                    and writer.commit_s is not None and op.complete_s < writer.commit_s):
+                yield Anomaly("precommitted-read", f"{op.process} read {r.value} at {op.complete_s:.3f}, "
+                              f"before its transaction's commit at {writer.commit_s:.3f}")
+
+    def poll_order(self) -> Iterator[Anomaly]:
+        for process, reads in self._polls_by_consumer().items():
+            last: dict[Key, int] = {}
+            for op, r in reads:
+                if op.kind == Kind.ASSIGN:
+                    last.clear()
+                    continue
+                yield from self._order(process, last.get(r.key), r, op.committed_reader)
+                last[r.key] = r.offset
+
+    def _polls_by_consumer(self) -> dict[str, list[tuple[Op, Read]]]:
+        found: dict[str, list[tuple[Op, Read]]] = defaultdict(list)
+        for op in self.ops:
+            if op.kind == Kind.ASSIGN:
+                found[op.process].append((op, Read(("", 0), NO_OFFSET, "")))
+            elif op.kind == Kind.POLL:
+                found[op.process].extend((op, r) for r in op.reads)
+        return found
+
+    def _order(self, process: str, before: int | None, r: Read, committed: bool) -> Iterator[Anomaly]:
+        if before is None:
+            return
+        if r.offset <= before:
+            yield Anomaly("non-monotonic-poll", f"{process} read {_tp(r.key)}@{r.offset} after @{before}")
+            return
+        missed = [v for o in range(before + 1, r.offset) for v in self.values_at.get((r.key, o), ())
+                  if not committed or self.known_committed(v)]
+        if missed:
+            yield Anomaly("skipping-poll", f"{process} jumped {_tp(r.key)}@{before} -> @{r.offset} "
+                          f"over {sorted(missed)}")
+
+
+# -- G0 / G1c: Elle's cycles over the transactions' dependencies -------------------------
+
+
+def cycles(index: _Index) -> Iterator[Anomaly]:
+    ww, wr = dependencies(index)
+    graph = {a: set(ww.get(a, ())) | set(wr.get(a, ())) for a in set(ww) | set(wr)}
+    for component in strongly_connected(graph):
+        inner_ww = {a: {b for b in ww.get(a, ()) if b in component} for a in component}
+        kind = "G0" if any(strongly_connected(inner_ww, nontrivial_only=True)) else "G1c"
+        names = sorted(f"{index.ops[i].process}#{i}" for i in component)
+        yield Anomaly(kind, f"cycle over {names}")
+
+
+def dependencies(index: _Index) -> tuple[dict[int, set[int]], dict[int, set[int]]]:
+    """Write-write edges between consecutive committed writes of each partition, and
+    write-read edges from a write's transaction to each transaction that read it."""
+    position = {id(op): i for i, op in enumerate(index.ops)}
+    writer_at: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+    for op, _value, key, offset in index.acknowledged():
+        if offset != NO_OFFSET:
+            writer_at[key].append((offset, position[id(op)]))
+    ww: dict[int, set[int]] = defaultdict(set)
+    for placed in writer_at.values():
+        ordered = [i for _, i in sorted(placed)]
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            if a != b:
+                ww[a].add(b)
+    wr: dict[int, set[int]] = defaultdict(set)
+    for op, r in index.all_reads:
+        writer = index.writer.get(r.value)
+        if op.kind == Kind.TXN and writer is not None and writer is not op:
+            wr[position[id(writer)]].add(position[id(op)])
+    return ww, wr
+
+
+def strongly_connected(graph: dict[int, set[int]], nontrivial_only: bool = True) -> list[set[int]]:
+    """Tarjan's components (iterative); with `nontrivial_only`, those that hold a cycle."""
+    order: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on_stack: set[int] = set()
+    found: list[set[int]] = []
+    for root in list(graph):
+        if root not in order:
+            _tarjan(graph, root, order, low, stack, on_stack, found)
+    return [c for c in found if not nontrivial_only or len(c) > 1
+            or any(n in graph.get(n, ()) for n in c)]
+
+
+def _tarjan(graph: dict[int, set[int]], root: int, order: dict[int, int], low: dict[int, int],
+            stack: list[int], on_stack: set[int], found: list[set[int]]) -> None:
+    work: list[tuple[int, Iterator[int]]] = [(root, iter(graph.get(root, ())))]
+    order[root] = low[root] = len(order)
+    stack.append(root)
+    on_stack.add(root)
+    while work:
+        node, edges = work[-1]
+        nxt = next(edges, None)
+        if nxt is None:
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == order[node]:
+                found.append(_pop_component(node, stack, on_stack))
+        elif nxt not in order:
+            order[nxt] = low[nxt] = len(order)
+            stack.append(nxt)
+            on_stack.add(nxt)
+            work.append((nxt, iter(graph.get(nxt, ()))))
+        elif nxt in on_stack:
+            low[node] = min(low[node], order[nxt])
+
+
+def _pop_component(node: int, stack: list[int], on_stack: set[int]) -> set[int]:
+    component: set[int] = set()
+    while True:
+        member = stack.pop()
+        on_stack.discard(member)
+        component.add(member)
+        if member == node:
+            return component
+
+
+# -- availability ------------------------------------------------------------------------
+
+
+def recoveries(history: History) -> Iterator[Recovery]:
+    topics = sorted({k[0] for op in history.ops for k in (*_written(op), *_read(op))})
+    for fault in history.faults:
+        for topic in topics:
+            yield Recovery(
+                fault, topic, _progress_after(history.ops, fault.stop_s, _on(topic, _written)),
+                _progress_after(history.ops, fault.stop_s, _on(topic, _read)),
+            )
+
+
+def _on(topic: str, progress: Callable[[Op], Iterable[Key]]) -> Callable[[Op], Iterable[Key]]:
+    return lambda op: [k for k in progress(op) if k[0] == topic]
+
+
+def _written(op: Op) -> Iterable[Key]:
+    if op.kind in (Kind.SEND, Kind.TXN) and op.outcome == Outcome.OK:
+        yield from (w.key for w in op.writes)
+
+
+def _read(op: Op) -> Iterable[Key]:
+    if op.kind == Kind.POLL and op.process != DRAIN:
+        yield from (r.key for r in op.reads)
+
+
+def _progress_after(
+    ops: Iterable[Op], healed_s: float, progress: Callable[[Op], Iterable[Key]]
+) -> float | None:
+    """Seconds from `healed_s` until every partition the history ever progressed on did so again
+    (None: one never did before the history ended)."""
+    first: dict[Key, float] = {}
+    keys: set[Key] = set()
+    for op in ops:
+        for key in progress(op):
+            keys.add(key)
+            if op.complete_s >= healed_s:
+                first[key] = min(first.get(key, op.complete_s), op.complete_s)
+    if not keys or set(first) != keys:
+        return None
+    return max(first.values()) - healed_s
+
+
+def _tp(key: Key) -> str:
+    return f"{key[0]}-{key[1]}"

@@ -1,0 +1,127 @@
+"""A campaign's report, read the way Jepsen's are: `report.json` (everything), `summary.txt`
+(one page: operations, faults per nemesis, anomalies, recovery after each kind of fault) and
+`timeline.png` (faults as bands; acknowledged writes, reads and errors per second, and
+write latency over time)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import asdict
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from tests.chaos.checker import DRAIN, Recovery, Verdict
+from tests.chaos.history import History, Kind, Op, Outcome
+
+ANOMALIES_SHOWN = 50
+
+
+def write_report(out: Path, history: History, verdict: Verdict, seed: int) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    history.save(out / "history.json")  # to check again: History.load + checker.check
+    figures = summary_figures(history, verdict, seed)
+    (out / "report.json").write_text(json.dumps({
+        **figures, "anomalies": [asdict(a) for a in verdict.anomalies],
+        "faults": [asdict(f) for f in history.faults],
+        "recoveries": [_recovery_json(r) for r in verdict.recoveries],
+    }, indent=1))
+    (out / "summary.txt").write_text(summary_text(figures, verdict))
+    timeline(history, out / "timeline.png")
+    return out
+
+
+def summary_figures(history: History, verdict: Verdict, seed: int) -> dict[str, Any]:
+    ops = Counter(f"{op.kind}:{op.outcome}" for op in history.ops)
+    return {
+        "seed": seed, "valid": verdict.valid, "operations": len(history.ops),
+        "operations_by_outcome": dict(sorted(ops.items())), "acknowledged_writes": verdict.ok_writes,
+        "values_read": verdict.reads,
+        "faults_per_nemesis": dict(sorted(Counter(f.nemesis for f in history.faults).items())),
+        "anomalies_per_kind": verdict.counts(),
+        "recovery_s_per_nemesis": _recovery_by_nemesis(verdict.recoveries),
+    }
+
+
+def _recovery_json(r: Recovery) -> dict[str, Any]:
+    return {"nemesis": r.fault.nemesis, "target": r.fault.target, "topic": r.topic,
+            "producers_s": r.producers_s, "consumers_s": r.consumers_s}
+
+
+def _recovery_by_nemesis(recoveries: tuple[Recovery, ...]) -> dict[str, dict[str, Any]]:
+    """Per nemesis and topic: median and max seconds to progress again, and how many times
+    it never did before the run ended."""
+    found: dict[str, list[Recovery]] = defaultdict(list)
+    for r in recoveries:
+        found[f"{r.fault.nemesis} {r.topic}"].append(r)
+    return {name: _spread(rs) for name, rs in sorted(found.items())}
+
+
+def _spread(rs: list[Recovery]) -> dict[str, Any]:
+    times = [t for r in rs for t in (r.producers_s, r.consumers_s) if t is not None]
+    produced = [r.producers_s for r in rs if r.producers_s is not None]
+    consumed = [r.consumers_s for r in rs if r.consumers_s is not None]
+    return {"producers_median_s": round(median(produced), 2) if produced else None,
+            "consumers_median_s": round(median(consumed), 2) if consumed else None,
+            "max_s": round(max(times, default=0.0), 2),
+            "never": sum(1 for r in rs for t in (r.producers_s, r.consumers_s) if t is None)}
+
+
+def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
+    lines = [f"Gregor chaos campaign (seed {figures['seed']}): "
+             f"{'VALID' if verdict.valid else 'ANOMALIES FOUND'}",
+             f"operations {figures['operations']}: {figures['operations_by_outcome']}",
+             f"acknowledged writes {figures['acknowledged_writes']}, values read {figures['values_read']}",
+             "faults per nemesis: " + ", ".join(f"{k} {v}" for k, v in figures["faults_per_nemesis"].items()),
+             "anomalies: " + ", ".join(f"{k} {v}" for k, v in figures["anomalies_per_kind"].items()),
+             "progress on every partition after the fault healed (median s, producers / consumers; "
+             "max; never):"]
+    for name, r in figures["recovery_s_per_nemesis"].items():
+        lines.append(f"  {name:28} {r['producers_median_s']} / {r['consumers_median_s']}; "
+                     f"max {r['max_s']}; never {r['never']}")
+    lines += [f"  {a.kind}: {a.detail}" for a in verdict.anomalies[:ANOMALIES_SHOWN]]
+    return "\n".join(lines) + "\n"
+
+
+def timeline(history: History, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = min([op.invoke_s for op in history.ops] + [f.start_s for f in history.faults], default=0.0)
+    fig, (rate, latency) = plt.subplots(2, 1, figsize=(14, 7), sharex=True)
+    for name, series in _per_second(history.ops, t0).items():
+        rate.plot(sorted(series), [series[s] for s in sorted(series)], label=name, linewidth=1)
+    sends = [op for op in history.ops if op.kind in (Kind.SEND, Kind.TXN) and op.outcome == Outcome.OK]
+    latency.scatter([op.invoke_s - t0 for op in sends],
+                    [1000 * (op.complete_s - op.invoke_s) for op in sends], s=2)
+    latency.set_yscale("log")
+    for axis in (rate, latency):
+        _bands(axis, history, t0)
+    rate.set_ylabel("per second")
+    latency.set_ylabel("ms")
+    latency.set_xlabel("seconds since the start")
+    rate.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _per_second(ops: list[Op], t0: float) -> dict[str, dict[int, int]]:
+    series: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for op in ops:
+        second = int(op.complete_s - t0)
+        if op.kind in (Kind.SEND, Kind.TXN):
+            series[f"{op.kind} {op.outcome}"][second] += 1
+        elif op.kind == Kind.POLL and op.process != DRAIN:
+            series["values read"][second] += len(op.reads)
+    return series
+
+
+def _bands(axis: Any, history: History, t0: float) -> None:
+    for i, fault in enumerate(history.faults):
+        axis.axvspan(fault.start_s - t0, fault.stop_s - t0, color=f"C{i % 10}", alpha=0.15)
+        axis.text(fault.start_s - t0, 1.0, fault.nemesis, rotation=90, fontsize=6, va="top",
+                  transform=axis.get_xaxis_transform())

@@ -1,0 +1,27 @@
+"""A short campaign of every nemesis, in CI: the cluster on namespaced hosts, the queue and
+transaction workloads, each nemesis once (3 s: beyond the 2 s session and lag timeouts,
+then 3 s healed); no anomaly, every fault injected, the report written, everything torn
+down. `make chaos` runs long campaigns of the same code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.chaos.campaign import Options, run
+from tests.chaos.nemesis import NEMESES
+from tests.chaos.netns import PREFIX
+
+
+def test_every_nemesis_once_finds_no_anomaly(tmp_path: Path) -> None:
+    result = run(Options(seconds=0, nemeses=tuple(NEMESES), seed=22, fault_s=3.0, heal_s=3.0,
+                         out=tmp_path / "report", run_id=201))
+    summary = (result.report / "summary.txt").read_text()
+    assert result.verdict.valid, summary
+    figures = json.loads((result.report / "report.json").read_text())
+    assert figures["faults_per_nemesis"] == {name: 1 for name in sorted(NEMESES)}, summary
+    assert figures["acknowledged_writes"] > 500 and figures["values_read"] > 500, summary
+    assert (result.report / "timeline.png").stat().st_size > 10_000
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"{PREFIX}201-" not in left, left

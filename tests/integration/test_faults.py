@@ -1,0 +1,141 @@
+"""The faults issue 22 fixed, with real processes: a broker restarted at once after kill -9
+(a supervisor's behaviour) takes over its own etcd registration and its partitions fail
+over as after a lease expiry; a broker whose data dir is full answers KAFKA_STORAGE_ERROR
+per partition (one log line per partition and change, no traceback, connection kept),
+serves reads, hands leadership to an in-sync follower, and writes again once space returns.
+
+One etcd and three brokers for the module; broker 3's data dir is a small tmpfs.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from protocol.errors import ErrorCode
+from tests.integration.cluster import Cluster, running_cluster, wait_until_served
+from tests.integration.disks import fill, free, small_tmpfs
+from tests.integration.harness import wait_until
+from tests.integration.wire import WireClient, build_batch, partition_errors
+
+SESSION_MS = 10_000  # a restart must come back well within it
+FULL = 3  # the broker whose data dir is a small tmpfs
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("faults")
+    with small_tmpfs(base / "small-disk", 48) as disk, running_cluster(
+        base, show_logs_on_error=True, overrides={"broker.session.timeout.ms": SESSION_MS},
+        per_broker=lambda n: {"log.dirs": str(disk / "data")} if n == FULL else {},
+    ) as c:
+        yield c
+
+
+def placed_topic(cluster: Cluster, assignment: list[list[int]], min_isr: int = 2) -> str:
+    """A topic whose partition i has the replicas assignment[i] (the first one leads)."""
+    name = f"f-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(
+        name, len(assignment), replication_factor=-1, replica_assignment=assignment,
+        config={"min.insync.replicas": str(min_isr)},
+    )])[name].result(30)
+    cluster.wait_for(lambda i: all(
+        (name, p) in i.partitions and len(i.partitions[(name, p)].isr) == len(r)
+        and i.partitions[(name, p)].leader == r[0] for p, r in enumerate(assignment)
+    ))
+    for b in cluster.brokers:
+        wait_until_served(b.bootstrap, name, len(assignment))
+    return name
+
+
+def produce(cluster: Cluster, topic: str, values: list[bytes], partition: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
+                         "acks": "all", "message.timeout.ms": 30000})
+    failed: list[object] = []
+    for v in values:
+        producer.produce(topic, v, partition=partition,
+                         on_delivery=lambda err, _m: failed.append(err) if err else None)
+    assert producer.flush(40) == 0 and not failed, failed
+
+
+def consume(bootstrap: str, topic: str, partition: int, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    got: list[bytes] = []
+    try:
+        wait_until(lambda: _poll_into(consumer, got) >= count, timeout=30, msg=f"{count} records")
+    finally:
+        consumer.close()
+    return got
+
+
+def _poll_into(consumer: Consumer, got: list[bytes]) -> int:
+    for m in consumer.consume(500, 0.5):
+        if m.error() is None:
+            got.append(bytes(m.value() or b""))
+    return len(got)
+
+
+def values(tag: str, n: int) -> list[bytes]:
+    return [f"{tag}-{i}".encode() for i in range(n)]
+
+
+def test_a_broker_restarted_at_once_after_kill9_comes_back_as_a_follower(cluster: Cluster) -> None:
+    topic = placed_topic(cluster, [[1, 2, 3]])
+    produce(cluster, topic, values("before", 200))
+    before = cluster.partition(topic)
+    cluster.broker(1).kill9()
+    cluster.broker(1).start()  # within the session: the dead incarnation's lease still lives
+    moved = cluster.wait_for(lambda i: i.partitions[(topic, 0)].leader not in (1, -1))
+    assert moved.partitions[(topic, 0)].leader_epoch > before.leader_epoch
+    cluster.wait_for(lambda i: set(i.partitions[(topic, 0)].isr) == {1, 2, 3} and 1 in i.brokers)
+    produce(cluster, topic, values("after", 200))
+    assert consume(cluster.bootstrap, topic, 0, 400) == values("before", 200) + values("after", 200)
+    log = cluster.broker(1).log_text()
+    assert "ended the session of its previous incarnation" in log and "Traceback" not in log
+
+
+def test_a_full_disk_answers_storage_error_serves_reads_and_hands_over(cluster: Cluster) -> None:
+    shared = placed_topic(cluster, [[FULL, 1, 2], [FULL, 2, 1]])  # in-sync followers take over
+    alone = placed_topic(cluster, [[FULL]], min_isr=1)  # stays leader: no one else
+    produce(cluster, shared, values("s", 50))
+    produce(cluster, alone, values("a", 50))
+    broker = cluster.broker(FULL)
+    disk = Path(broker.config["log.dirs"]).parent
+    filler = fill(disk)
+    try:
+        with WireClient(broker.port) as wire:
+            batch = build_batch([b"x" * 65536])  # more than the free end of a page
+            answer = wire.produce(shared, [(0, batch), (1, batch)], acks=-1)
+            assert set(partition_errors(answer).values()) <= {
+                ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER}, answer
+            for _ in range(50):  # a client retrying: one log line, not fifty
+                answer = wire.produce(alone, [(0, batch)], acks=-1)
+                assert partition_errors(answer) == {0: ErrorCode.KAFKA_STORAGE_ERROR}
+            assert wire.metadata([alone]).topics[0].error_code == 0  # the connection is kept
+        assert consume(broker.bootstrap, alone, 0, 50) == values("a", 50)  # reads served
+        # (a caught-up follower may rejoin the ISR: it leaves again once it lags)
+        handed = cluster.wait_for(lambda i: all(i.partitions[(shared, p)].leader != FULL for p in (0, 1)))
+        assert handed.partitions[(alone, 0)].leader == FULL
+        produce(cluster, shared, values("s2", 50))  # the new leaders take writes
+    finally:
+        free(filler)
+    produce(cluster, alone, values("a2", 50))  # space is back: writes resume
+    cluster.wait_for(lambda i: all(FULL in i.partitions[(shared, p)].isr for p in (0, 1)))
+    assert consume(cluster.bootstrap, shared, 0, 100) == values("s", 50) + values("s2", 50)
+    log = broker.log_text()
+    assert "Traceback" not in log
+    for tp in (f"{shared}-0", f"{shared}-1", f"{alone}-0"):
+        assert len(re.findall(rf"partition {tp}: cannot write its log", log)) == 1, log
+    for tp in (f"{shared}-0", f"{alone}-0"):  # written since (partition 1 was not)
+        assert len(re.findall(rf"partition {tp}: its log is writable again", log)) == 1, log
+    for tp in (f"{shared}-0", f"{shared}-1"):
+        assert len(re.findall(rf"partition {tp}: leadership handed to broker", log)) == 1, log

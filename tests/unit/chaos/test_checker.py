@@ -1,0 +1,147 @@
+"""The chaos checker on hand-made histories: a clean one passes, and each anomaly the
+issue names is found in a history made to contain exactly it."""
+
+from __future__ import annotations
+
+import json
+
+from tests.chaos.checker import Verdict, check
+from tests.chaos.history import Fault, History, Kind, Op, Outcome, ProcessId, Read, Write
+
+A, B = ("q", 0), ("q", 1)
+OK, FAIL, INFO = Outcome.OK, Outcome.FAIL, Outcome.INFO
+
+
+def send(value: str, offset: int, outcome: Outcome = OK, key: tuple[str, int] = A, at: float = 0.0) -> Op:
+    return Op(ProcessId("p1"), Kind.SEND, at, at + 0.01, outcome, (Write(key, value, offset),))
+
+
+def poll(*reads: tuple[int, str], key: tuple[str, int] = A, who: str = "c1", at: float = 5.0,
+         committed: bool = True) -> Op:
+    return Op(ProcessId(who), Kind.POLL, at, at + 0.01, OK,
+              reads=tuple(Read(key, o, v) for o, v in reads), committed_reader=committed)
+
+
+def txn(*writes: Write, outcome: Outcome = OK, reads: tuple[Read, ...] = (), who: str = "t1",
+        at: float = 1.0, commit_s: float | None = None) -> Op:
+    return Op(ProcessId(who), Kind.TXN, at, at + 0.5, outcome, writes, reads, commit_s=commit_s)
+
+
+def verdict(*ops: Op, faults: tuple[Fault, ...] = ()) -> Verdict:
+    return check(History(list(ops), list(faults)))
+
+
+def found(v: Verdict) -> dict[str, int]:
+    return {kind: n for kind, n in v.counts().items() if n}
+
+
+def test_a_clean_history_is_valid() -> None:
+    v = verdict(send("a", 0), send("b", 1), send("c", 2, INFO), send("d", 3, FAIL),
+                poll((0, "a"), (1, "b"), (2, "c")), poll((0, "a"), who="c2"), poll((1, "b"), who="c2"))
+    assert v.valid, v.anomalies
+    assert (v.ops, v.ok_writes, v.reads) == (7, 2, 5)
+
+
+def test_a_lost_write() -> None:
+    v = verdict(send("a", 0), send("b", 1), send("c", 2), poll((0, "a"), (2, "c")))
+    assert found(v) == {"lost-write": 1, "skipping-poll": 1}
+    assert "b acknowledged at q-0@1" in v.anomalies[0].detail
+
+
+def test_an_acknowledged_write_beyond_every_read_is_not_lost() -> None:
+    assert verdict(send("a", 0), send("b", 1), poll((0, "a"))).valid
+
+
+def test_a_duplicate() -> None:
+    v = verdict(send("a", 0), poll((0, "a"), (1, "a")))
+    assert found(v) == {"duplicate": 1}
+
+
+def test_an_aborted_read() -> None:
+    aborted = txn(Write(A, "x", 0), outcome=FAIL)
+    v = verdict(aborted, send("a", 1), poll((0, "x"), (1, "a")))
+    assert found(v) == {"aborted-read": 1}
+
+
+def test_read_uncommitted_may_see_aborted_values() -> None:
+    aborted = txn(Write(A, "x", 0), outcome=FAIL)
+    assert verdict(aborted, send("a", 1), poll((0, "x"), (1, "a"), committed=False)).valid
+
+
+def test_inconsistent_offsets() -> None:
+    v = verdict(send("a", 0), send("b", 1), poll((0, "a"), (1, "b")), poll((0, "a"), (1, "z"), who="c2"))
+    assert found(v)["inconsistent-offsets"] == 1
+
+
+def test_a_torn_transaction() -> None:
+    t = txn(Write(A, "x", 0), Write(B, "y", 0))
+    v = verdict(t, send("a", 1), send("b", 1, key=B), poll((0, "x"), (1, "a")), poll((1, "b"), key=B))
+    assert found(v) == {"torn-transaction": 1, "lost-write": 1}
+
+
+def test_a_precommitted_read() -> None:
+    t = txn(Write(A, "x", 0), at=1.0, commit_s=9.0)
+    v = verdict(t, poll((0, "x"), at=5.0))
+    assert found(v) == {"precommitted-read": 1}
+
+
+def test_a_non_monotonic_poll_and_a_reassignment() -> None:
+    v = verdict(send("a", 0), send("b", 1), poll((0, "a"), (1, "b")), poll((1, "b"), at=6.0))
+    assert found(v) == {"non-monotonic-poll": 1}
+    reset = Op(ProcessId("c1"), Kind.ASSIGN, 5.5, 5.5, OK)
+    assert verdict(send("a", 0), send("b", 1), poll((0, "a"), (1, "b")), reset, poll((1, "b"), at=6.0)).valid
+
+
+def test_a_skipping_poll_but_not_over_aborted_records() -> None:
+    v = verdict(send("a", 0), send("b", 1), send("c", 2), poll((0, "a"), (2, "c")), poll((1, "b"), who="c2"))
+    assert found(v) == {"skipping-poll": 1}
+    aborted = txn(Write(A, "x", 1), outcome=FAIL)
+    assert verdict(send("a", 0), aborted, send("c", 2), poll((0, "a"), (2, "c")),
+                   poll((1, "x"), who="c3", committed=False)).valid
+
+
+def test_a_committed_reader_may_skip_a_transaction_of_unknown_outcome() -> None:
+    unknown = txn(Write(A, "x", 1), outcome=INFO)  # its commit timed out; it was aborted
+    seen_uncommitted = poll((1, "x"), who="tu", committed=False)
+    assert verdict(send("a", 0), unknown, send("c", 2), poll((0, "a"), (2, "c")), seen_uncommitted).valid
+    seen_committed = poll((1, "x"), who="tc")  # but if another committed reader saw it, it committed
+    v = verdict(send("a", 0), unknown, send("c", 2), poll((0, "a"), (2, "c")), seen_committed)
+    assert found(v) == {"skipping-poll": 1}
+
+
+def test_g0_a_write_cycle() -> None:
+    t1 = txn(Write(A, "x1", 0), Write(B, "y1", 1), who="t1")
+    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2")
+    v = verdict(t1, t2, poll((0, "x1"), (1, "x2")), poll((0, "y2"), (1, "y1"), key=B))
+    assert found(v) == {"G0": 1}
+
+
+def test_g1c_a_write_read_cycle() -> None:
+    t1 = txn(Write(A, "x1", 0), who="t1", reads=(Read(B, 0, "y2"),))
+    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2")
+    v = verdict(t1, t2, poll((0, "x1"), (1, "x2")), poll((0, "y2"), key=B))
+    assert found(v) == {"G1c": 1}
+    assert "t1" in v.anomalies[0].detail and "t2" in v.anomalies[0].detail
+
+
+def test_serial_transactions_have_no_cycle() -> None:
+    t1 = txn(Write(A, "x1", 0), Write(B, "y1", 0), who="t1")
+    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 1), who="t2", reads=(Read(A, 0, "x1"),))
+    assert verdict(t1, t2, poll((0, "x1"), (1, "x2")), poll((0, "y1"), (1, "y2"), key=B)).valid
+
+
+def test_availability_after_each_fault() -> None:
+    fault = Fault("partition-leader", 1.0, 3.0, "n1")
+    never = Fault("pause", 10.0, 20.0, "n2")
+    v = verdict(send("a", 0, at=2.0), send("b", 1, at=3.5), send("c", 0, key=B, at=3.9),
+                poll((0, "a"), (1, "b"), at=4.0), poll((0, "c"), key=B, at=4.5), faults=(fault, never))
+    first, second = v.recoveries  # one topic: every partition progressed again, B last
+    assert first.topic == "q"
+    assert round(first.producers_s or 0, 3) == 0.91 and round(first.consumers_s or 0, 3) == 1.51
+    assert (second.producers_s, second.consumers_s) == (None, None)
+
+
+def test_a_history_round_trips_through_json() -> None:
+    t = txn(Write(A, "x", 0), reads=(Read(B, 3, "r"),), commit_s=1.2)
+    history = History([t, poll((0, "x"), committed=False)], [Fault("kill", 1.0, 2.0, "n3")])
+    assert History.from_json(json.loads(json.dumps(history.to_json()))) == history
