@@ -43,7 +43,8 @@ BENCHMARK = "transactions"
 VALUE_BYTES = 1024
 MIB = 1 << 20
 SINGLE = {"transaction.state.log.replication.factor": 1, "offsets.topic.replication.factor": 1}
-KAFKA = {"transaction.state.log.num.partitions": 50, "offsets.topic.num.partitions": 50}  # as Gregor's
+# Kafka's internal topics as many partitions as Gregor's (the test fixture's default is 1)
+KAFKA: dict[str, object] = {"transaction.state.log.num.partitions": 50, "offsets.topic.num.partitions": 50}
 ONE, REFERENCE, CLUSTER = "1 broker", "Kafka 4.3.1", "3 brokers RF 3"
 
 

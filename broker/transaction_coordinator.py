@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 ADD_PARTITIONS_TO_TXN = 24
 REMOTE_CHECK_TIMEOUT_S = 10.0
 COMPLETE_RETRY_S = 0.2
+COMPLETE_RETRIABLE = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 # Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
@@ -352,12 +353,16 @@ class TransactionCoordinator:
 
     async def _complete(self, tid: str) -> None:
         """Every marker is written: persist CompleteCommit / CompleteAbort, trying again while
-        the outcome of the write is open and this broker still coordinates the id."""
+        the write failed and this broker still coordinates the id at the same epoch. That
+        includes NOT_COORDINATOR from a write refused while this broker's registration had
+        lapsed (etcd unreachable) but its leadership came back unchanged: nothing else would
+        complete the transaction, and its id would answer CONCURRENT_TRANSACTIONS for ever.
+        A partition lost or reloaded ends the loop (a load re-sends every Prepare*'s markers)."""
         index = self.machine.partition_for(tid)
         epoch = self.machine.coordinator_epoch(index)
         while True:
             error = await self._persist(self.machine.complete_markers(tid, now_ms()))
-            if error != ErrorCode.COORDINATOR_NOT_AVAILABLE or self.machine.coordinator_epoch(index) != epoch:
+            if error not in COMPLETE_RETRIABLE or self.machine.coordinator_epoch(index) != epoch:
                 break
             await asyncio.sleep(COMPLETE_RETRY_S)
         if error != ErrorCode.NONE:
