@@ -28,7 +28,6 @@ from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
 from broker.metrics.service import BrokerMetrics
 from broker.replica_manager import ReplicaManager
-from broker.replication.fetch_sessions import FetchSessionCache
 from broker.topics import TopicManager
 from broker.transaction_coordinator import TransactionCoordinator
 from coordinator.producer_ids import ProducerIdManager
@@ -88,7 +87,6 @@ class Broker:
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id,
                                        bool(config["transaction.partition.verification.enable"]))
-        self.fetch_sessions = FetchSessionCache()  # followers' incremental fetches (KIP-227)
         self.cleaner = LogCleaner(self.log_manager.all_logs, _cleaner_config(config), crash_point)
         self.view: MetadataView = self._metadata_view()
         self.topics = self._topic_manager()

@@ -2,12 +2,9 @@
 stable offset with the aborted transactions of the range (read_committed);
 long-poll on appends.
 
-A consumer's fetch session is declined by answering session id 0, so consumers
-send full fetch requests; a follower gets an incremental session (KIP-227,
-`broker/replication/fetch_sessions.py`): it names only the partitions whose
-position moved, and hears only of the partitions with something new. A fetch
-waits for min_bytes until max_wait_ms, woken by appends to the partitions it
-reads, never by polling.
+Fetch sessions are declined by answering session id 0, so clients send full
+fetch requests. A fetch waits for min_bytes until max_wait_ms, woken by
+appends to the partitions it reads, never by polling.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from kafka.protocol.consumer import FetchResponse
 from broker import metrics
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition
 from broker.replica_manager import Partition
-from broker.replication.fetch_sessions import FetchSession, topic_key
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -32,7 +28,6 @@ R = FetchResponse
 PartitionData = R.FetchableTopicResponse.PartitionData
 AbortedTransaction = PartitionData.AbortedTransaction
 READ_COMMITTED = 1
-FINAL_EPOCH = -1  # a fetch that closes its session (or wants none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,76 +148,24 @@ def _read_all(wanted: list[Wanted], request: Any, follower: bool) -> tuple[list[
     return out, total, errors
 
 
-def _response(wanted: list[Wanted], parts: list[Any], session_id: int = 0) -> Any:
-    by_topic: dict[Any, tuple[Any, list[Any]]] = {}
+def _response(request: Any, wanted: list[Wanted], parts: list[Any]) -> Any:
+    by_topic: dict[int, list[Any]] = {}
     for w, data in zip(wanted, parts, strict=True):
-        by_topic.setdefault(topic_key(w.topic), (w.topic, []))[1].append(data)
+        by_topic.setdefault(id(w.topic), []).append(data)
     topics = [
-        R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=partitions)
-        for t, partitions in by_topic.values()
+        R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=by_topic[id(t)])
+        for t in request.topics
+        if id(t) in by_topic
     ]
-    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
-
-
-def _session(ctx: RequestContext, request: Any, follower: int) -> tuple[FetchSession | None, ErrorCode]:
-    """The follower's fetch session this request opens or continues (None: a full, sessionless
-    fetch), or the error to answer with. Closing a session (epoch -1) leaves a full fetch."""
-    sessions = ctx.broker.fetch_sessions
-    session_id, epoch = request.session_id, request.session_epoch
-    if epoch == FINAL_EPOCH:
-        if session_id:
-            sessions.close(session_id)
-        return None, ErrorCode.NONE
-    if session_id == 0:
-        if epoch > 0:
-            return None, ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-        return (sessions.create(request) if follower >= 0 else None), ErrorCode.NONE
-    session, error = sessions.lookup(session_id, epoch)
-    if session is not None:
-        session.update(request)
-        session.advance()
-    return session, error
-
-
-def _session_wanted(ctx: RequestContext, session: FetchSession) -> list[Wanted]:
-    """Every partition of the session, at the position its latest request named."""
-    result = []
-    for cached in session.partitions.values():
-        part, error = resolve_partition(ctx, cached.topic, cached.fetch.partition)
-        if part is not None:
-            error = check_leader_epoch(part, cached.fetch.current_leader_epoch)
-        result.append(Wanted(cached.topic, cached.fetch, part, error))
-    return result
-
-
-def _changed_only(
-    session: FetchSession, named: set[Any], wanted: list[Wanted], parts: list[Any]
-) -> tuple[list[Wanted], list[Any]]:
-    """A session's answer: the partitions with records, an error, a diverging epoch, new
-    offsets since the last answer, or named by this request (all of them when the request
-    opened the session); the session remembers what it sent."""
-    kept_w, kept_p = [], []
-    for w, data in zip(wanted, parts, strict=True):
-        key = (topic_key(w.topic), w.fetch.partition)
-        cached = session.partitions.get(key)
-        sent = (data.high_watermark, data.last_stable_offset, data.log_start_offset)
-        diverging = data.diverging_epoch is not None and data.diverging_epoch.epoch >= 0
-        if (data.records or data.error_code or diverging or key in named
-                or cached is None or cached.sent != sent):
-            if cached is not None:
-                cached.sent = sent
-            kept_w.append(w)
-            kept_p.append(data)
-    return kept_w, kept_p
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    follower = replica_id(request)
-    session, error = _session(ctx, request, follower)
-    if error != ErrorCode.NONE:
+    if request.session_id != 0 or request.session_epoch > 0:
+        error = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
         return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
-    wanted = _wanted(ctx, request) if session is None else _session_wanted(ctx, session)
-    named = {(topic_key(t), p.partition) for t in request.topics for p in t.partitions}
+    wanted = _wanted(ctx, request)
+    follower = replica_id(request)
     if follower >= 0:
         _record_follower(ctx, wanted, follower)
     loop = asyncio.get_running_loop()
@@ -234,9 +177,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not live:
             _count(wanted, parts, follower >= 0)
-            if session is None:
-                return _response(wanted, parts)
-            return _response(*_changed_only(session, named, wanted, parts), session.session_id)
+            return _response(request, wanted, parts)
         waiter = ctx.broker.replicas.waiter(live)
         try:
             await asyncio.wait_for(waiter, remaining)
