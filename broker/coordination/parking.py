@@ -42,16 +42,12 @@ class Parking:
             if not future.done():
                 future.set_result(None)
 
-    def wake_all(self, keys: Iterable[str] | None = None) -> None:
-        """Every waiter of `keys` (of every key if None)."""
-        for key in list(self._waiting if keys is None else keys):
+    def wake_all(self, keys: Iterable[str]) -> None:
+        for key in list(keys):
             self.wake(key)
 
     def keys(self) -> list[str]:
         return list(self._waiting)
-
-    def __len__(self) -> int:
-        return sum(len(q) for q in self._waiting.values())
 
     def _forget(self, key: str, future: asyncio.Future[None]) -> None:
         queue = self._waiting.get(key)
