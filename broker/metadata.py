@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.producer_ids import ProducerIdBlock
+from protocol.internal_topics import INTERNAL_TOPICS
 from storage.checkpoints import fsync_dir
 
 STORE_FILE = "gregor-metadata.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_LENGTH = 249
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 @dataclass(frozen=True)

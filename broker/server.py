@@ -12,24 +12,24 @@ from collections.abc import Awaitable
 from typing import Any
 
 from broker import metrics, request_log
-from broker.authorizer import AllowAllAuthorizer, Authorizer
+from broker.api.context import now_ms
 from broker.cluster.membership import ClusterMembership
 from broker.cluster.producer_ids import PrefetchedProducerIdBlocks
 from broker.cluster.roles import ClusterRoles
 from broker.cluster.topics import ClusterTopicManager
 from broker.cluster.view import BrokerInfo, ClusterView, MetadataView, SingleNodeView
 from broker.config import BrokerConfig, parse_http_listener
-from broker.connection import Connection
-from broker.context import now_ms
+from broker.coordination.groups import GroupCoordinator
+from broker.coordination.transactions import TransactionCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
 from broker.faults import crash_point
-from broker.group_coordinator import GroupCoordinator
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
 from broker.metrics.service import BrokerMetrics
-from broker.replica_manager import ReplicaManager
+from broker.net.connection import Connection
+from broker.replication.replica_manager import ReplicaManager
+from broker.security.authorizer import AllowAllAuthorizer, Authorizer
 from broker.topics import TopicManager
-from broker.transaction_coordinator import TransactionCoordinator
 from coordinator.producer_ids import ProducerIdManager
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from storage.log_config import LogConfig

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from broker.cluster.placement import Assignment, Refused, more_assignment, topic_assignment
 from broker.config import BrokerConfig
 from broker.faults import crash_point
-from broker.metadata import INTERNAL_TOPICS, LocalMetadataStore, TopicMetadata, topic_name_error
-from broker.replica_manager import ReplicaManager
+from broker.metadata import LocalMetadataStore, TopicMetadata, topic_name_error
+from broker.replication.replica_manager import ReplicaManager
 from protocol.errors import ErrorCode
+from protocol.internal_topics import INTERNAL_TOPICS
 from storage.log_config import LogConfig, validate_topic_config
 
 log = logging.getLogger(__name__)

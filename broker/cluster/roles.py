@@ -19,8 +19,8 @@ import aetcd.exceptions
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import NO_LEADER, NodeId, PartitionState, TopicRecord
 from broker.net.client import BrokerClient
-from broker.replica_manager import Partition, ReplicaManager
 from broker.replication.fetcher import FollowedPartition, ReplicaFetcher
+from broker.replication.replica_manager import Partition, ReplicaManager
 from storage.log_config import LogConfig
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from broker.cluster.placement import PlacementError
 from broker.config import BrokerConfig
 from broker.metadata import TopicMetadata
 from broker.net.client import BrokerUnreachable
-from broker.replica_manager import ReplicaManager
+from broker.replication.replica_manager import ReplicaManager
 from broker.topics import MAX_RECORDS_PER_REQUEST, TOO_LARGE_MESSAGE, NewTopic, TopicManager, TopicResult
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS

@@ -20,9 +20,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from broker.coordination.internal_topics import InternalRecord, read_records
 from broker.faults import slow_point
-from broker.internal_topics import InternalRecord, read_records
-from broker.replica_manager import NotLeader, Partition, ReplicaManager, replicated
+from broker.replication.replica_manager import NotLeader, Partition, ReplicaManager, replicated
 from protocol.errors import ErrorCode
 from storage.producer_state import AppendOrigin
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
-from broker.context import now_ms
+from broker.api.context import now_ms
 from broker.faults import crash_point
-from broker.group_coordinator import OFFSETS_TOPIC
-from broker.replica_manager import Partition, replicated
+from broker.replication.replica_manager import Partition, replicated
 from protocol.errors import ErrorCode
+from protocol.internal_topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from broker.server import Broker

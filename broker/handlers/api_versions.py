@@ -13,7 +13,7 @@ from coordinator.transaction import TV2
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
     from broker.server import Broker
 
 API_KEY = 18

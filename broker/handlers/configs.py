@@ -33,7 +33,7 @@ from storage.log_config import (
 )
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 DESCRIBE, ALTER, INCREMENTAL_ALTER = 32, 33, 44
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8

@@ -14,7 +14,7 @@ from broker.handlers.forwarding import on_controller
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 API_KEY = 43
 R = ElectLeadersResponse

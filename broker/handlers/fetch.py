@@ -17,11 +17,11 @@ from kafka.protocol.consumer import FetchResponse
 
 from broker import metrics
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition
-from broker.replica_manager import Partition
+from broker.replication.replica_manager import Partition
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 API_KEY = 1
 R = FetchResponse

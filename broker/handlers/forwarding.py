@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from broker.net.client import BrokerUnreachable
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 

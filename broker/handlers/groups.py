@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.authorizer import NOT_PROVIDED, ResourceType, authorized_operations
+from broker.security.authorizer import NOT_PROVIDED, ResourceType, authorized_operations
 from coordinator.group import JoinRequest, LeaveMember, SyncRequest
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE = 11, 12, 13, 14, 15, 16, 42
 

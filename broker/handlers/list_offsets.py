@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
 from broker.handlers.resolve import check_leader_epoch, resolve_partition
-from broker.replica_manager import Partition
+from broker.replication.replica_manager import Partition
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 2, 23
 L = ListOffsetsResponse

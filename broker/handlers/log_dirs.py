@@ -10,7 +10,7 @@ from kafka.protocol.admin import DescribeLogDirsResponse
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 API_KEY = 35
 R = DescribeLogDirsResponse

@@ -1,5 +1,5 @@
 """Metadata (all versions, v0/v1 kept for aiokafka) and DescribeCluster; both answer the
-authorized operations (KIP-430) when asked, through broker.authorizer."""
+authorized operations (KIP-430) when asked, through broker.security.authorizer."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
-from broker.authorizer import NOT_PROVIDED, ResourceType, authorized_operations, cluster_operations
 from broker.metadata import TopicMetadata, topic_name_error
+from broker.security.authorizer import NOT_PROVIDED, ResourceType, authorized_operations, cluster_operations
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
     from broker.server import Broker
 
 METADATA, DESCRIBE_CLUSTER = 3, 60

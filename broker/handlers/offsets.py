@@ -10,13 +10,13 @@ from broker.handlers.resolve import topic_name
 from coordinator.group import OffsetCommitInput
 from coordinator.transaction import txn_offset_commit_operation
 from protocol.errors import ErrorCode
+from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.messages import RESPONSES
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 COMMIT, FETCH, DELETE, TXN_COMMIT = 8, 9, 47, 28
-OFFSETS_TOPIC = "__consumer_offsets"
 TopicPartition = tuple[str, int]
 
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import ProduceResponse
 
 from broker import metrics
+from broker.coordination.transactions import produce_error
 from broker.handlers.resolve import resolve_partition
-from broker.replica_manager import Partition, replicated
-from broker.transaction_coordinator import produce_error
+from broker.replication.replica_manager import Partition, replicated
 from coordinator.transaction import TxnOperation
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
@@ -19,7 +19,7 @@ from storage.producer_state import Verification
 from storage.validator import RecordError
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 log = logging.getLogger(__name__)
 API_KEY = 0

@@ -13,7 +13,7 @@ from coordinator.transaction import fenced_error_for_version
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 log = logging.getLogger(__name__)
 INIT_PRODUCER_ID, DESCRIBE_PRODUCERS = 22, 61

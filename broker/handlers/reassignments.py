@@ -22,7 +22,7 @@ from broker.handlers.forwarding import on_controller
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 ALTER, LIST = 45, 46
 A = AlterPartitionReassignmentsResponse

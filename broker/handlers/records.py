@@ -10,7 +10,7 @@ from broker.handlers.resolve import resolve_partition
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 API_KEY = 21
 R = DeleteRecordsResponse

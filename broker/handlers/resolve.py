@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from broker.replica_manager import Partition
+from broker.replication.replica_manager import Partition
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 ZERO_UUID = uuid.UUID(int=0)
 

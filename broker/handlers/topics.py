@@ -20,7 +20,7 @@ from protocol.errors import ErrorCode
 from storage.log_config import format_config_value
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 C = CreateTopicsResponse

@@ -19,7 +19,7 @@ from coordinator.transaction import TV2, fenced_error_for_version
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 FIND_COORDINATOR, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 24, 25, 26
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from broker.coordination.marker_writer import write_markers
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 API_KEY = 27
 

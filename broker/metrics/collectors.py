@@ -22,7 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from broker.context import now_ms
+from broker.api.context import now_ms
 from broker.metrics.stats import Histogram, Stats
 from broker.request_log import api_name
 from coordinator.transaction.state import TxnState
@@ -30,7 +30,7 @@ from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 
 if TYPE_CHECKING:
-    from broker.replica_manager import Partition
+    from broker.replication.replica_manager import Partition
     from broker.server import Broker
 
 NET = "kafka_network_requestmetrics_"

@@ -12,9 +12,9 @@ from prometheus_client.process_collector import ProcessCollector
 
 from broker import metrics
 from broker.cluster.image import ControllerRecord, PartitionState
+from broker.coordination.hanging import HangingTransactionCheck
 from broker.metrics.collectors import BrokerStateCollector, StatsCollector
 from broker.metrics.endpoint import MetricsEndpoint
-from broker.metrics.hanging import HangingTransactionCheck
 from broker.metrics.stats import STATS
 from storage import log as storage_log
 

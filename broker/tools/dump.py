@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from coordinator.transaction.state import GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC
 from protocol import group_log, transaction_log
+from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from protocol.record_batch import (
     Compression,
     ControlType,
@@ -158,7 +158,7 @@ def _control_fields(key: bytes | None, value: bytes | None) -> Entry:
 def _data_fields(record: Any, topic: str | None, options: Options) -> Entry:
     if options.decode_internal and topic == TRANSACTION_STATE_TOPIC:
         return decode_transaction_record(record.key, record.value, record.offset)
-    if options.decode_internal and topic == GROUP_METADATA_TOPIC:
+    if options.decode_internal and topic == OFFSETS_TOPIC:
         return decode_offsets_record(record.key, record.value, record.offset)
     return {"key": _text(record.key), "payload": _text(record.value)}
 

@@ -20,7 +20,6 @@ from types import MappingProxyType
 
 from coordinator.hashing import coordinator_partition
 from coordinator.transaction.state import (
-    GROUP_METADATA_TOPIC,
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -30,6 +29,7 @@ from coordinator.transaction.state import (
     is_epoch_exhausted,
 )
 from protocol.errors import ErrorCode
+from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.transaction_log import (
     TxnLogValue,
     UnknownRecordVersion,
@@ -509,7 +509,7 @@ class TransactionStateMachine:
         return replace(outcome, partition_errors=_NO_ERRORS)
 
     def offsets_partition_for(self, group_id: str, offsets_partitions: int) -> TopicPartition:
-        return GROUP_METADATA_TOPIC, coordinator_partition(group_id, offsets_partitions)
+        return OFFSETS_TOPIC, coordinator_partition(group_id, offsets_partitions)
 
     # ------------------------------------------------------------ EndTxn and markers
 

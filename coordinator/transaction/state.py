@@ -16,8 +16,6 @@ from protocol.transaction_log import TxnLogValue
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 0x7FFF  # Short.MAX_VALUE
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-GROUP_METADATA_TOPIC = "__consumer_offsets"
 
 TopicPartition = tuple[str, int]
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from kafka.protocol.producer import EndTxnRequest, InitProducerIdRequest
 
-from broker.internal_topics import record_batch
+from broker.coordination.internal_topics import record_batch
 from coordinator.transaction import MAX_EPOCH, TxnMetadata, TxnState
 from protocol.messages import REQUESTS
 from protocol.transaction_log import decode_key, decode_value, encode_key, encode_value

@@ -12,8 +12,8 @@ import pytest
 
 from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
 from broker.coordination.coordinator_log import CoordinatorLog
-from broker.internal_topics import InternalRecord, record_batch
-from broker.replica_manager import Partition, ReplicaManager
+from broker.coordination.internal_topics import InternalRecord, record_batch
+from broker.replication.replica_manager import Partition, ReplicaManager
 from protocol.errors import ErrorCode
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager

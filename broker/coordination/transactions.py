@@ -21,13 +21,13 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics
-from broker.context import now_ms
+from broker.api.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
+from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.marker_writer import write_markers
 from broker.coordination.parking import Parking
 from broker.faults import crash_point
-from broker.internal_topics import InternalRecord, record_batch
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from coordinator.transaction import (
     TV2,
@@ -40,11 +40,12 @@ from coordinator.transaction import (
     write_check_error,
 )
 from protocol.errors import ErrorCode
+from protocol.internal_topics import TRANSACTION_STATE_TOPIC
 from protocol.messages import REQUESTS
 
 if TYPE_CHECKING:
     from broker.cluster.view import BrokerInfo
-    from broker.replica_manager import Partition
+    from broker.replication.replica_manager import Partition
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,6 @@ ADD_PARTITIONS_TO_TXN = 24
 REMOTE_CHECK_TIMEOUT_S = 10.0
 COMPLETE_RETRY_S = 0.2
 COMPLETE_RETRIABLE = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 TopicPartition = tuple[str, int]
 # Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
 # answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.

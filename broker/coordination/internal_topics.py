@@ -14,7 +14,7 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from broker.replica_manager import Partition
+from broker.replication.replica_manager import Partition
 from protocol.record_batch import ControlType
 
 log = logging.getLogger(__name__)

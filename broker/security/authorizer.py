@@ -13,7 +13,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from broker.context import RequestContext
+    from broker.api.context import RequestContext
 
 CLUSTER_NAME = "kafka-cluster"
 NOT_PROVIDED = None  # the codec writes INT32_MIN, Kafka's "authorized operations not requested"
@@ -80,7 +80,7 @@ class AllowAllAuthorizer:
 
 
 def authorize(ctx: RequestContext, operation: AclOperation, resource: ResourceType, name: str) -> bool:
-    return ctx.broker.authorizer.authorize(ctx, operation, resource, name)
+    return ctx.broker.security.authorizer.authorize(ctx, operation, resource, name)
 
 
 def authorized_operations(ctx: RequestContext, resource: ResourceType, name: str) -> frozenset[int]:

@@ -17,9 +17,9 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker import metrics
-from broker.context import now_ms
+from broker.api.context import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
-from broker.internal_topics import InternalRecord, record_batch
+from broker.coordination.internal_topics import InternalRecord, record_batch
 from coordinator.group import (
     Completion,
     DescribedGroup,
@@ -41,14 +41,14 @@ from coordinator.group import (
 from coordinator.transaction import append_error_to_coordinator_error
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
+from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.record_batch import ControlType
 
 if TYPE_CHECKING:
-    from broker.replica_manager import Partition
+    from broker.replication.replica_manager import Partition
     from broker.server import Broker
 
 log = logging.getLogger(__name__)
-OFFSETS_TOPIC = "__consumer_offsets"
 NO_PRODUCER = (-1, -1)
 WaiterKey = tuple[str, str, Kind]
 TopicPartition = tuple[str, int]

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics, request_log
-from broker.context import AppendTurn, RequestContext
+from broker.api.context import AppendTurn, RequestContext
 from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.handlers.registry import ApiHandler

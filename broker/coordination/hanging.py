@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
-from broker.context import now_ms
+from broker.api.context import now_ms
 from broker.coordination.marker_writer import write_markers
 from broker.metrics.stats import STATS
 from broker.net.client import BrokerClientPool, BrokerUnreachable

@@ -1,0 +1,1 @@
+"""What handlers and coordinators are handed: the ports (services.py) and the request context."""

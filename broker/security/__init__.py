@@ -1,0 +1,1 @@
+"""Authentication, principals and authorization."""
