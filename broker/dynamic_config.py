@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from broker.config import KEYS, BrokerConfig
 from broker.metadata import LocalMetadataStore
@@ -24,9 +24,6 @@ from storage.log_config import (
     unused_broker_defaults,
     validate_broker_config,
 )
-
-if TYPE_CHECKING:
-    from broker.server import Broker
 
 log = logging.getLogger(__name__)
 DEFAULT_SCOPE = ""
@@ -58,6 +55,7 @@ class DynamicBrokerConfigs:
         self.properties = BrokerProperties(config.explicit, _defaults())
         self.properties.set_dynamic(self._stored(DEFAULT_SCOPE), self._stored(self.broker_scope))
         self.config = dataclasses.replace(config, explicit=self.properties)
+        self.on_change: Callable[[], None] = lambda: None  # the logs take the new values
 
     def _stored(self, scope: str) -> dict[str, str]:
         stored = self.store.broker_configs(scope)
@@ -98,7 +96,8 @@ class DynamicBrokerConfigs:
         return self.properties.dynamic_default, configs
 
     def replace(self, scope: str, configs: dict[str, str]) -> None:
-        """Persist ``configs`` as the whole dynamic set at ``scope`` (already checked)."""
+        """Persist ``configs`` as the whole dynamic set at ``scope`` (already checked) and
+        apply them to every log whose topic does not override them."""
         before = self.current(scope)
         self.store.set_broker_configs(scope, configs)
         self.properties.set_dynamic(*self._layers_with(scope, configs))
@@ -106,10 +105,4 @@ class DynamicBrokerConfigs:
         changes += [f"{k} removed" for k in sorted(set(before) - set(configs))]
         if changes:
             log.info("dynamic broker config (%s): %s", _scope_label(scope), ", ".join(changes))
-
-
-def apply_to_logs(broker: Broker) -> None:
-    """Give every log the config its topic now resolves to (topic overrides still win)."""
-    broker.log_manager.default_config = LogConfig.from_properties(broker.config.explicit, {})
-    for topic in broker.topics.all().values():
-        broker.replicas.update_config(topic.name, broker.topics.log_config(topic))
+        self.on_change()

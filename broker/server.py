@@ -12,25 +12,31 @@ from collections.abc import Awaitable
 from typing import Any
 
 from broker import metrics, request_log
-from broker.api.context import now_ms
+from broker.api.services import Cluster, Services
+from broker.clock import now_ms
 from broker.cluster.membership import ClusterMembership
 from broker.cluster.producer_ids import PrefetchedProducerIdBlocks
 from broker.cluster.roles import ClusterRoles
 from broker.cluster.topics import ClusterTopicManager
-from broker.cluster.view import BrokerInfo, ClusterView, MetadataView, SingleNodeView
+from broker.cluster.view import BrokerInfo, ClusterView, SingleNodeView
 from broker.config import BrokerConfig, parse_http_listener
+from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.groups import GroupCoordinator
+from broker.coordination.hanging import HangingTransactionCheck
+from broker.coordination.marker_writer import MarkerWriter
 from broker.coordination.transactions import TransactionCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
 from broker.faults import crash_point
 from broker.handlers import HANDLER_TABLE
 from broker.metadata import LocalMetadataStore
-from broker.metrics.service import BrokerMetrics
+from broker.metrics.collectors import StateSources
+from broker.metrics.service import BrokerMetrics, controller_status
 from broker.net.connection import Connection
 from broker.replication.replica_manager import ReplicaManager
-from broker.security.authorizer import AllowAllAuthorizer, Authorizer
+from broker.security.authorizer import AllowAllAuthorizer
 from broker.topics import TopicManager
 from coordinator.producer_ids import ProducerIdManager
+from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager, lock_log_dirs
@@ -88,20 +94,62 @@ class Broker:
         self.replicas = ReplicaManager(self.log_manager, config.node_id,
                                        bool(config["transaction.partition.verification.enable"]))
         self.cleaner = LogCleaner(self.log_manager.all_logs, _cleaner_config(config), crash_point)
-        self.view: MetadataView = self._metadata_view()
+        self.view: Cluster = self._metadata_view()
         self.topics = self._topic_manager()
         self._prefetched = PrefetchedProducerIdBlocks(cluster.store) if cluster else None
         reserve = self._prefetched.reserve if self._prefetched else self.store.reserve_producer_ids
         self.producer_ids = ProducerIdManager(reserve)
         self.roles = self._cluster_roles()
-        self.handlers = HANDLER_TABLE
-        self.authorizer: Authorizer = AllowAllAuthorizer()
-        self.transactions = TransactionCoordinator(self)
-        self.groups = GroupCoordinator(self)
+        self._coordinators(config)
+        self.dynamic_configs.on_change = self._apply_dynamic_configs
+        self.services = Services(
+            partitions=self.replicas, topics=self.topics, cluster=self.view,
+            controller=cluster.controller if cluster is not None else None,
+            transactions=self.transactions, groups=self.groups, markers=self.markers,
+            configs=self.dynamic_configs, producer_ids=self.producer_ids, authorizer=AllowAllAuthorizer(),
+            api_versions=HANDLER_TABLE, clock=now_ms,
+        )
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
-        self.metrics = BrokerMetrics(self, metrics_socket)
+        self.metrics = BrokerMetrics(
+            metrics_socket, self._state_sources(), lambda topic: self.topics.get(topic) is not None,
+            config["metrics.listener"],
+        )
+
+    def _coordinators(self, config: BrokerConfig) -> None:
+        """Both coordinator edges over their internal topics, the marker writer between them,
+        and the hanging-transaction check; each edge follows the leadership of its partitions."""
+        group_log = CoordinatorLog(
+            self.replicas, OFFSETS_TOPIC, int(config["offsets.commit.timeout.ms"]) / 1000
+        )
+        self.groups = GroupCoordinator(config, group_log, self.topics)
+        self.markers = MarkerWriter(self.replicas, self.topics, self.groups)
+        txn_log = CoordinatorLog(
+            self.replicas, TRANSACTION_STATE_TOPIC, int(config["request.timeout.ms"]) / 1000
+        )
+        self.transactions = TransactionCoordinator(
+            config, txn_log, self.topics, self.view, self.producer_ids, self.markers
+        )
+        self.replicas.leadership_listeners += [self.transactions.on_leadership, self.groups.on_leadership]
+        self.hanging = HangingTransactionCheck(
+            config, self.replicas, self.transactions, self.view, self.markers
+        )
+
+    def _state_sources(self) -> StateSources:
+        cluster = self.cluster
+        return StateSources(
+            partitions=self.replicas.all_partitions, connections=lambda: len(self._connections),
+            transactions=self.transactions.transactions, group_states=self.groups.group_states,
+            controller=lambda: controller_status(cluster),
+        )
+
+    def _apply_dynamic_configs(self) -> None:
+        """Dynamic broker configs changed: every log takes the config its topic now resolves to
+        (topic overrides still win)."""
+        self.log_manager.default_config = LogConfig.from_properties(self.config.explicit, {})
+        for topic in self.topics.all().values():
+            self.replicas.update_config(topic.name, self.topics.log_config(topic))
 
     def _topic_overrides(self) -> dict[str, dict[str, str]]:
         if self.cluster is not None:
@@ -124,10 +172,10 @@ class Broker:
             now_ms=now_ms, replica_lag_ms=self.config["replica.lag.time.max.ms"],
         )
 
-    def _metadata_view(self) -> MetadataView:
+    def _metadata_view(self) -> Cluster:
         if self.cluster is not None:
             store = self.cluster.store
-            return ClusterView(lambda: store.image)
+            return ClusterView(lambda: store.image, self.node_id, self.cluster_id)
         ad = self.config.advertised
         me = BrokerInfo(self.node_id, ad.host, ad.port, self.config["broker.rack"] or None, self._endpoints())
 
@@ -135,14 +183,10 @@ class Broker:
             part = self.replicas.partition(topic, index)
             return part.leader_epoch if part is not None else 0
 
-        return SingleNodeView(me, epoch_of)
+        return SingleNodeView(me, epoch_of, self.cluster_id)
 
     def _endpoints(self) -> tuple[tuple[str, str, int], ...]:
         return tuple((name, at.host, at.port) for name, at in self.config.advertised_listeners.items())
-
-    @property
-    def connection_count(self) -> int:
-        return len(self._connections)
 
     @property
     def cluster_id(self) -> str:
@@ -154,7 +198,8 @@ class Broker:
             await self._join_cluster(self.cluster)
         await self.transactions.start()
         await self.groups.start()
-        await self.metrics.start()
+        await self.metrics.start(self.cluster.store if self.cluster is not None else None, self.node_id)
+        self.hanging.start()
         if self.cleaner.config.enable:
             self.cleaner.start(asyncio.get_running_loop())
         for name, sock in self._sockets.items():
@@ -191,7 +236,7 @@ class Broker:
         assert task is not None
         self._connections.add(task)
         metrics.connection_opened()
-        connection = Connection(self, reader, writer, listener)
+        connection = Connection(self.services, reader, writer, listener)
         if connection.debug:
             request_log.opened(connection.peer)
         try:
@@ -240,6 +285,7 @@ class Broker:
             ("connections", asyncio.gather(*self._connections, return_exceptions=True)),
             ("log cleaner", self.cleaner.stop()),
             ("metrics", self.metrics.stop()),
+            ("hanging-transaction check", self.hanging.stop()),
             ("transaction coordinator", self.transactions.stop()),
             ("group coordinator", self.groups.stop()),
         ]

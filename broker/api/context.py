@@ -1,21 +1,17 @@
-"""What a handler gets besides its request."""
+"""What a handler gets besides its request: the services, the request header, the caller,
+and a produce request's turn among its connection's produce requests."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.api.caller import Caller
 from protocol.headers import RequestHeader
 
 if TYPE_CHECKING:
-    from broker.cluster.view import BrokerInfo
-    from broker.server import Broker
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+    from broker.api.services import Services
 
 
 class AppendTurn:
@@ -44,20 +40,14 @@ class AppendTurn:
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    broker: Broker
+    services: Services
     header: RequestHeader
-    client_host: str
+    caller: Caller
     turn: AppendTurn | None = None  # produce requests only
-    listener: str = "PLAINTEXT"  # the listener the request came in on
-
-    def brokers(self) -> list[BrokerInfo]:
-        """The live brokers at the addresses of this request's listener (Metadata,
-        DescribeCluster, FindCoordinator): a client on the host gets host addresses."""
-        return [b for b in (x.on(self.listener) for x in self.broker.view.brokers()) if b is not None]
 
     @property
     def version(self) -> int:
         return self.header.api_version
 
     def now_ms(self) -> int:
-        return now_ms()
+        return self.services.clock()

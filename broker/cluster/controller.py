@@ -18,10 +18,12 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, replace
+from typing import Any
 
 import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
 from broker.cluster.placement import (
     Assignment,
@@ -62,6 +64,7 @@ class ClusterController:
         self.store = store
         self.node_id = node_id
         self.balancing = balancing
+        self.channel = ControllerChannel(store, node_id)  # to whichever broker is the controller
         self.record: ControllerRecord | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -71,6 +74,11 @@ class ClusterController:
     def active(self) -> bool:
         """True while this broker's record is the controller key's value."""
         return self.record is not None and self.store.image.controller == self.record
+
+    async def forward(self, request: Any, version: int) -> Any:
+        """A request only the controller carries out, sent to it as it came (Kafka's
+        forwarding); raises BrokerUnreachable when no controller can be reached."""
+        return await self.channel.call(request, version)
 
     def start(self) -> None:
         self.store.subscribe(self._on_change)
@@ -84,6 +92,7 @@ class ClusterController:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.channel.close()
 
     def _on_change(self, key: str) -> None:
         if key in ("", "controller") or key.startswith("brokers/") or key.startswith("partitions/"):

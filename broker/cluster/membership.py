@@ -15,7 +15,6 @@ import uuid
 from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
 from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import BrokerRegistration, ClusterImage, NodeId
 from storage.checkpoints import random_kafka_uuid
 
@@ -31,7 +30,7 @@ class ClusterMembership:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.controller = ClusterController(store, node_id, balancing)
-        self.channel = ControllerChannel(store, node_id)
+        self.channel = self.controller.channel
 
     @classmethod
     async def join(
@@ -82,7 +81,6 @@ class ClusterMembership:
 
     async def close(self) -> None:
         await self.controller.stop()
-        await self.channel.close()
         await self.store.close()
 
 

@@ -58,21 +58,26 @@ class ImageSource(Protocol):
     def __call__(self) -> ClusterImage: ...
 
 
-class MetadataView(Protocol):
-    def brokers(self) -> list[BrokerInfo]: ...
-
-    def controller_id(self) -> int: ...
-
-    def partition(self, topic: str, index: int) -> PartitionInfo | None: ...
+def on_listener(brokers: list[BrokerInfo], listener: str) -> list[BrokerInfo]:
+    """The brokers at the addresses of `listener` (Metadata, DescribeCluster, FindCoordinator
+    answer a client with the addresses of the listener it connected to)."""
+    return [b for b in (x.on(listener) for x in brokers) if b is not None]
 
 
 class SingleNodeView:
-    def __init__(self, me: BrokerInfo, epoch_of: EpochLookup) -> None:
+    """The `Cluster` port of a single broker."""
+
+    def __init__(self, me: BrokerInfo, epoch_of: EpochLookup, cluster_id: str) -> None:
         self.me = me
         self._epoch_of = epoch_of
+        self.node_id = me.node_id
+        self.cluster_id = cluster_id
 
     def brokers(self) -> list[BrokerInfo]:
         return [self.me]
+
+    def brokers_on(self, listener: str) -> list[BrokerInfo]:
+        return on_listener(self.brokers(), listener)
 
     def controller_id(self) -> int:
         return self.me.node_id
@@ -83,8 +88,15 @@ class SingleNodeView:
 
 
 class ClusterView:
-    def __init__(self, image: ImageSource) -> None:
+    """The `Cluster` port of a broker in an etcd cluster: the image as it is now."""
+
+    def __init__(self, image: ImageSource, node_id: int, cluster_id: str) -> None:
         self._image = image
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+
+    def brokers_on(self, listener: str) -> list[BrokerInfo]:
+        return on_listener(self.brokers(), listener)
 
     def brokers(self) -> list[BrokerInfo]:
         image = self._image()

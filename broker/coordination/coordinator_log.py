@@ -18,13 +18,16 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.coordination.internal_topics import InternalRecord, read_records
 from broker.faults import slow_point
-from broker.replication.replica_manager import NotLeader, Partition, ReplicaManager, replicated
+from broker.replication.replica_manager import NotLeader, Partition, replicated
 from protocol.errors import ErrorCode
 from storage.producer_state import AppendOrigin
+
+if TYPE_CHECKING:
+    from broker.api.services import PartitionWriter
 
 log = logging.getLogger(__name__)
 LOAD_CHUNK = 500  # records replayed between two yields to the event loop
@@ -42,7 +45,7 @@ class Written:
 class CoordinatorLog:
     """Writes and loads of one internal topic (`__transaction_state`, `__consumer_offsets`)."""
 
-    def __init__(self, replicas: ReplicaManager, topic: str, timeout_s: float) -> None:
+    def __init__(self, replicas: PartitionWriter, topic: str, timeout_s: float) -> None:
         self.replicas = replicas
         self.topic = topic
         self.timeout_s = timeout_s

@@ -17,7 +17,7 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker import metrics
-from broker.api.context import now_ms
+from broker.clock import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from coordinator.group import (
@@ -45,8 +45,9 @@ from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.record_batch import ControlType
 
 if TYPE_CHECKING:
+    from broker.api.services import Topics
+    from broker.config import BrokerConfig
     from broker.replication.replica_manager import Partition
-    from broker.server import Broker
 
 log = logging.getLogger(__name__)
 NO_PRODUCER = (-1, -1)
@@ -68,13 +69,15 @@ def group_config(config: Any) -> GroupConfig:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.config = group_config(broker.config)
+    """The group coordinator's I/O edge: `log` is its `__consumer_offsets` partitions
+    (on_leadership is called as this broker gains or loses one)."""
+
+    def __init__(self, config: BrokerConfig, log: CoordinatorLog, topics: Topics) -> None:
+        self.settings = config
+        self.topics = topics
+        self.config = group_config(config)
         self.machine = GroupCoordinatorMachine(self.config)
-        self.log = CoordinatorLog(broker.replicas, OFFSETS_TOPIC,
-                                  int(broker.config["offsets.commit.timeout.ms"]) / 1000)
-        broker.replicas.leadership_listeners.append(self.on_leadership)
+        self.log = log
         self._waiters: dict[WaiterKey, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -92,16 +95,20 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return self.machine.partition_for(group_id)
 
+    def group_states(self) -> list[str]:
+        """The state of every group this broker coordinates (the metrics' gauge)."""
+        return [g.state.value for g in self.machine.groups.values()]
+
     def ensure_topic(self) -> ErrorCode:
         """FindCoordinator and the group APIs: create `__consumer_offsets` on first use."""
-        if self.broker.topics.get(OFFSETS_TOPIC) is not None:
+        if self.topics.get(OFFSETS_TOPIC) is not None:
             return ErrorCode.NONE
-        result = self.broker.topics.create_internal(
+        result = self.topics.create_internal(
             OFFSETS_TOPIC,
             self.config.num_partitions,
-            int(self.broker.config["offsets.topic.replication.factor"]),
+            int(self.settings["offsets.topic.replication.factor"]),
             {"cleanup.policy": "compact",
-             "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"])},
+             "segment.bytes": str(self.settings["offsets.topic.segment.bytes"])},
         )
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -229,7 +236,7 @@ class GroupCoordinator:
         self._spawn(self.persist(self.machine.on_timer(now_ms())))
 
     async def _expire_offsets_loop(self) -> None:
-        interval = int(self.broker.config["offsets.retention.check.interval.ms"]) / 1000
+        interval = int(self.settings["offsets.retention.check.interval.ms"]) / 1000
         while True:
             await asyncio.sleep(interval)
             self._spawn(self.persist(self.machine.expire_offsets(now_ms())))

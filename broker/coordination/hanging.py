@@ -18,24 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
-from broker.api.context import now_ms
-from broker.coordination.marker_writer import write_markers
+from broker.clock import now_ms
 from broker.metrics.stats import STATS
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from broker.tools.transactions import OpenTransaction, candidate_open_transactions, hanging_transactions
-from coordinator.transaction.state import TxnState
+from coordinator.transaction.state import TxnMetadata, TxnState
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 
 if TYPE_CHECKING:
+    from broker.api.services import Cluster, Markers, Partitions
     from broker.cluster.view import BrokerInfo
-    from broker.server import Broker
+    from broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
@@ -55,10 +55,14 @@ class Description:
     topic_partitions: frozenset[TopicPartition]
 
 
-def open_transactions(broker: Broker) -> list[OpenTransaction]:
+class KnownTransactions(Protocol):
+    def transactions(self) -> Mapping[str, TxnMetadata]: ...
+
+
+def open_transactions(partitions: Partitions) -> list[OpenTransaction]:
     """Every open transaction of the partitions this broker leads."""
     found = []
-    for part in broker.replicas.all_partitions():
+    for part in partitions.all_partitions():
         if part.leader is None:
             continue
         state = part.log.producer_state
@@ -69,11 +73,13 @@ def open_transactions(broker: Broker) -> list[OpenTransaction]:
     return found
 
 
-def _local(broker: Broker, producer_ids: set[int]) -> tuple[dict[int, str], dict[str, Description | None]]:
+def _local(
+    coordinator: KnownTransactions, producer_ids: set[int]
+) -> tuple[dict[int, str], dict[str, Description | None]]:
     """The transactional ids this broker's coordinator knows for `producer_ids`, described."""
     ids: dict[int, str] = {}
     descriptions: dict[str, Description | None] = {}
-    for tid, md in broker.transactions.machine.transactions.items():
+    for tid, md in coordinator.transactions().items():
         if md.producer_id in producer_ids and md.state is not TxnState.DEAD:
             ids[md.producer_id] = tid
             descriptions[tid] = Description(md.partitions)
@@ -81,15 +87,21 @@ def _local(broker: Broker, producer_ids: set[int]) -> tuple[dict[int, str], dict
 
 
 class HangingTransactionCheck:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
+    def __init__(
+        self, config: BrokerConfig, partitions: Partitions, coordinator: KnownTransactions,
+        cluster: Cluster, markers: Markers,
+    ) -> None:
+        self.config = config
+        self.partitions = partitions
+        self.coordinator = coordinator
+        self.cluster = cluster
+        self.markers = markers
         self.interval_s = int(config["transaction.hanging.check.interval.ms"]) / 1000
         margin = int(config["transaction.hanging.margin.ms"])
         self.threshold_ms = int(config["transaction.max.timeout.ms"]) + margin
         self.auto_abort = bool(config["transaction.hanging.auto.abort.enable"])
         self._reported: set[tuple[str, int, int, int]] = set()
-        self._clients = BrokerClientPool(f"gregor-hanging-check-{broker.node_id}")
+        self._clients = BrokerClientPool(f"gregor-hanging-check-{cluster.node_id}")
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -114,12 +126,12 @@ class HangingTransactionCheck:
     async def check(self) -> list[OpenTransaction]:
         """One search; reports (and with auto-abort, aborts) what it finds."""
         now = now_ms()
-        candidates = candidate_open_transactions(open_transactions(self.broker), now, self.threshold_ms)
+        candidates = candidate_open_transactions(open_transactions(self.partitions), now, self.threshold_ms)
         hanging: list[OpenTransaction] = []
         if candidates:
             ids, descriptions = await self._coordinators({t.producer_id for t in candidates})
             # Asking another broker took time: what was finished meanwhile is not hanging.
-            still_open = set(open_transactions(self.broker))
+            still_open = set(open_transactions(self.partitions))
             hanging = [t for t in hanging_transactions(candidates, ids, descriptions) if t in still_open]
         STATS.hanging.checks += 1
         STATS.hanging.found = [(t.topic, t.partition, t.producer_id, t.start_offset) for t in hanging]
@@ -134,7 +146,7 @@ class HangingTransactionCheck:
     async def _coordinators(
         self, producer_ids: set[int]
     ) -> tuple[dict[int, str], dict[str, Description | None]]:
-        ids, descriptions = _local(self.broker, producer_ids)
+        ids, descriptions = _local(self.coordinator, producer_ids)
         missing = producer_ids - set(ids)
         for other in self._other_brokers():
             if not missing:
@@ -147,9 +159,7 @@ class HangingTransactionCheck:
         return ids, descriptions
 
     def _other_brokers(self) -> list[BrokerInfo]:
-        if self.broker.cluster is None:
-            return []
-        return [b for b in self.broker.view.brokers() if b.node_id != self.broker.node_id]
+        return [b for b in self.cluster.brokers() if b.node_id != self.cluster.node_id]
 
     async def _remote(
         self, other: BrokerInfo, producer_ids: set[int]
@@ -178,7 +188,7 @@ class HangingTransactionCheck:
         if key in self._reported:
             return
         self._reported.add(key)
-        ad = self.broker.config.advertised
+        ad = self.config.advertised
         log.warning(
             "hanging transaction in %s-%d: producer id %d (epoch %d), start offset %d, no write for %d s "
             "and no coordinator will finish it; it holds the last stable offset back. Abort it with: "
@@ -194,7 +204,7 @@ class HangingTransactionCheck:
             coordinator_epoch=max(txn.coordinator_epoch, 0),
             topics=[Marker.WritableTxnMarkerTopic(name=txn.topic, partition_indexes=[txn.partition])],
         )
-        response = await write_markers(self.broker, WriteTxnMarkersRequest(markers=[marker]))
+        response = await self.markers.write(WriteTxnMarkersRequest(markers=[marker]))
         error = ErrorCode(response.markers[0].topics[0].partitions[0].error_code)
         if error == ErrorCode.NONE:
             STATS.hanging.aborted += 1

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
-from broker.api.context import now_ms
+from broker.clock import now_ms
 from broker.faults import crash_point
 from broker.replication.replica_manager import Partition, replicated
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.api.services import Partitions, Topics, TransactionCompletions
 
 log = logging.getLogger(__name__)
 R = WriteTxnMarkersResponse
@@ -35,17 +35,30 @@ def _invalid(marker: Any) -> str | None:
     return None
 
 
+class MarkerWriter:
+    """The `Markers` port: `partitions` are written to, `topics` tell a partition led elsewhere
+    from an unknown one, and `offsets` hears of every marker replicated in `__consumer_offsets`."""
+
+    def __init__(self, partitions: Partitions, topics: Topics, offsets: TransactionCompletions) -> None:
+        self.partitions = partitions
+        self.topics = topics
+        self.offsets = offsets
+
+    async def write(self, request: Any) -> Any:
+        return await write_markers(self, request)
+
+
 def _write_one(
-    broker: Broker, marker: Any, topic: str, index: int
+    writer: MarkerWriter, marker: Any, topic: str, index: int
 ) -> tuple[ErrorCode, Partition | None, int]:
     """Append one marker where this broker leads the partition: (error, partition, offset)."""
-    part = broker.replicas.led_partition(topic, index)
+    part = writer.partitions.led_partition(topic, index)
     if part is None:
-        known = broker.topics.get(topic)
+        known = writer.topics.get(topic)
         hosted_elsewhere = known is not None and 0 <= index < known.partitions
         error = ErrorCode.NOT_LEADER_OR_FOLLOWER if hosted_elsewhere else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return error, None, -1
-    result = broker.replicas.append_txn_marker(
+    result = writer.partitions.append_txn_marker(
         part, marker.producer_id, marker.producer_epoch, marker.transaction_result,
         marker.coordinator_epoch, now_ms(),
     )
@@ -58,7 +71,7 @@ def _write_one(
     return ErrorCode.NONE, part, result.offset
 
 
-async def write_markers(broker: Broker, request: Any) -> Any:
+async def write_markers(writer: MarkerWriter, request: Any) -> Any:
     """The one code path for markers, this broker's own (the coordinator's channel) and
     remote ones (the request). A marker counts once replicated (Kafka appends markers
     with acks=all): until then the answer waits; not in time is REQUEST_TIMED_OUT."""
@@ -74,7 +87,7 @@ async def write_markers(broker: Broker, request: Any) -> Any:
         for t in marker.topics:
             partitions = []
             for i in t.partition_indexes:
-                error, part, offset = _write_one(broker, marker, t.name, i)
+                error, part, offset = _write_one(writer, marker, t.name, i)
                 partitions.append(PartResult(partition_index=i, error_code=error))
                 if part is not None:
                     written.append((partitions[-1], marker, part, offset + 1))
@@ -85,7 +98,7 @@ async def write_markers(broker: Broker, request: Any) -> Any:
         result.error_code = error
         if error == ErrorCode.NONE and part.topic == OFFSETS_TOPIC:
             # replicated: the transaction's pending offsets become committed (or go)
-            broker.groups.complete_transaction(part.index, marker.producer_id, marker.transaction_result)
+            writer.offsets.complete_transaction(part.index, marker.producer_id, marker.transaction_result)
     return R(markers=results)
 
 

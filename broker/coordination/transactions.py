@@ -17,15 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics
-from broker.api.context import now_ms
+from broker.clock import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.marker_channel import MarkerChannel
-from broker.coordination.marker_writer import write_markers
 from broker.coordination.parking import Parking
 from broker.faults import crash_point
 from broker.net.client import BrokerClientPool, BrokerUnreachable
@@ -44,9 +43,10 @@ from protocol.internal_topics import TRANSACTION_STATE_TOPIC
 from protocol.messages import REQUESTS
 
 if TYPE_CHECKING:
+    from broker.api.services import Cluster, Markers, ProducerIds, Topics
     from broker.cluster.view import BrokerInfo
+    from broker.config import BrokerConfig
     from broker.replication.replica_manager import Partition
-    from broker.server import Broker
 
 log = logging.getLogger(__name__)
 ADD_PARTITIONS_TO_TXN = 24
@@ -54,37 +54,34 @@ REMOTE_CHECK_TIMEOUT_S = 10.0
 COMPLETE_RETRY_S = 0.2
 COMPLETE_RETRIABLE = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 TopicPartition = tuple[str, int]
-# Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
-# answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
-PRODUCE_RETRIABLE = {
-    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
-}
 
 
 class TransactionCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
+    """The transaction coordinator's I/O edge: `log` is its `__transaction_state` partitions
+    (on_leadership is called as this broker gains or loses one), `markers` writes the
+    markers of partitions this broker leads."""
+
+    def __init__(
+        self, config: BrokerConfig, log: CoordinatorLog, topics: Topics, cluster: Cluster,
+        producer_ids: ProducerIds, markers: Markers,
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.cluster = cluster
         self.num_partitions = int(config["transaction.state.log.num.partitions"])
         self.machine = TransactionStateMachine(
             num_partitions=self.num_partitions,
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
-            new_producer_id=broker.producer_ids.generate,
+            new_producer_id=producer_ids.generate,
             transaction_version_level=int(config["transaction.version"]),
         )
-        self.log = CoordinatorLog(broker.replicas, TRANSACTION_STATE_TOPIC,
-                                  int(config["request.timeout.ms"]) / 1000)
-        self.markers = MarkerChannel(
-            broker.node_id, self._leader_of, lambda request: write_markers(broker, request),
-            self._markers_written,
-        )
-        self._clients = BrokerClientPool(f"gregor-txn-verify-{broker.node_id}")  # to other coordinators
+        self.log = log
+        self.markers = MarkerChannel(cluster.node_id, self._leader_of, markers.write, self._markers_written)
+        self._clients = BrokerClientPool(f"gregor-txn-verify-{cluster.node_id}")  # to other coordinators
         self._parking = Parking()
         self._wait_ms = int(config["transaction.completion.wait.ms"])
         self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.Task[None] | None = None
-        broker.replicas.leadership_listeners.append(self.on_leadership)
 
     # -- start-up and loading ------------------------------------------------------
 
@@ -92,10 +89,14 @@ class TransactionCoordinator:
         self._timer = asyncio.create_task(self._timer_loop())
 
     def _leader_of(self, topic: str, index: int) -> BrokerInfo | None:
-        info = self.broker.view.partition(topic, index)
+        info = self.cluster.partition(topic, index)
         if info is None or info.leader < 0:
             return None
-        return next((b for b in self.broker.view.brokers() if b.node_id == info.leader), None)
+        return next((b for b in self.cluster.brokers() if b.node_id == info.leader), None)
+
+    def transactions(self) -> Mapping[str, TxnMetadata]:
+        """Every transactional id this broker coordinates (metrics, the hanging check)."""
+        return self.machine.transactions
 
     def coordinator_partition(self, key: str) -> tuple[str, int]:
         """The internal partition whose leader coordinates `key` (FindCoordinator)."""
@@ -104,14 +105,14 @@ class TransactionCoordinator:
     def ensure_topic(self) -> ErrorCode:
         """FindCoordinator: create `__transaction_state` on first use (its partitions then
         load as this broker, or another, becomes their leader)."""
-        if self.broker.topics.get(TRANSACTION_STATE_TOPIC) is not None:
+        if self.topics.get(TRANSACTION_STATE_TOPIC) is not None:
             return ErrorCode.NONE
-        result = self.broker.topics.create_internal(
+        result = self.topics.create_internal(
             TRANSACTION_STATE_TOPIC, self.num_partitions,
-            int(self.broker.config["transaction.state.log.replication.factor"]),
+            int(self.config["transaction.state.log.replication.factor"]),
             {"cleanup.policy": "compact",
-             "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
-             "min.insync.replicas": str(self.broker.config["transaction.state.log.min.isr"])},
+             "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
+             "min.insync.replicas": str(self.config["transaction.state.log.min.isr"])},
         )
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -268,7 +269,7 @@ class TransactionCoordinator:
         return outcome
 
     async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
-        partitions = int(self.broker.config["offsets.topic.num.partitions"])
+        partitions = int(self.config["offsets.topic.num.partitions"])
         group_partition = self.machine.offsets_partition_for(group_id, partitions)
         outcome = await self._decide(
             tid, lambda: self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms()),
@@ -294,7 +295,7 @@ class TransactionCoordinator:
         (Kafka's AddPartitionsToTxnManager: AddPartitionsToTxn v4 verify-only, v5 to add). A
         check that finds the transaction completing waits for it, at most `wait_ms`."""
         leader = self._leader_of(*self.coordinator_partition(tid))
-        if leader is None or leader.node_id == self.broker.node_id:
+        if leader is None or leader.node_id == self.cluster.node_id:
             return {tp: await self.check_write(tid, producer_id, epoch, tp, operation, wait_ms) for tp in tps}
         return await self._remote_check(leader, tid, producer_id, epoch, tps, operation, wait_ms)
 
@@ -369,8 +370,8 @@ class TransactionCoordinator:
             log.warning("transactional id %s: completing after markers failed: %s", tid, error.name)
 
     async def _timer_loop(self) -> None:
-        interval = int(self.broker.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
-        expiration = int(self.broker.config["transactional.id.expiration.ms"])
+        interval = int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
+        expiration = int(self.config["transactional.id.expiration.ms"])
         while True:
             await asyncio.sleep(interval / 1000)
             now = now_ms()
@@ -381,8 +382,3 @@ class TransactionCoordinator:
                 log.info("transactional id %s: expired after %d ms idle",
                          outcome.transactional_id, expiration)
                 self._spawn(self._persist(outcome))
-
-
-def produce_error(error: ErrorCode) -> ErrorCode:
-    """On Produce, retriable coordinator errors are NOT_ENOUGH_REPLICAS (Kafka's ReplicaManager)."""
-    return ErrorCode.NOT_ENOUGH_REPLICAS if error in PRODUCE_RETRIABLE else error

@@ -1,5 +1,6 @@
 """Handlers, one module per API family; HANDLER_TABLE drives dispatch and ApiVersions."""
 
+from broker.api.registry import build_table
 from broker.handlers import (
     api_versions,
     configs,
@@ -18,7 +19,6 @@ from broker.handlers import (
     transactions,
     txn_markers,
 )
-from broker.handlers.registry import build_table
 
 HANDLER_TABLE = build_table(
     [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
@@ -14,7 +15,8 @@ from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
-    from broker.server import Broker
+    from broker.api.registry import ApiHandler
+    from broker.config import BrokerConfig
 
 API_KEY = 18
 R = ApiVersionsResponse
@@ -27,10 +29,10 @@ FEATURES_EPOCH = int(time.time() * 1000)
 FIRST_VERSION_WITH_LEVEL_0 = 4  # KAFKA-17492: older requests get no feature whose minimum is 0
 
 
-def _api_keys(broker: Broker) -> list[Any]:
+def _api_keys(table: Mapping[int, ApiHandler]) -> list[Any]:
     return [
         R.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.advertised_max)
-        for h in sorted(broker.handlers.values(), key=lambda h: h.api_key)
+        for h in sorted(table.values(), key=lambda h: h.api_key)
     ]
 
 
@@ -45,10 +47,10 @@ def _supported_features(version: int) -> list[Any]:
     ]
 
 
-def _finalized_features(broker: Broker) -> list[Any]:
+def _finalized_features(config: BrokerConfig) -> list[Any]:
     """Kafka lists a finalized feature with min and max both at its level, and none at level 0.
     A 4.x client uses transaction version 2 only when this level is 2."""
-    level = int(broker.config["transaction.version"])
+    level = int(config["transaction.version"])
     return [R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=level, min_version_level=level)]
 
 
@@ -67,16 +69,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if not _valid(ctx, request):
         return R(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     return R(
-        error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.broker), throttle_time_ms=0,
+        error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.services.api_versions), throttle_time_ms=0,
         supported_features=_supported_features(ctx.version),
         finalized_features_epoch=FEATURES_EPOCH,
-        finalized_features=_finalized_features(ctx.broker),
+        finalized_features=_finalized_features(ctx.services.configs.config),
     )
 
 
-def unsupported_version_response(broker: Broker) -> bytes:
+def unsupported_version_response(table: Mapping[int, ApiHandler]) -> bytes:
     """A v0 body with UNSUPPORTED_VERSION for an ApiVersions version we lack."""
-    response = R(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys(broker))
+    response = R(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys(table))
     return bytes(response.encode(version=0))
 
 

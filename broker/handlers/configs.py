@@ -12,7 +12,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from broker.dynamic_config import DEFAULT_SCOPE, apply_to_logs
+from broker.dynamic_config import DEFAULT_SCOPE
 from broker.metadata import TopicMetadata
 from protocol.errors import ErrorCode
 from storage.log_config import (
@@ -45,12 +45,12 @@ WIRE_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "doubl
 
 def resolved_topic_configs(ctx: RequestContext, topic: TopicMetadata) -> list[ResolvedConfig]:
     """Every topic config's effective value and source (DescribeConfigs, CreateTopics v5+)."""
-    props = ctx.broker.config.explicit
+    props = ctx.services.configs.config.explicit
     return [resolve_topic_config(key, props, topic.configs) for key in sorted(TOPIC_CONFIGS)]
 
 
 def _properties(ctx: RequestContext) -> BrokerProperties:
-    props = ctx.broker.config.explicit
+    props = ctx.services.configs.config.explicit
     assert isinstance(props, BrokerProperties)
     return props
 
@@ -71,7 +71,7 @@ def _entry(
 
 
 def _topic_entries(ctx: RequestContext, name: str, with_synonyms: bool) -> list[Any]:
-    topic = ctx.broker.topics.get(name)
+    topic = ctx.services.topics.get(name)
     assert topic is not None
     props = _properties(ctx)
     entries = []
@@ -95,7 +95,7 @@ def _broker_entries(ctx: RequestContext, scope: str, with_synonyms: bool) -> lis
                    DYNAMIC_BROKER_CONFIGS[key].type, with_synonyms)
             for key, value in sorted(props.dynamic_default.items())
         ]
-    static = ctx.broker.config.values
+    static = ctx.services.configs.config.values
     shown = {**unused_broker_defaults(), **static}
     shown |= {k: props[k] for k in UNDESCRIBED_UNTIL_SET if k in props}
     entries = []
@@ -112,7 +112,7 @@ def _broker_scope(ctx: RequestContext, name: str, describing: bool) -> tuple[str
     """The scope a BROKER resource names, or Kafka's INVALID_REQUEST message."""
     if not name:
         return DEFAULT_SCOPE, None
-    node_id = ctx.broker.node_id
+    node_id = ctx.services.cluster.node_id
     try:
         requested = int(name)
     except ValueError:
@@ -128,7 +128,7 @@ def _describe_one(ctx: RequestContext, resource: Any, with_synonyms: bool) -> An
     kind, name = resource.resource_type, resource.resource_name
     error, message, entries = ErrorCode.NONE, None, []
     if kind == TOPIC:
-        if ctx.broker.topics.get(name) is None:
+        if ctx.services.topics.get(name) is None:
             error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
         else:
             entries = _topic_entries(ctx, name, with_synonyms)
@@ -159,7 +159,7 @@ Outcome = tuple[ErrorCode, str | None]
 
 
 async def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> Outcome:
-    topic = ctx.broker.topics.get(name)
+    topic = ctx.services.topics.get(name)
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
     configs = dict(topic.configs)
@@ -169,7 +169,7 @@ async def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only
     if problem is not None:
         return ErrorCode.INVALID_CONFIG, problem
     if not validate_only:
-        return await ctx.broker.topics.set_configs(name, configs)
+        return await ctx.services.topics.set_configs(name, configs)
     return ErrorCode.NONE, None
 
 
@@ -243,7 +243,7 @@ def _alter_broker(ctx: RequestContext, resource: Any, incremental: bool, validat
     nulls = [c.name for c in resource.configs if c.value is None and c.name not in deleting]
     if nulls:
         return ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
-    dynamic = ctx.broker.dynamic_configs
+    dynamic = ctx.services.configs
     configs = dynamic.current(scope) if incremental else {}
     for c in resource.configs:
         outcome = _broker_op(configs, c.name, c.config_operation if incremental else SET, c.value)
@@ -254,7 +254,6 @@ def _alter_broker(ctx: RequestContext, resource: Any, incremental: bool, validat
         return ErrorCode.INVALID_REQUEST, problem
     if not validate_only:
         dynamic.replace(scope, configs)
-        apply_to_logs(ctx.broker)
     return ErrorCode.NONE, None
 
 

@@ -31,7 +31,7 @@ def _single_node(ctx: RequestContext, wanted: list[TopicPartition] | None) -> di
     if wanted is None:
         return {}  # nothing needed an election
     return {
-        tp: ErrorCode.ELECTION_NOT_NEEDED if ctx.broker.replicas.partition(*tp) is not None
+        tp: ErrorCode.ELECTION_NOT_NEEDED if ctx.services.partitions.partition(*tp) is not None
         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for tp in wanted
     }
@@ -51,10 +51,10 @@ def _response(results: dict[TopicPartition, ErrorCode], error: ErrorCode = Error
 async def handle(ctx: RequestContext, request: Any) -> Any:
     wanted = _wanted(request)
     election_type = request.election_type if ctx.version >= 1 else 0
-    cluster = ctx.broker.cluster
-    if cluster is None:
+    controller = ctx.services.controller
+    if controller is None:
         return _response(_single_node(ctx, wanted))
-    return _response(await cluster.controller.elect(election_type, wanted))
+    return _response(await controller.elect(election_type, wanted))
 
 
 def _not_controller(request: Any) -> Any:

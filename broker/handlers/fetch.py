@@ -60,7 +60,7 @@ def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
     name, which makes a topic id from before the wait unknown (UNKNOWN_TOPIC_ID)."""
     if w.part is None:
         return w
-    now = ctx.broker.replicas.partition(w.part.topic, w.part.index)
+    now = ctx.services.partitions.partition(w.part.topic, w.part.index)
     if now is w.part:
         return w
     if now is not None and _by_id(w.topic):
@@ -178,13 +178,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if total >= request.min_bytes or errors or remaining <= 0 or not live:
             _count(wanted, parts, follower >= 0)
             return _response(request, wanted, parts)
-        waiter = ctx.broker.replicas.waiter(live)
+        waiter = ctx.services.partitions.waiter(live)
         try:
             await asyncio.wait_for(waiter, remaining)
         except TimeoutError:
             pass
         finally:
-            ctx.broker.replicas.forget(waiter, live)
+            ctx.services.partitions.forget(waiter, live)
 
 
 def _count(wanted: list[Wanted], parts: list[Any], follower: bool) -> None:
@@ -202,7 +202,7 @@ def _record_follower(ctx: RequestContext, wanted: list[Wanted], node: int) -> No
     """The fetch offset is the follower's log end: the leader's HW and ISR may move."""
     for w in wanted:
         if w.part is not None and w.error == ErrorCode.NONE:
-            ctx.broker.replicas.record_follower_fetch(w.part, node, w.fetch.fetch_offset, ctx.now_ms())
+            ctx.services.partitions.record_follower_fetch(w.part, node, w.fetch.fetch_offset, ctx.now_ms())
 
 
 VERSIONS = {API_KEY: (4, 18)}

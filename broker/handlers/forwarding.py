@@ -18,11 +18,11 @@ def on_controller(handle: Handler, not_controller: Callable[[Any], Any]) -> Hand
     """`not_controller(request)` builds the answer that says NOT_CONTROLLER for everything asked."""
 
     async def handle_or_forward(ctx: RequestContext, request: Any) -> Any:
-        cluster = ctx.broker.cluster
-        if cluster is None or cluster.controller.active:
+        controller = ctx.services.controller
+        if controller is None or controller.active:
             return await handle(ctx, request)
         try:
-            return await cluster.channel.call(request, ctx.version)
+            return await controller.forward(request, ctx.version)
         except BrokerUnreachable:
             return not_controller(request)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.security.authorizer import NOT_PROVIDED, ResourceType, authorized_operations
+from broker.security.acl import NOT_PROVIDED, ResourceType
+from broker.security.authorizer import authorized_operations
 from coordinator.group import JoinRequest, LeaveMember, SyncRequest
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES
@@ -17,7 +18,7 @@ JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE = 11, 12, 13, 14, 15, 16, 4
 
 
 def _unready(ctx: RequestContext) -> ErrorCode | None:
-    error = ctx.broker.groups.ensure_topic()
+    error = ctx.services.groups.ensure_topic()
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
@@ -41,7 +42,7 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
             member_id="",
             members=[],
         )
-    answer = await ctx.broker.groups.join_group(
+    answer = await ctx.services.groups.join_group(
         JoinRequest(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -51,7 +52,7 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
             rebalance_timeout_ms=request.rebalance_timeout_ms if ctx.version >= 1 else -1,
             group_instance_id=request.group_instance_id if ctx.version >= 5 else None,
             client_id=ctx.header.client_id or "",
-            client_host=f"/{ctx.client_host}",
+            client_host=f"/{ctx.caller.host}",
             api_version=ctx.version,
         )
     )
@@ -77,7 +78,7 @@ async def handle_sync(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[SYNC]
     if (error := _unready(ctx)) is not None:
         return R(throttle_time_ms=0, error_code=error, assignment=b"")
-    answer = await ctx.broker.groups.sync_group(
+    answer = await ctx.services.groups.sync_group(
         SyncRequest(
             group_id=request.group_id,
             generation_id=request.generation_id,
@@ -99,7 +100,7 @@ async def handle_sync(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     if (error := _unready(ctx)) is None:
-        error = await ctx.broker.groups.heartbeat(
+        error = await ctx.services.groups.heartbeat(
             request.group_id,
             request.member_id,
             request.generation_id,
@@ -116,7 +117,7 @@ async def handle_leave(ctx: RequestContext, request: Any) -> Any:
         leaving = [LeaveMember(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [LeaveMember(request.member_id)]
-    answer = await ctx.broker.groups.leave_group(request.group_id, leaving)
+    answer = await ctx.services.groups.leave_group(request.group_id, leaving)
     members = [R.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in answer.members]
     error = answer.error
     if ctx.version < 3 and members and error == ErrorCode.NONE:
@@ -163,7 +164,7 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
             ],
             authorized_operations=_group_operations(ctx, g.group_id, asks and g.error == ErrorCode.NONE),
         )
-        for g in ctx.broker.groups.describe_groups(request.groups)
+        for g in ctx.services.groups.describe_groups(request.groups)
     ]
     return R(throttle_time_ms=0, groups=groups)
 
@@ -179,7 +180,7 @@ async def handle_list(ctx: RequestContext, request: Any) -> Any:
         return R(throttle_time_ms=0, error_code=error, groups=[])
     states = request.states_filter if ctx.version >= 4 else []
     types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
-    error, listed = ctx.broker.groups.list_groups(states)
+    error, listed = ctx.services.groups.list_groups(states)
     groups = [
         R.ListedGroup(
             group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
@@ -195,7 +196,7 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     if (error := _unready(ctx)) is not None:
         results = {g: error for g in request.groups_names}
     else:
-        results = await ctx.broker.groups.delete_groups(request.groups_names)
+        results = await ctx.services.groups.delete_groups(request.groups_names)
     return R(
         throttle_time_ms=0,
         results=[R.DeletableGroupResult(group_id=g, error_code=e) for g, e in results.items()],

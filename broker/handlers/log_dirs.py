@@ -20,7 +20,7 @@ PartResult = TopicResult.DescribeLogDirsPartition
 
 
 def _wanted(ctx: RequestContext, request: Any) -> dict[str, set[int]]:
-    replicas = ctx.broker.replicas.all_partitions()
+    replicas = ctx.services.partitions.all_partitions()
     if request.topics is None:
         wanted: dict[str, set[int]] = {}
         for part in replicas:
@@ -30,18 +30,18 @@ def _wanted(ctx: RequestContext, request: Any) -> dict[str, set[int]]:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+    services = ctx.services
     topics = []
     for name, indexes in sorted(_wanted(ctx, request).items()):
         parts = []
         for index in sorted(indexes):
-            part = broker.replicas.partition(name, index)
+            part = services.partitions.partition(name, index)
             if part is not None:
                 parts.append(PartResult(partition_index=index, partition_size=part.log.size_in_bytes,
                                         offset_lag=0, is_future_key=False))
         if parts:
             topics.append(TopicResult(name=name, partitions=parts))
-    log_dir = broker.config.log_dirs[0]
+    log_dir = services.configs.config.log_dirs[0]
     usage = shutil.disk_usage(log_dir)
     result = Result(error_code=ErrorCode.NONE, log_dir=str(log_dir.resolve()), topics=topics,
                     total_bytes=usage.total, usable_bytes=usage.free)

@@ -1,5 +1,5 @@
 """Metadata (all versions, v0/v1 kept for aiokafka) and DescribeCluster; both answer the
-authorized operations (KIP-430) when asked, through broker.security.authorizer."""
+authorized operations (KIP-430) when asked, through the Authorizer port."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from broker.metadata import TopicMetadata, topic_name_error
-from broker.security.authorizer import NOT_PROVIDED, ResourceType, authorized_operations, cluster_operations
+from broker.security.acl import NOT_PROVIDED, ResourceType
+from broker.security.authorizer import authorized_operations, cluster_operations
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
-    from broker.server import Broker
+    from broker.api.services import Services
 
 METADATA, DESCRIBE_CLUSTER = 3, 60
 M = MetadataResponse
@@ -26,14 +27,14 @@ ZERO_UUID = uuid.UUID(int=0)
 def _brokers(ctx: RequestContext) -> list[Any]:
     return [
         M.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-        for b in ctx.brokers()
+        for b in ctx.services.cluster.brokers_on(ctx.caller.listener)
     ]
 
 
-def _partitions(broker: Broker, topic: TopicMetadata) -> list[Any]:
+def _partitions(services: Services, topic: TopicMetadata) -> list[Any]:
     result = []
     for index in range(topic.partitions):
-        info = broker.view.partition(topic.name, index)
+        info = services.cluster.partition(topic.name, index)
         if info is None:
             continue
         error = ErrorCode.LEADER_NOT_AVAILABLE if info.leader < 0 else ErrorCode.NONE
@@ -47,10 +48,10 @@ def _partitions(broker: Broker, topic: TopicMetadata) -> list[Any]:
     return result
 
 
-def _topic(broker: Broker, topic: TopicMetadata) -> Any:
+def _topic(services: Services, topic: TopicMetadata) -> Any:
     return M.MetadataResponseTopic(
         error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
-        is_internal=topic.internal, partitions=_partitions(broker, topic),
+        is_internal=topic.internal, partitions=_partitions(services, topic),
     )
 
 
@@ -61,30 +62,30 @@ def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_
 
 
 def _lookup(ctx: RequestContext, wanted: Any, auto_create: bool) -> Any:
-    broker = ctx.broker
+    services = ctx.services
     if wanted.name is None:
-        found = broker.topics.by_id(wanted.topic_id)
+        found = services.topics.by_id(wanted.topic_id)
         if found is None:
             return _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, wanted.topic_id)
-        return _topic(broker, found)
+        return _topic(services, found)
     if topic_name_error(wanted.name):
         return _error_topic(ErrorCode.INVALID_TOPIC_EXCEPTION, wanted.name)
-    topic = broker.topics.get(wanted.name)
+    topic = services.topics.get(wanted.name)
     if topic is None and auto_create:
-        result = broker.topics.auto_create(wanted.name)
+        result = services.topics.auto_create(wanted.name)
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             return _error_topic(result.error, wanted.name)
-        topic = broker.topics.get(wanted.name)
+        topic = services.topics.get(wanted.name)
     if topic is None:
         return _error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, wanted.name)
-    return _topic(broker, topic)
+    return _topic(services, topic)
 
 
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+    services = ctx.services
     all_topics = request.topics is None or (ctx.version == 0 and not request.topics)
     if all_topics:
-        topics = [_topic(broker, t) for t in broker.topics.all().values()]
+        topics = [_topic(services, t) for t in services.topics.all().values()]
     else:
         auto = ctx.version < 4 or bool(request.allow_auto_topic_creation)
         topics = [_lookup(ctx, wanted, auto) for wanted in request.topics]
@@ -92,8 +93,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         _add_topic_operations(ctx, topics)
     asks_cluster = 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations
     return M(
-        throttle_time_ms=0, brokers=_brokers(ctx), cluster_id=broker.cluster_id,
-        controller_id=broker.view.controller_id(), topics=topics, error_code=ErrorCode.NONE,
+        throttle_time_ms=0, brokers=_brokers(ctx), cluster_id=services.cluster.cluster_id,
+        controller_id=services.cluster.controller_id(), topics=topics, error_code=ErrorCode.NONE,
         authorized_operations=cluster_operations(ctx) if asks_cluster else NOT_PROVIDED,
     )
 
@@ -107,14 +108,15 @@ def _add_topic_operations(ctx: RequestContext, topics: list[Any]) -> None:
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+    services = ctx.services
     asks = request.include_cluster_authorized_operations
+    brokers = services.cluster.brokers_on(ctx.caller.listener)
     return D(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
         authorized_operations=cluster_operations(ctx) if asks else NOT_PROVIDED,
-        cluster_id=broker.cluster_id, controller_id=broker.view.controller_id(),
+        cluster_id=services.cluster.cluster_id, controller_id=services.cluster.controller_id(),
         brokers=[D.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
-                                         rack=b.rack, is_fenced=False) for b in ctx.brokers()],
+                                         rack=b.rack, is_fenced=False) for b in brokers],
     )
 
 

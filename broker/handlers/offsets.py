@@ -21,7 +21,7 @@ TopicPartition = tuple[str, int]
 
 
 def _unready(ctx: RequestContext) -> ErrorCode | None:
-    error = ctx.broker.groups.ensure_topic()
+    error = ctx.services.groups.ensure_topic()
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
@@ -49,7 +49,7 @@ def _unknown_partitions(ctx: RequestContext, partitions: Iterable[TopicPartition
     before asking the group coordinator)."""
     unknown = []
     for topic, index in partitions:
-        found = ctx.broker.topics.get(topic)
+        found = ctx.services.topics.get(topic)
         if found is None or not 0 <= index < found.partitions:
             unknown.append((topic, index))
     return unknown
@@ -71,7 +71,7 @@ async def _commit_known(
 ) -> dict[TopicPartition, ErrorCode]:
     if (error := _unready(ctx)) is not None:
         return dict.fromkeys(offsets, error)
-    return await ctx.broker.groups.offset_commit(
+    return await ctx.services.groups.offset_commit(
         request.group_id,
         request.generation_id_or_member_epoch if ctx.version >= 1 else -1,
         request.member_id if ctx.version >= 1 else "",
@@ -86,7 +86,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable
     wanted = None
     if topics is not None:
         wanted = [(topic_name(ctx, t)[0] or "", i) for t in topics for i in t.partition_indexes]
-    return ctx.broker.groups.offset_fetch(group_id, wanted, require_stable)
+    return ctx.services.groups.offset_fetch(group_id, wanted, require_stable)
 
 
 def _fetched_topics(result: Any, topic_cls: Any, part_cls: Any) -> list[Any]:
@@ -135,7 +135,7 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     if (error := _unready(ctx)) is not None:
         return R(error_code=error, throttle_time_ms=0, topics=[])
-    result = await ctx.broker.groups.offset_delete(request.group_id, wanted)
+    result = await ctx.services.groups.offset_delete(request.group_id, wanted)
     errors = dict(result.partitions)
     error = result.error
     return R(
@@ -152,9 +152,9 @@ async def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | 
         return error
     if not request.group_id or not request.transactional_id or request.producer_id < 0:
         return None  # the group machine answers INVALID_GROUP_ID / INVALID_REQUEST
-    groups = ctx.broker.groups
+    groups = ctx.services.groups
     tp = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
-    found = await ctx.broker.transactions.check_writes(
+    found = await ctx.services.transactions.check_writes(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp],
         txn_offset_commit_operation(ctx.version),
     )
@@ -168,7 +168,7 @@ async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
     if (error := await _txn_commit_unready(ctx, request)) is not None:
         errors = dict.fromkeys(offsets, error)
     else:
-        errors = await ctx.broker.groups.txn_offset_commit(
+        errors = await ctx.services.groups.txn_offset_commit(
             request.transactional_id,
             request.group_id,
             (request.producer_id, request.producer_epoch),

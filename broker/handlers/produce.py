@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import ProduceResponse
 
 from broker import metrics
-from broker.coordination.transactions import produce_error
 from broker.handlers.resolve import resolve_partition
 from broker.replication.replica_manager import Partition, replicated
 from coordinator.transaction import TxnOperation
@@ -28,6 +27,17 @@ CHECK_ROUNDS = 2  # a guard voided while its check waited is taken and checked o
 R = ProduceResponse
 PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
 RecordErrorEntry = PartitionResponse.BatchIndexAndErrorMessage
+# Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
+# answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+PRODUCE_RETRIABLE = {
+    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
+}
+
+
+def produce_error(error: ErrorCode) -> ErrorCode:
+    """On Produce, retriable coordinator errors are NOT_ENOUGH_REPLICAS (Kafka's ReplicaManager)."""
+    return ErrorCode.NOT_ENOUGH_REPLICAS if error in PRODUCE_RETRIABLE else error
 
 
 def _error(
@@ -66,7 +76,7 @@ def _target(ctx: RequestContext, topic_data: Any, part_data: Any) -> Target | An
         return _error(index, error)
     if part.topic.startswith("__"):
         return _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION, "cannot append to internal topic")
-    if not ctx.broker.replicas.may_lead():
+    if not ctx.services.partitions.may_lead():
         return _error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "this broker's cluster registration lapsed")
     if part_data.records is None:
         return _error(index, ErrorCode.INVALID_RECORD, "produce request has null records")
@@ -113,7 +123,7 @@ async def _check_round(
     for t in targets:
         assert t.header is not None
         tp = (t.part.topic, t.part.index)
-        guard = ctx.broker.replicas.start_verification(t.part, t.header, ctx.now_ms())
+        guard = ctx.services.partitions.start_verification(t.part, t.header, ctx.now_ms())
         if guard is None:  # its producer's transaction is open here now: nothing to check
             found.guards.pop(tp, None)
             continue
@@ -122,7 +132,7 @@ async def _check_round(
         by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)
     operation = TxnOperation.ADD_PARTITION if ctx.version >= FIRST_TV2_PRODUCE else TxnOperation.DEFAULT_ERROR
     for (pid, epoch), tps in by_producer.items():
-        answers = await ctx.broker.transactions.check_writes(
+        answers = await ctx.services.transactions.check_writes(
             transactional_id, pid, epoch, tps, operation, wait_ms=timeout_ms
         )
         found.errors.update(
@@ -131,7 +141,7 @@ async def _check_round(
     return [
         t for t, guard in guarded
         if (t.part.topic, t.part.index) not in found.errors
-        and not ctx.broker.replicas.verification_current(t.part, guard)
+        and not ctx.services.partitions.verification_current(t.part, guard)
     ]
 
 
@@ -145,7 +155,7 @@ def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending
         return _error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no longer the partition's leader")
     if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
-    result = ctx.broker.replicas.append(part, t.records, ctx.now_ms(), header=t.header,
+    result = ctx.services.partitions.append(part, t.records, ctx.now_ms(), header=t.header,
                                         verification=checked.guards.get(tp))
     if result.error != ErrorCode.NONE:
         metrics.produce_failed(part.topic)

@@ -26,14 +26,14 @@ ProducerState = PartResponse.ProducerState
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
-        error, pid, epoch = await ctx.broker.transactions.init_producer_id(
+        error, pid, epoch = await ctx.services.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, *expected
         )
         error = fenced_error_for_version(error, INIT_PRODUCER_ID, ctx.version)
         return InitResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
     # Like Kafka, an idempotent producer always gets a fresh id with epoch 0,
     # also when it asks for an epoch bump of its current id (KIP-360).
-    producer_id = ctx.broker.producer_ids.generate()
+    producer_id = ctx.services.producer_ids.generate()
     log.info("new idempotent producer id %d for client %s", producer_id, ctx.header.client_id)
     return InitResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0

@@ -35,10 +35,10 @@ def _wanted(request: Any) -> Wanted:
 
 
 def _single_node(ctx: RequestContext, wanted: Wanted) -> dict[tuple[str, int], Refused | None]:
-    me = NodeId(ctx.broker.replicas.node_id)
+    me = NodeId(ctx.services.cluster.node_id)
     results: dict[tuple[str, int], Refused | None] = {}
     for topic, index, target in wanted:
-        meta = ctx.broker.topics.get(topic)
+        meta = ctx.services.topics.get(topic)
         state = None
         if meta is not None and 0 <= index < meta.partitions:
             state = PartitionState((me,), (me,), me, LeaderEpoch(0), PartitionEpoch(0))
@@ -61,10 +61,10 @@ def _altered(wanted: Wanted, results: dict[tuple[str, int], Refused | None]) -> 
 
 async def handle_alter(ctx: RequestContext, request: Any) -> Any:
     wanted = _wanted(request)
-    cluster = ctx.broker.cluster
-    if cluster is None:
+    controller = ctx.services.controller
+    if controller is None:
         return _altered(wanted, _single_node(ctx, wanted))
-    return _altered(wanted, await cluster.controller.reassign(wanted))
+    return _altered(wanted, await controller.reassign(wanted))
 
 
 def _alter_not_controller(request: Any) -> Any:
@@ -85,11 +85,11 @@ def _listed(found: dict[str, dict[int, PartitionState]], error: ErrorCode = Erro
 
 
 async def handle_list(ctx: RequestContext, request: Any) -> Any:
-    cluster = ctx.broker.cluster
-    if cluster is None:
+    controller = ctx.services.controller
+    if controller is None:
         return _listed({})
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    return _listed(cluster.controller.reassignments(wanted))
+    return _listed(controller.reassignments(wanted))
 
 
 VERSIONS = {ALTER: (0, 0), LIST: (0, 0)}

@@ -21,7 +21,7 @@ def topic_name(ctx: RequestContext, named: Any) -> tuple[str | None, ErrorCode]:
         return name, ErrorCode.NONE
     topic_id = getattr(named, "topic_id", None)
     if topic_id is not None and topic_id != ZERO_UUID:
-        found = ctx.broker.topics.by_id(topic_id)
+        found = ctx.services.topics.by_id(topic_id)
         if found is not None:
             return found.name, ErrorCode.NONE
         return None, ErrorCode.UNKNOWN_TOPIC_ID
@@ -34,7 +34,7 @@ def resolve_partition(
     name, error = topic_name(ctx, named)
     if name is None:
         return None, error
-    part = ctx.broker.replicas.partition(name, index)
+    part = ctx.services.partitions.partition(name, index)
     if part is None:
         return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if not part.is_leader:

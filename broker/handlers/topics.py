@@ -63,7 +63,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     validate_only = bool(getattr(request, "validate_only", False))
     duplicates = _duplicates([t.name for t in request.topics])
     specs = [_creatable(t) for t in request.topics if t.name not in duplicates]
-    outcomes = await ctx.broker.topics.create_topics(specs, validate_only)
+    outcomes = await ctx.services.topics.create_topics(specs, validate_only)
     results = [_created(ctx, spec.name, r) for spec, r in zip(specs, outcomes, strict=True)]
     results += [
         C.CreatableTopicResult(
@@ -76,13 +76,13 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
 
 async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
     if name is None:
-        found = ctx.broker.topics.by_id(topic_id)
+        found = ctx.services.topics.by_id(topic_id)
         if found is None:
             return D.DeletableTopicResult(
                 name=None, topic_id=topic_id, error_code=ErrorCode.UNKNOWN_TOPIC_ID
             )
         name = found.name
-    result = await ctx.broker.topics.delete(name)
+    result = await ctx.services.topics.delete(name)
     topic_id = result.topic.topic_id if result.topic else ZERO_UUID
     return D.DeletableTopicResult(
         name=name, topic_id=topic_id, error_code=result.error, error_message=result.message
@@ -109,7 +109,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     manual = [
         [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None for t in unique
     ]
-    outcomes = await ctx.broker.topics.add_partitions_many(wanted, request.validate_only, manual)
+    outcomes = await ctx.services.topics.add_partitions_many(wanted, request.validate_only, manual)
     results = [
         _partitions_result(name, r.error, r.message) for (name, _), r in zip(wanted, outcomes, strict=True)
     ]

@@ -33,9 +33,9 @@ PartResult = TopicResult.AddPartitionsToTxnPartitionResult
 
 def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
     if key_type == TRANSACTION_KEY:
-        return ctx.broker.transactions.ensure_topic() if key else ErrorCode.INVALID_REQUEST
+        return ctx.services.transactions.ensure_topic() if key else ErrorCode.INVALID_REQUEST
     if key_type == GROUP_KEY:
-        return ctx.broker.groups.ensure_topic() if key else ErrorCode.INVALID_REQUEST
+        return ctx.services.groups.ensure_topic() if key else ErrorCode.INVALID_REQUEST
     return ErrorCode.INVALID_REQUEST  # share groups (key type 2) are not served
 
 
@@ -44,11 +44,12 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCod
     error = _coordinator_error(ctx, key_type, key)
     if error != ErrorCode.NONE:
         return error, None
-    edge = ctx.broker.transactions if key_type == TRANSACTION_KEY else ctx.broker.groups
+    edge = ctx.services.transactions if key_type == TRANSACTION_KEY else ctx.services.groups
     topic, index = edge.coordinator_partition(key)
-    info = ctx.broker.view.partition(topic, index)
+    info = ctx.services.cluster.partition(topic, index)
     leader = info.leader if info is not None else -1
-    found = next((b for b in ctx.brokers() if b.node_id == leader), None)
+    brokers = ctx.services.cluster.brokers_on(ctx.caller.listener)
+    found = next((b for b in brokers if b.node_id == leader), None)
     return (ErrorCode.NONE, found) if found is not None else (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
 
 
@@ -77,7 +78,7 @@ def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[Any]:
 
 def _exists(ctx: RequestContext, topic: str, index: int) -> bool:
     """In the metadata (in a cluster its leader may be another broker)."""
-    found = ctx.broker.topics.get(topic)
+    found = ctx.services.topics.get(topic)
     return found is not None and 0 <= index < found.partitions
 
 
@@ -89,7 +90,7 @@ async def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: 
                 else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
     # v5 (a broker adding a partition for a transaction version 2 write) marks the transaction TV2
     version = TV2 if ctx.version >= FIRST_TV2_ADD_PARTITIONS else 0
-    outcome = await ctx.broker.transactions.add_partitions(
+    outcome = await ctx.services.transactions.add_partitions(
         tid, pid, epoch, wanted, verify_only=verify, transaction_version=version
     )
     error = fenced_error_for_version(outcome.error, ADD_PARTITIONS, ctx.version)
@@ -114,7 +115,7 @@ async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
-    error = await ctx.broker.transactions.add_offsets(
+    error = await ctx.services.transactions.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
     return AddOffsetsToTxnResponse(
@@ -126,7 +127,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     # EndTxn v5: the client speaks transaction version 2. As in Kafka, the request version
     # decides, whatever level the broker finalized (a client at level 1 never sends v5).
     version = TV2 if ctx.version >= FIRST_TV2_END_TXN else 0
-    error, pid, epoch = await ctx.broker.transactions.end_txn(
+    error, pid, epoch = await ctx.services.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed, version
     )
     error = fenced_error_for_version(error, END_TXN, ctx.version)
@@ -137,7 +138,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     D = DescribeTransactionsResponse
     states = []
     for tid in request.transactional_ids:
-        error, md = ctx.broker.transactions.describe(tid)
+        error, md = ctx.services.transactions.describe(tid)
         if md is None:
             states.append(D.TransactionState(error_code=error, transactional_id=tid, transaction_state="",
                                              transaction_timeout_ms=0, transaction_start_time_ms=-1,
@@ -158,7 +159,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     L = ListTransactionsResponse
     duration = request.duration_filter if ctx.version >= 1 else -1
-    result = ctx.broker.transactions.list_transactions(
+    result = ctx.services.transactions.list_transactions(
         request.state_filters, request.producer_id_filters, duration
     )
     return L(

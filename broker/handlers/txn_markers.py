@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.coordination.marker_writer import write_markers
-
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
@@ -13,7 +11,7 @@ API_KEY = 27
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    return await write_markers(ctx.broker, request)
+    return await ctx.services.markers.write(request)
 
 
 VERSIONS = {API_KEY: (0, 1)}

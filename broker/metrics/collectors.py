@@ -11,7 +11,8 @@ README "Metrics" lists them all.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
@@ -22,7 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from broker.api.context import now_ms
+from broker.clock import now_ms
 from broker.metrics.stats import Histogram, Stats
 from broker.request_log import api_name
 from coordinator.transaction.state import TxnState
@@ -31,7 +32,7 @@ from protocol.messages import REQUESTS
 
 if TYPE_CHECKING:
     from broker.replication.replica_manager import Partition
-    from broker.server import Broker
+    from coordinator.transaction.state import TxnMetadata
 
 NET = "kafka_network_requestmetrics_"
 TOPIC = "kafka_server_brokertopicmetrics_"
@@ -172,19 +173,37 @@ class StatsCollector(Collector):
         yield from (found, count, checks, aborted)
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerStatus:
+    active: bool  # this broker is the active controller (a single broker is its own)
+    offline_partitions: int  # partitions without a leader, counted by the active controller
+    epoch: int | None  # of the controller this broker knows of (-1 none); None on a single broker
+
+
+@dataclass(frozen=True, slots=True)
+class StateSources:
+    """Where the gauges are read at scrape time: narrow getters, each from its owner."""
+
+    partitions: Callable[[], list[Partition]]
+    connections: Callable[[], int]
+    transactions: Callable[[], Mapping[str, TxnMetadata]]
+    group_states: Callable[[], Iterable[str]]
+    controller: Callable[[], ControllerStatus]
+
+
 class BrokerStateCollector(Collector):
     """Gauges read from the broker's partitions, coordinators and cluster image."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, sources: StateSources) -> None:
+        self.sources = sources
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._partitions(self.broker.replicas.all_partitions())
+        yield from self._partitions(self.sources.partitions())
         yield from self._transactions()
         yield from self._groups()
         yield from self._cluster()
         yield GaugeMetricFamily("kafka_server_socket_server_metrics_connection_count",
-                                "Open client connections.", value=self.broker.connection_count)
+                                "Open client connections.", value=self.sources.connections())
 
     def _partitions(self, parts: list[Partition]) -> Iterator[Metric]:
         labels = ["topic", "partition"]
@@ -227,7 +246,7 @@ class BrokerStateCollector(Collector):
         states: Counter[TxnState] = Counter()
         oldest: dict[TxnState, int] = {}
         now = now_ms()
-        for md in self.broker.transactions.machine.transactions.values():
+        for md in self.sources.transactions().values():
             states[md.state] += 1
             if md.state in OPEN_STATES and md.txn_start_ms >= 0:
                 oldest[md.state] = max(oldest.get(md.state, 0), now - md.txn_start_ms)
@@ -243,7 +262,7 @@ class BrokerStateCollector(Collector):
         yield from (count, age)
 
     def _groups(self) -> Iterator[Metric]:
-        states: Counter[str] = Counter(g.state.value for g in self.broker.groups.machine.groups.values())
+        states: Counter[str] = Counter(self.sources.group_states())
         family = GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numgroups",
                                    "Consumer groups this broker coordinates, by state.", labels=["state"])
         for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"):
@@ -251,17 +270,13 @@ class BrokerStateCollector(Collector):
         yield family
 
     def _cluster(self) -> Iterator[Metric]:
-        cluster = self.broker.cluster
-        active = 1 if cluster is None or cluster.controller.active else 0
+        status = self.sources.controller()
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
-                                "1 on the active controller (a single broker is its own).", value=active)
-        offline = 0
-        if cluster is not None and active:
-            offline = sum(1 for s in cluster.store.image.partitions.values() if s.leader < 0)
+                                "1 on the active controller (a single broker is its own).",
+                                value=1 if status.active else 0)
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
                                 "Partitions without a leader (reported by the active controller).",
-                                value=offline)
-        if cluster is not None:
-            record = cluster.store.image.controller
+                                value=status.offline_partitions)
+        if status.epoch is not None:
             yield GaugeMetricFamily("gregor_controller_epoch", "Epoch of the controller this broker "
-                                    "knows of (-1: none).", value=record.epoch if record else -1)
+                                    "knows of (-1: none).", value=status.epoch)

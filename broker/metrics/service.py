@@ -1,10 +1,11 @@
 """What the broker starts and stops for monitoring: the Prometheus endpoint (when
-`metrics.listener` is set), the flush timer, the cluster-image watcher (ISR shrinks and
-expands, controller changes) and the hanging-transaction check."""
+`metrics.listener` is set), the flush timer and the cluster-image watcher (ISR shrinks and
+expands, controller changes)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
@@ -12,8 +13,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from broker import metrics
 from broker.cluster.image import ControllerRecord, PartitionState
-from broker.coordination.hanging import HangingTransactionCheck
-from broker.metrics.collectors import BrokerStateCollector, StatsCollector
+from broker.metrics.collectors import BrokerStateCollector, ControllerStatus, StateSources, StatsCollector
 from broker.metrics.endpoint import MetricsEndpoint
 from broker.metrics.stats import STATS
 from storage import log as storage_log
@@ -21,34 +21,45 @@ from storage import log as storage_log
 if TYPE_CHECKING:
     import socket
 
+    from broker.cluster.etcd_store import EtcdMetadataStore
     from broker.cluster.membership import ClusterMembership
-    from broker.server import Broker
 
 log = logging.getLogger(__name__)
 
 
-def registry_for(broker: Broker) -> CollectorRegistry:
+def registry_for(sources: StateSources, topic_exists: Callable[[str], bool]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(STATS, lambda topic: broker.topics.get(topic) is not None))
-    registry.register(BrokerStateCollector(broker))
+    registry.register(StatsCollector(STATS, topic_exists))
+    registry.register(BrokerStateCollector(sources))
     ProcessCollector(registry=registry)
     return registry
+
+
+def controller_status(cluster: ClusterMembership | None) -> ControllerStatus:
+    """What the controller gauges say: a single broker is its own active controller."""
+    if cluster is None:
+        return ControllerStatus(active=True, offline_partitions=0, epoch=None)
+    image = cluster.store.image
+    active = cluster.controller.active
+    offline = sum(1 for s in image.partitions.values() if s.leader < 0) if active else 0
+    record = image.controller
+    return ControllerStatus(active, offline, record.epoch if record is not None else -1)
 
 
 class ClusterWatcher:
     """Counts ISR shrinks/expands of the partitions this broker leads, and controller
     changes, as the cluster image applies them (read-only: a store subscriber)."""
 
-    def __init__(self, cluster: ClusterMembership, node_id: int) -> None:
-        self.cluster = cluster
+    def __init__(self, store: EtcdMetadataStore, node_id: int) -> None:
+        self.store = store
         self.node_id = node_id
-        image = cluster.store.image
+        image = store.image
         self._isr: dict[tuple[str, int], PartitionState] = dict(image.partitions)
         self._controller: ControllerRecord | None = image.controller
-        cluster.store.subscribe(self._on_change)
+        store.subscribe(self._on_change)
 
     def _on_change(self, key: str) -> None:
-        image = self.cluster.store.image
+        image = self.store.image
         if key in ("", "controller") and image.controller != self._controller:
             if image.controller is not None:
                 STATS.cluster.controller_changes += 1
@@ -75,24 +86,26 @@ class ClusterWatcher:
 
 
 class BrokerMetrics:
-    def __init__(self, broker: Broker, sock: socket.socket | None) -> None:
-        """`sock`: the bound `metrics.listener` (bind_metrics_listener), None for no endpoint."""
-        self.broker = broker
-        self.endpoint = MetricsEndpoint(sock, registry_for(broker)) if sock is not None else None
-        self.hanging = HangingTransactionCheck(broker)
+    def __init__(
+        self, sock: socket.socket | None, sources: StateSources, topic_exists: Callable[[str], bool],
+        listener: str,
+    ) -> None:
+        """`sock`: the bound `metrics.listener` (`listener`), None for no endpoint."""
+        registry = registry_for(sources, topic_exists)
+        self.endpoint = MetricsEndpoint(sock, registry) if sock is not None else None
+        self.listener = listener
         self._watcher: ClusterWatcher | None = None
 
-    async def start(self) -> None:
+    async def start(self, store: EtcdMetadataStore | None, node_id: int) -> None:
+        """`store`: the cluster's metadata store to watch, None on a single broker."""
         if metrics.flushed not in storage_log.FLUSH_LISTENERS:
             storage_log.FLUSH_LISTENERS.append(metrics.flushed)
-        if self.broker.cluster is not None:
-            self._watcher = ClusterWatcher(self.broker.cluster, self.broker.node_id)
+        if store is not None:
+            self._watcher = ClusterWatcher(store, node_id)
         if self.endpoint is not None:
             await self.endpoint.start()
-            log.info("metrics served on %s, path /metrics", self.broker.config["metrics.listener"])
-        self.hanging.start()
+            log.info("metrics served on %s, path /metrics", self.listener)
 
     async def stop(self) -> None:
-        await self.hanging.stop()
         if self.endpoint is not None:
             await self.endpoint.stop()

@@ -22,10 +22,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics, request_log
+from broker.api.caller import Caller
 from broker.api.context import AppendTurn, RequestContext
+from broker.api.registry import ApiHandler
 from broker.faults import fail_point
 from broker.handlers import api_versions
-from broker.handlers.registry import ApiHandler
 from protocol.errors import ErrorCode
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
 from protocol.headers import (
@@ -40,7 +41,7 @@ from protocol.headers import (
 from protocol.messages import RequestDecodeError, decode_request
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.api.services import Services
 
 log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 100
@@ -58,16 +59,16 @@ class Acks0Failed(Exception):
 
 class Connection:
     def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        self, services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         listener: str = "PLAINTEXT",
     ) -> None:
-        self.broker = broker
-        self.listener = listener  # the name of the listener the client connected to
+        self.services = services
+        self.handlers = services.api_versions
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
-        self.host = str(peer[0])
+        self.caller = Caller(str(peer[0]), listener)  # the listener the client connected to
         self.responses: asyncio.Queue[asyncio.Task[list[Any]] | None] = asyncio.Queue(
             MAX_IN_FLIGHT
         )
@@ -125,7 +126,7 @@ class Connection:
             pass
 
     async def _read_loop(self) -> None:
-        max_size = self.broker.config["socket.request.max.bytes"]
+        max_size = self.services.configs.config["socket.request.max.bytes"]
         while self.failed is None:
             prefix = await self.reader.readexactly(SIZE_PREFIX)
             try:
@@ -153,14 +154,14 @@ class Connection:
         turn = None
         if handler.api_key == PRODUCE:
             turn = self.last_produce = AppendTurn(self.last_produce)
-        ctx = RequestContext(self.broker, header, self.host, turn, self.listener)
+        ctx = RequestContext(self.services, header, self.caller, turn)
         answer = not (handler.api_key == PRODUCE and request.acks == 0)  # acks=0: no response
         return asyncio.create_task(self._respond(ctx, handler, request, answer, received))
 
     def _parse_header(self, payload: bytes) -> tuple[RequestHeader, ApiHandler | None]:
         try:
             api_key, api_version, _ = peek_header(payload)
-            handler = self.broker.handlers.get(api_key)
+            handler = self.handlers.get(api_key)
             if handler is None or not handler.supports(api_version):
                 if api_key == API_VERSIONS_KEY:
                     return decode_request_header(payload, False), None
@@ -213,7 +214,7 @@ class Connection:
         request_log.answered(self.peer, header, request_log.api_name(handler.request), started, response)
 
     async def _unsupported_api_versions(self, header: RequestHeader) -> list[Any]:
-        body = api_versions.unsupported_version_response(self.broker)
+        body = api_versions.unsupported_version_response(self.handlers)
         head = encode_response_header(header.api_key, 0, header.correlation_id)
         return frame_parts(head, body)
 
