@@ -1,0 +1,113 @@
+"""The shape of broker/, checked over the source: the rooms stay rooms.
+
+Every import counts, also those under `if TYPE_CHECKING:` and inside functions."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKER = ROOT / "broker"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in sorted(BROKER.rglob("*.py"))}
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module `path` imports, by its full dotted name (`from a import b` names a.b when
+    b is a module, else a)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            base = node.module or ""
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return found
+
+
+def _owner(name: str) -> str | None:
+    """The broker module `name` is, or lies in."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+GRAPH = {
+    module: {o for o in map(_owner, _imported(path)) if o is not None and o != module}
+    for module, path in MODULES.items()
+}
+
+
+def _cycle() -> list[str] | None:
+    """One import cycle among broker modules, or None (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(GRAPH[module]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)) is not None:
+                return found
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(GRAPH):
+        if module not in state and (found := visit(module)) is not None:
+            return found
+    return None
+
+
+def test_the_module_graph_is_found() -> None:
+    assert "broker.server" in MODULES and "broker.api.services" in MODULES
+    assert "broker.api.context" in GRAPH["broker.handlers.produce"]
+
+
+def test_no_import_cycle_of_any_length_among_broker_modules() -> None:
+    assert _cycle() is None, " -> ".join(_cycle() or [])
+
+
+def test_only_the_cli_imports_the_composition_root() -> None:
+    importers = sorted(m for m, deps in GRAPH.items() if "broker.server" in deps)
+    assert importers == ["broker.cli"]
+
+
+def test_handlers_reach_coordinators_only_through_the_ports() -> None:
+    wrong = {
+        m: sorted(d for d in deps if d.startswith(("broker.coordination", "broker.server")))
+        for m, deps in GRAPH.items() if m.startswith("broker.handlers")
+    }
+    assert {m: d for m, d in wrong.items() if d} == {}
+
+
+def test_the_ports_import_no_handler_and_no_implementation_imports_the_ports_users() -> None:
+    users = {m for m in MODULES if m.startswith("broker.handlers")} | {"broker.net.connection"}
+    implementations = {m for m in MODULES if not m.startswith(("broker.handlers", "broker.server"))}
+    wrong = sorted((m, d) for m in implementations - users - {"broker.cli"} for d in GRAPH[m] & users)
+    assert wrong == []
+
+
+WHOLE_BROKER = re.compile(r"ctx\.broker\b|: Broker\b")
+
+
+def test_no_line_reaches_a_whole_broker() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in MODULES.values()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if WHOLE_BROKER.search(line)
+    ]
+    assert offenders == []
