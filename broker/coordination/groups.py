@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker import metrics
 from broker.clock import now_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
+from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
 from coordinator.group import (
     Completion,
     DescribedGroup,
@@ -47,7 +48,6 @@ from protocol.record_batch import ControlType
 if TYPE_CHECKING:
     from broker.api.services import Topics
     from broker.config import BrokerConfig
-    from broker.replication.replica_manager import Partition
 
 log = logging.getLogger(__name__)
 NO_PRODUCER = (-1, -1)
@@ -69,17 +69,21 @@ def group_config(config: Any) -> GroupConfig:
 
 
 class GroupCoordinator:
-    """The group coordinator's I/O edge: `log` is its `__consumer_offsets` partitions
-    (on_leadership is called as this broker gains or loses one)."""
+    """The group coordinator's I/O edge: `log` is its `__consumer_offsets` partitions, whose
+    leadership it follows (`on_leadership`, called as this broker gains or loses one)."""
 
     def __init__(self, config: BrokerConfig, log: CoordinatorLog, topics: Topics) -> None:
         self.settings = config
-        self.topics = topics
         self.config = group_config(config)
         self.machine = GroupCoordinatorMachine(self.config)
         self.log = log
+        self.runtime = CoordinatorRuntime(log, topics, InternalTopic(
+            OFFSETS_TOPIC, self.config.num_partitions, int(config["offsets.topic.replication.factor"]),
+            {"cleanup.policy": "compact", "segment.bytes": str(config["offsets.topic.segment.bytes"])},
+        ), self)
+        self.on_leadership = self.runtime.on_leadership
+        self.ensure_topic = self.runtime.ensure_topic
         self._waiters: dict[WaiterKey, asyncio.Future[Any]] = {}
-        self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._expiry: asyncio.Task[None] | None = None
 
@@ -99,42 +103,18 @@ class GroupCoordinator:
         """The state of every group this broker coordinates (the metrics' gauge)."""
         return [g.state.value for g in self.machine.groups.values()]
 
-    def ensure_topic(self) -> ErrorCode:
-        """FindCoordinator and the group APIs: create `__consumer_offsets` on first use."""
-        if self.topics.get(OFFSETS_TOPIC) is not None:
-            return ErrorCode.NONE
-        result = self.topics.create_internal(
-            OFFSETS_TOPIC,
-            self.config.num_partitions,
-            int(self.settings["offsets.topic.replication.factor"]),
-            {"cleanup.policy": "compact",
-             "segment.bytes": str(self.settings["offsets.topic.segment.bytes"])},
-        )
-        if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+    def coordinator_epoch(self, index: int) -> int | None:
+        return self.machine.coordinator_epoch(index)
 
-    def on_leadership(self, part: Partition, leading: bool) -> None:
-        """Coordinators follow the leadership of their `__consumer_offsets` partitions: a
-        partition led from a new epoch loads in the background (COORDINATOR_LOAD_IN_PROGRESS
-        for its groups meanwhile); groups of a partition lost are unloaded and their parked
-        requests answered NOT_COORDINATOR."""
-        if part.topic != OFFSETS_TOPIC:
-            return
-        if leading:
-            if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
-                return
-            index, epoch = part.index, part.leader_epoch
-            self.machine.begin_load(index, epoch)
-            work = self.log.start_load(part, lambda r: self._replay_loaded(r, index, epoch),
-                                       lambda started: self._loaded(index, epoch, started))
-            if work is not None:
-                self._spawn(work)
-        else:
-            self._deliver(self.machine.unload(part.index))
-            log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, part.index)
+    def begin_load(self, index: int, epoch: int) -> None:
+        self.machine.begin_load(index, epoch)
 
-    def _loaded(self, index: int, epoch: int, started: float) -> None:
+    def unload(self, index: int) -> None:
+        """The partition's groups go; their parked requests are answered NOT_COORDINATOR."""
+        self._deliver(self.machine.unload(index))
+        log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, index)
+
+    def loaded(self, index: int, epoch: int, started: float) -> None:
         if self.machine.coordinator_epoch(index) != epoch:
             return
         self.machine.finish_load(index, now_ms())
@@ -143,7 +123,7 @@ class GroupCoordinator:
         log.info("%s-%d: now coordinating its groups (coordinator epoch %d, loaded in %.0f ms)",
                  OFFSETS_TOPIC, index, epoch, (time.monotonic() - started) * 1000)
 
-    def _replay_loaded(self, record: InternalRecord, index: int, epoch: int) -> None:
+    def replay_loaded(self, record: InternalRecord, index: int, epoch: int) -> None:
         if self.machine.coordinator_epoch(index) != epoch:
             return
         if record.control is not None:
@@ -152,18 +132,12 @@ class GroupCoordinator:
             pid = record.producer_id if record.transactional else -1
             self.machine.replay(record.key, record.value, offset=record.offset, producer_id=pid)
 
-    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self._expiry is not None:
             self._expiry.cancel()
-        for task in list(self._tasks):
-            task.cancel()
+        self.runtime.stop()
         for future in self._waiters.values():
             if not future.done():
                 future.cancel()
@@ -233,13 +207,13 @@ class GroupCoordinator:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._spawn(self.persist(self.machine.on_timer(now_ms())))
+        self.runtime.spawn(self.persist(self.machine.on_timer(now_ms())))
 
     async def _expire_offsets_loop(self) -> None:
         interval = int(self.settings["offsets.retention.check.interval.ms"]) / 1000
         while True:
             await asyncio.sleep(interval)
-            self._spawn(self.persist(self.machine.expire_offsets(now_ms())))
+            self.runtime.spawn(self.persist(self.machine.expire_offsets(now_ms())))
 
     # -- operations with parked answers -------------------------------------------------------
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from broker import metrics
 from broker.clock import now_ms
@@ -26,6 +26,7 @@ from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.parking import Parking
+from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
 from broker.faults import crash_point
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from coordinator.transaction import (
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from broker.api.services import Cluster, Markers, ProducerIds, Topics
     from broker.cluster.view import BrokerInfo
     from broker.config import BrokerConfig
-    from broker.replication.replica_manager import Partition
 
 log = logging.getLogger(__name__)
 ADD_PARTITIONS_TO_TXN = 24
@@ -66,7 +66,6 @@ class TransactionCoordinator:
         producer_ids: ProducerIds, markers: Markers,
     ) -> None:
         self.config = config
-        self.topics = topics
         self.cluster = cluster
         self.num_partitions = int(config["transaction.state.log.num.partitions"])
         self.machine = TransactionStateMachine(
@@ -76,11 +75,19 @@ class TransactionCoordinator:
             transaction_version_level=int(config["transaction.version"]),
         )
         self.log = log
+        topic = InternalTopic(
+            TRANSACTION_STATE_TOPIC, self.num_partitions,
+            int(config["transaction.state.log.replication.factor"]),
+            {"cleanup.policy": "compact", "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
+             "min.insync.replicas": str(config["transaction.state.log.min.isr"])},
+        )
+        self.runtime = CoordinatorRuntime(log, topics, topic, self)
+        self.on_leadership = self.runtime.on_leadership
+        self.ensure_topic = self.runtime.ensure_topic
         self.markers = MarkerChannel(cluster.node_id, self._leader_of, markers.write, self._markers_written)
         self._clients = BrokerClientPool(f"gregor-txn-verify-{cluster.node_id}")  # to other coordinators
         self._parking = Parking()
         self._wait_ms = int(config["transaction.completion.wait.ms"])
-        self._tasks: set[asyncio.Task[object]] = set()
         self._timer: asyncio.Task[None] | None = None
 
     # -- start-up and loading ------------------------------------------------------
@@ -102,45 +109,19 @@ class TransactionCoordinator:
         """The internal partition whose leader coordinates `key` (FindCoordinator)."""
         return TRANSACTION_STATE_TOPIC, self.machine.partition_for(key)
 
-    def ensure_topic(self) -> ErrorCode:
-        """FindCoordinator: create `__transaction_state` on first use (its partitions then
-        load as this broker, or another, becomes their leader)."""
-        if self.topics.get(TRANSACTION_STATE_TOPIC) is not None:
-            return ErrorCode.NONE
-        result = self.topics.create_internal(
-            TRANSACTION_STATE_TOPIC, self.num_partitions,
-            int(self.config["transaction.state.log.replication.factor"]),
-            {"cleanup.policy": "compact",
-             "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
-             "min.insync.replicas": str(self.config["transaction.state.log.min.isr"])},
-        )
-        if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+    def coordinator_epoch(self, index: int) -> int | None:
+        return self.machine.coordinator_epoch(index)
 
-    def on_leadership(self, part: Partition, leading: bool) -> None:
-        """Coordinators follow the leadership of their `__transaction_state` partitions: a
-        partition led from a new epoch loads in the background (its ids answer
-        COORDINATOR_LOAD_IN_PROGRESS meanwhile); a partition lost is unloaded (NOT_COORDINATOR)."""
-        if part.topic != TRANSACTION_STATE_TOPIC:
-            return
-        if leading:
-            if self.machine.coordinator_epoch(part.index) == part.leader_epoch:
-                return
-            index, epoch = part.index, part.leader_epoch
-            self.machine.begin_load(index, epoch)
-            self._wake_partition(index)
-            work = self.log.start_load(part, lambda r: self._replay_loaded(r, index, epoch),
-                                       lambda started: self._loaded(index, epoch, started))
-            if work is not None:
-                self._spawn(work)
-        else:
-            self.machine.unload(part.index)
-            self._wake_partition(part.index)
-            log.info("%s-%d: no longer coordinating its transactional ids",
-                     TRANSACTION_STATE_TOPIC, part.index)
+    def begin_load(self, index: int, epoch: int) -> None:
+        self.machine.begin_load(index, epoch)
+        self._wake_partition(index)
 
-    def _loaded(self, index: int, epoch: int, started: float) -> None:
+    def unload(self, index: int) -> None:
+        self.machine.unload(index)
+        self._wake_partition(index)
+        log.info("%s-%d: no longer coordinating its transactional ids", TRANSACTION_STATE_TOPIC, index)
+
+    def loaded(self, index: int, epoch: int, started: float) -> None:
         """Replayed: coordinate the partition's ids and send the markers of every Prepare*
         transaction found."""
         if self.machine.coordinator_epoch(index) != epoch:
@@ -153,7 +134,7 @@ class TransactionCoordinator:
         for intent in pending:
             self.markers.send(intent)
 
-    def _replay_loaded(self, record: InternalRecord, index: int, epoch: int) -> None:
+    def replay_loaded(self, record: InternalRecord, index: int, epoch: int) -> None:
         if record.key is not None and self.machine.coordinator_epoch(index) == epoch:
             self.machine.replay(record.key, record.value)
 
@@ -162,16 +143,10 @@ class TransactionCoordinator:
         NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS)."""
         self._parking.wake_all([t for t in self._parking.keys() if self.machine.partition_for(t) == index])
 
-    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        for task in list(self._tasks):
-            task.cancel()
+        self.runtime.stop()
         await self.markers.stop()
         await self._clients.close()
 
@@ -350,7 +325,7 @@ class TransactionCoordinator:
     # -- completion, timeouts, expiration ----------------------------------------------
 
     def _markers_written(self, tid: str) -> None:
-        self._spawn(self._complete(tid))
+        self.runtime.spawn(self._complete(tid))
 
     async def _complete(self, tid: str) -> None:
         """Every marker is written: persist CompleteCommit / CompleteAbort, trying again while
@@ -377,8 +352,8 @@ class TransactionCoordinator:
             now = now_ms()
             for outcome in self.machine.abort_timed_out(now):
                 log.info("transactional id %s: aborting, older than its timeout", outcome.transactional_id)
-                self._spawn(self._persist(outcome))
+                self.runtime.spawn(self._persist(outcome))
             for outcome in self.machine.expire_idle(now, expiration):
                 log.info("transactional id %s: expired after %d ms idle",
                          outcome.transactional_id, expiration)
-                self._spawn(self._persist(outcome))
+                self.runtime.spawn(self._persist(outcome))
