@@ -118,7 +118,7 @@ def _start_up_error(exc: Exception) -> str | None:
     from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
     from broker.cluster.membership import ClusterIdMismatch
     from broker.config import ConfigError
-    from broker.server import ListenerError
+    from broker.net.listeners import ListenerError
     from storage.dir_lock import LogDirLockedError, LogDirUnusableError
     from storage.log_manager import InconsistentMetaPropertiesError
 

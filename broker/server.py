@@ -7,19 +7,20 @@ import functools
 import logging
 import os
 import signal
-import socket
 from collections.abc import Awaitable
 from typing import Any
 
-from broker import metrics, request_log
+from broker import metrics
 from broker.api.services import Cluster, Services
 from broker.clock import now_ms
+from broker.cluster.local_store import LocalMetadataStore
 from broker.cluster.membership import ClusterMembership
 from broker.cluster.producer_ids import PrefetchedProducerIdBlocks
 from broker.cluster.roles import ClusterRoles
+from broker.cluster.topic_manager import TopicManager
 from broker.cluster.topics import ClusterTopicManager
 from broker.cluster.view import BrokerInfo, ClusterView, SingleNodeView
-from broker.config import BrokerConfig, parse_http_listener
+from broker.config import BrokerConfig
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.groups import GroupCoordinator
 from broker.coordination.hanging import HangingTransactionCheck
@@ -28,13 +29,13 @@ from broker.coordination.transactions import TransactionCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
 from broker.faults import crash_point
 from broker.handlers import HANDLER_TABLE
-from broker.metadata import LocalMetadataStore
+from broker.metrics import request_log
 from broker.metrics.collectors import StateSources
 from broker.metrics.service import BrokerMetrics, controller_status
 from broker.net.connection import Connection
+from broker.net.listeners import bind_listener, bind_metrics
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.authorizer import AllowAllAuthorizer
-from broker.topics import TopicManager
 from coordinator.producer_ids import ProducerIdManager
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
@@ -42,27 +43,6 @@ from storage.log_config import LogConfig
 from storage.log_manager import LogManager, lock_log_dirs
 
 log = logging.getLogger(__name__)
-
-
-class ListenerError(Exception):
-    """The listener's address cannot be bound (in use, not local, unresolvable)."""
-
-
-def bind_listener(name: str, host: str, port: int, key: str = "listeners") -> socket.socket:
-    """Bind and listen now (connections wait in the backlog until serving starts), so
-    that a busy port stops start-up before any log recovery."""
-    try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return socket.create_server((host, port), family=family, backlog=1024)
-    except OSError as exc:
-        reason = (exc.strerror or str(exc)).split(" (while attempting")[0].lower()
-        raise ListenerError(f"cannot listen on {name} ({key}): {reason}") from None
-
-
-def _bind_metrics(text: str) -> socket.socket | None:
-    """`metrics.listener`, bound before log recovery like `listeners`; None when unset."""
-    at = parse_http_listener(text)
-    return bind_listener(text, at.host, at.port, "metrics.listener") if at is not None else None
 
 
 class Broker:
@@ -77,7 +57,7 @@ class Broker:
             name: bind_listener(f"{name}://{at.host}:{at.port}", at.host, at.port)
             for name, at in config.listeners.items()
         }
-        metrics_socket = _bind_metrics(config["metrics.listener"])
+        metrics_socket = bind_metrics(config["metrics.listener"])
         self.store = LocalMetadataStore(dirs[0])
         self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
         config = self.config = self.dynamic_configs.config  # explicit: a live view with dynamic keys

@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from broker.api.caller import Caller
     from broker.api.registry import ApiHandler
     from broker.cluster.image import PartitionState
+    from broker.cluster.local_store import TopicMetadata
     from broker.cluster.placement import Refused
+    from broker.cluster.topic_manager import NewTopic, TopicResult
     from broker.cluster.view import BrokerInfo, PartitionInfo
     from broker.config import BrokerConfig
-    from broker.metadata import TopicMetadata
     from broker.replication.replica_manager import Partition
     from broker.security.acl import AclOperation, ResourceType
-    from broker.topics import NewTopic, TopicResult
     from coordinator.group import (
         DescribedGroup,
         JoinRequest,

@@ -21,12 +21,18 @@ from broker.cluster.controller import ClusterController
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import ClusterImage, TopicRecord
+from broker.cluster.local_store import TopicMetadata
 from broker.cluster.placement import PlacementError
+from broker.cluster.topic_manager import (
+    MAX_RECORDS_PER_REQUEST,
+    TOO_LARGE_MESSAGE,
+    NewTopic,
+    TopicManager,
+    TopicResult,
+)
 from broker.config import BrokerConfig
-from broker.metadata import TopicMetadata
 from broker.net.client import BrokerUnreachable
 from broker.replication.replica_manager import ReplicaManager
-from broker.topics import MAX_RECORDS_PER_REQUEST, TOO_LARGE_MESSAGE, NewTopic, TopicManager, TopicResult
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 

@@ -12,8 +12,8 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from broker.cluster.local_store import TopicMetadata
 from broker.dynamic_config import DEFAULT_SCOPE
-from broker.metadata import TopicMetadata
 from protocol.errors import ErrorCode
 from storage.log_config import (
     DYNAMIC_BROKER_CONFIGS,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
-from broker.metadata import TopicMetadata, topic_name_error
+from broker.cluster.local_store import TopicMetadata, topic_name_error
 from broker.security.acl import NOT_PROVIDED, ResourceType
 from broker.security.authorizer import authorized_operations, cluster_operations
 from protocol.errors import ErrorCode

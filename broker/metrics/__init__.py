@@ -11,8 +11,8 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from broker.metrics.request_log import error_codes
 from broker.metrics.stats import STATS, clock
-from broker.request_log import error_codes
 from coordinator.transaction.state import TxnState
 from protocol.errors import ErrorCode
 

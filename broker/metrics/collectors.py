@@ -24,8 +24,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from broker.clock import now_ms
+from broker.metrics.request_log import api_name
 from broker.metrics.stats import Histogram, Stats
-from broker.request_log import api_name
 from coordinator.transaction.state import TxnState
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS

@@ -21,12 +21,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker import metrics, request_log
+from broker import metrics
 from broker.api.caller import Caller
 from broker.api.context import AppendTurn, RequestContext
 from broker.api.registry import ApiHandler
 from broker.faults import fail_point
 from broker.handlers import api_versions
+from broker.metrics import request_log
 from protocol.errors import ErrorCode
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
 from protocol.headers import (

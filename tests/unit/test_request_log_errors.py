@@ -10,7 +10,7 @@ import pytest
 
 from broker.handlers import HANDLER_TABLE
 from broker.metrics import STATS, request_done
-from broker.request_log import error_codes, error_summary
+from broker.metrics.request_log import error_codes, error_summary
 from protocol.client_codec import decode_response
 from protocol.errors import ErrorCode
 from protocol.headers import encode_response_header
