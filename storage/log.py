@@ -169,12 +169,9 @@ class Log:
         self.producer_state_load: ProducerStateLoad | None = None
         self._policy: ValidationPolicy | None = None
         self._policy_config: LogConfig | None = None
-        # Single replica: the high watermark follows the log end offset.
-        self.auto_advance_high_watermark = True
         # Kafka's transaction.partition.verification.enable (the broker turns it on): a
         # client's transactional batch that opens a transaction needs its check's guard.
         self.verify_transactions = False
-        self.update_high_watermark(self.log_end_offset)
 
     # -- opening and recovery ----------------------------------------------
 
@@ -346,7 +343,8 @@ class Log:
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset];
-        transactions whose marker falls below it stop holding the LSO back."""
+        transactions whose marker falls below it stop holding the LSO back. Appends never
+        move it: its one owner is the partition (the broker's replica manager)."""
         self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
         self.producer_state.on_high_watermark_updated(self._high_watermark)
         return self._high_watermark
@@ -421,8 +419,6 @@ class Log:
             entry = outcome
         self.epoch_cache.assign(leader_epoch, base)
         self._append(buf, header, now_ms, entry)
-        if self.auto_advance_high_watermark:
-            self.update_high_watermark(self.log_end_offset)
         return AppendResult(ErrorCode.NONE, base, header.last_offset, append_time, self._log_start_offset)
 
     def _verified(
@@ -469,8 +465,6 @@ class Log:
             raise ValueError("not a valid control batch")
         self.epoch_cache.assign(leader_epoch, base)
         self._append(buf, header, now_ms)
-        if self.auto_advance_high_watermark:
-            self.update_high_watermark(self.log_end_offset)
         return base
 
     def append_txn_marker(
@@ -516,8 +510,6 @@ class Log:
         completed = current.completed_by_marker(base, control)
         self.epoch_cache.assign(leader_epoch, base)
         self._append(buf, header, now_ms, entry, completed)
-        if self.auto_advance_high_watermark:
-            self.update_high_watermark(self.log_end_offset)
         log.debug(
             "%s: %s marker for producer %d at %d (transaction from %s)",
             self.directory.name,

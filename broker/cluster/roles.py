@@ -122,7 +122,7 @@ class ClusterRoles:
         self._unfollow(topic, index)
         if state.leader == NO_LEADER or state.leader not in self.store.image.brokers:
             return
-        followed = FollowedPartition(topic, index, part.log, state.leader_epoch)
+        followed = FollowedPartition(topic, index, part.log, state.leader_epoch, part.set_high_watermark)
         self._fetcher_for(state.leader).follow(followed)
 
     def _unfollow(self, topic: str, index: int) -> None:

@@ -40,6 +40,7 @@ class FollowedPartition:
     index: int
     log: Log
     leader_epoch: int
+    set_high_watermark: Callable[[int], object]  # the partition's own (Partition.set_high_watermark)
     stalled: bool = False  # waiting for the image after an epoch or leadership error
 
 
@@ -151,7 +152,7 @@ class ReplicaFetcher:
         except ReplicaDataError as exc:
             log.warning("%s", exc)
             return
-        part.log.update_high_watermark(min(data.high_watermark, part.log.log_end_offset))
+        part.set_high_watermark(min(data.high_watermark, part.log.log_end_offset))
         self._on_progress(part)
 
     def _truncate(self, part: FollowedPartition, offset: int) -> None:

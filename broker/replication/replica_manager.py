@@ -66,6 +66,8 @@ class Partition:
         return True
 
     def set_high_watermark(self, offset: int) -> None:
+        """The one way the partition's HW moves, on the leader (advance_high_watermark) and
+        on a follower (the leader's HW from a fetch answer); acks=all waiters below it resolve."""
         self.log.update_high_watermark(offset)
         hw = self.log.high_watermark
         still = []
@@ -165,7 +167,6 @@ class ReplicaManager:
         log_ = self.log_manager.get_log(topic, index) or self.log_manager.create_log(
             topic, index, config
         )
-        log_.auto_advance_high_watermark = False  # the partition owns it
         log_.verify_transactions = self.verify_transactions
         if log_.epoch_cache.latest_epoch <= epoch:  # Kafka's makeLeader: the epoch starts at the log end
             log_.epoch_cache.assign(epoch, log_.log_end_offset)
@@ -183,10 +184,9 @@ class ReplicaManager:
         log_ = self.log_manager.get_log(topic, index)
         if log_ is None:
             log_ = self.log_manager.create_log(topic, index, config)
-        log_.auto_advance_high_watermark = False
         log_.verify_transactions = self.verify_transactions
-        log_.update_high_watermark(self._checkpointed_hw.get((topic, index), 0))
         part = Partition(topic, index, log_, -1)
+        part.set_high_watermark(self._checkpointed_hw.get((topic, index), 0))
         self._partitions[(topic, index)] = part
         return part
 

@@ -48,10 +48,9 @@ async def test_a_follower_log_ends_equal_to_its_leader(broker: BrokerProcess, tm
     topic = f"repl-{uuid.uuid4().hex[:6]}"
     produce(broker.bootstrap, topic, f"txn-{topic}")
     follower = Log.open(tmp_path / "follower" / f"{topic}-0", LogConfig(), 0, None, True, now_ms())
-    follower.auto_advance_high_watermark = False
     fetcher = ReplicaFetcher(2, BrokerClient("127.0.0.1", broker.port, "replica-2"), now_ms, max_wait_ms=100)
     try:
-        fetcher.follow(FollowedPartition(topic, 0, follower, leader_epoch=-1))
+        fetcher.follow(FollowedPartition(topic, 0, follower, -1, follower.update_high_watermark))
         broker.stop()  # the leader's files are final: compare against them
         leader_log = Log.open(broker.partition_dir(topic), LogConfig(), 0, None, True, now_ms())
         broker.start()

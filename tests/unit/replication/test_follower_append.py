@@ -19,7 +19,6 @@ NOW = 1_000_000
 
 def open_log(path: Path) -> Log:
     log = Log.open(path, LogConfig(), 0, None, True, NOW)
-    log.auto_advance_high_watermark = False
     return log
 
 

@@ -16,7 +16,7 @@ from storage.cleaner.records import BatchDecoder
 from storage.cleaner.swap import recover_swaps
 from storage.log import Log
 from storage.log_config import LogConfig
-from tests.unit.storage.batches import DefaultRecordBatchBuilder
+from tests.unit.storage.batches import DefaultRecordBatchBuilder, replicated
 
 NOW = 1_000_000
 TP = ("t", 0)
@@ -33,13 +33,17 @@ def keyed(pairs: list[tuple[bytes, bytes | None]], *, pid: int = -1, epoch: int 
 
 
 def open_log(path: Path, clean: bool = True, **cfg: object) -> Log:
+    """Opened with the HW at its end, as a single broker's checkpoint would give it."""
     config = LogConfig(**{"cleanup_policy": "compact", "segment_bytes": 400, **cfg})  # type: ignore[arg-type]
-    return Log.open(path / "t-0", config, 0, None, clean, NOW)
+    lg = Log.open(path / "t-0", config, 0, None, clean, NOW)
+    replicated(lg)
+    return lg
 
 
 def append(lg: Log, pairs: list[tuple[bytes, bytes | None]], **kw: object) -> int:
     r = lg.append_as_leader(keyed(pairs, **kw), 0, NOW)  # type: ignore[arg-type]
     assert r.error is ErrorCode.NONE, r
+    replicated(lg)
     return r.base_offset
 
 
@@ -169,6 +173,7 @@ class Txn:
     def end(self, commit: bool) -> int:
         r = self.lg.append_txn_marker(self.pid, 0, commit, 0, 0, NOW)
         assert r.error is ErrorCode.NONE
+        replicated(self.lg)
         return r.offset
 
 

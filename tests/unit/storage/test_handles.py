@@ -14,7 +14,7 @@ from storage.handles import HANDLES, CachedFile, FileClosedError, HandleCache
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.segment import TXN_INDEX_SUFFIX
-from tests.unit.storage.batches import make_batch
+from tests.unit.storage.batches import make_batch, replicated
 
 NOW = 10_000
 
@@ -119,6 +119,7 @@ def test_many_partitions_use_a_bounded_number_of_descriptors(
     for round_ in range(4):
         for i, lg in enumerate(logs):
             lg.append_as_leader(make_batch([f"{i}:{round_}".encode() * 20]), 0, NOW)
+            replicated(lg)
     assert open_fds() <= baseline + small_global_cache.capacity
     for i, lg in enumerate(logs):
         assert lg.log_end_offset == 4 and len(lg.segments) > 1

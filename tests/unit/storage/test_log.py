@@ -18,7 +18,7 @@ from protocol.record_batch import (
 )
 from storage.log import Log
 from storage.log_config import LogConfig
-from tests.unit.storage.batches import make_batch
+from tests.unit.storage.batches import make_batch, replicated
 
 NOW = 1_000_000
 
@@ -50,6 +50,8 @@ def test_append_and_read_round_trip(tmp_path: Path) -> None:
     assert (r.error, r.base_offset, r.last_offset, r.log_append_time) == (ErrorCode.NONE, 0, 2, -1)
     r2 = log.append_as_leader(make_batch([b"d"]), 5, NOW)
     assert (r2.base_offset, r2.last_offset) == (3, 3)
+    assert log.high_watermark == 0, "a log never moves its own high watermark"
+    replicated(log)
     assert (log.log_end_offset, log.high_watermark, log.latest_epoch) == (4, 4, 5)
     info = log.read(0, 10**6, log.high_watermark, False)
     h = BatchHeader.parse(info.records)
@@ -79,6 +81,7 @@ def test_roll_by_size_and_read_across_segments(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=500, index_interval_bytes=100)
     for i in range(20):
         log.append_as_leader(make_batch([bytes([i]) * 60, b"y" * 30]), 1, NOW)
+    replicated(log)
     assert len(log.segments) > 3
     assert all(s.size <= 500 for s in log.segments)
     assert read_all(log) == [(2 * i, 2 * i + 1) for i in range(20)]
@@ -107,6 +110,7 @@ def test_retention_by_time(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=200, retention_ms=10_000)
     for i in range(6):
         log.append_as_leader(make_batch([b"x" * 80], timestamp=i * 1000), 0, NOW)
+    replicated(log)
     nseg = len(log.segments)
     assert nseg >= 3
     deleted = log.apply_retention(now_ms=13_500)  # timestamps 0..3000 expired
@@ -125,6 +129,7 @@ def test_retention_by_size(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=300, retention_bytes=700)
     for _ in range(12):
         log.append_as_leader(make_batch([b"x" * 80]), 0, NOW)
+    replicated(log)
     assert log.size_in_bytes == 1800
     assert log.apply_retention(NOW) == 3
     # Kafka keeps at least retention.bytes: one more segment would go below it
@@ -143,6 +148,7 @@ def test_delete_records(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=200)
     for _ in range(8):
         log.append_as_leader(make_batch([b"x" * 80]), 0, NOW)
+    replicated(log)
     assert log.delete_records_before(9) is ErrorCode.OFFSET_OUT_OF_RANGE
     assert log.delete_records_before(5) is ErrorCode.NONE
     assert log.log_start_offset == 5

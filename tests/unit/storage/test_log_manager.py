@@ -9,7 +9,7 @@ import pytest
 from storage.checkpoints import MetaProperties
 from storage.log_config import LogConfig
 from storage.log_manager import InconsistentMetaPropertiesError, LogManager
-from tests.unit.storage.batches import make_batch
+from tests.unit.storage.batches import make_batch, replicated
 
 NOW = 10_000
 
@@ -43,6 +43,7 @@ def test_create_append_shutdown_restart(tmp_path: Path) -> None:
     mgr.create_log("my-topic", 2, cfg)
     for _ in range(5):
         log.append_as_leader(make_batch([b"x" * 50]), 0, NOW)
+    replicated(log)
     assert log.delete_records_before(2).name == "NONE"
     mgr.shutdown()
     assert (tmp_path / ".kafka_cleanshutdown").exists()
@@ -95,6 +96,7 @@ def test_update_config_cleanup_and_flush(tmp_path: Path) -> None:
     log = mgr.create_log("t", 0, LogConfig(segment_bytes=200))
     for i in range(4):
         log.append_as_leader(make_batch([b"x" * 80], timestamp=i), 0, NOW)
+    replicated(log)
     assert mgr.cleanup(NOW) == 0
     mgr.update_config("t", LogConfig(segment_bytes=200, retention_ms=100, flush_ms=50))
     assert mgr.cleanup(NOW) >= 3

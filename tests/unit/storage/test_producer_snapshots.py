@@ -11,7 +11,7 @@ from storage.log import AppendResult, Log
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.snapshot import list_snapshots, read_snapshot, snapshot_path
-from tests.unit.storage.batches import make_batch
+from tests.unit.storage.batches import make_batch, replicated
 
 NOW = 1_000_000
 PID = 77
@@ -42,6 +42,7 @@ def fill(log: Log, batches: int, pid: int = PID) -> list[tuple[bytes, AppendResu
         r = append(log, b)
         assert r.error is ErrorCode.NONE
         sent.append((b, r))
+    replicated(log)
     return sent
 
 

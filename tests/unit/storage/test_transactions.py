@@ -15,15 +15,18 @@ from storage.log import Log
 from storage.log_config import LogConfig
 from storage.producer_state import OngoingTxn
 from storage.segment import TXN_INDEX_SUFFIX
-from tests.unit.storage.batches import make_batch
+from tests.unit.storage.batches import make_batch, replicated
 
 NOW = 1_000_000
 A, B = 100, 200
 
 
 def open_log(path: Path, clean: bool = True, recovery_point: int = 0, **cfg: object) -> Log:
+    """Opened with the HW at its end, as a single broker's checkpoint would give it."""
     config = LogConfig(**cfg)  # type: ignore[arg-type]
-    return Log.open(path / "topic-0", config, recovery_point, None, clean, NOW)
+    log = Log.open(path / "topic-0", config, recovery_point, None, clean, NOW)
+    replicated(log)
+    return log
 
 
 def crash(log: Log) -> None:
@@ -35,8 +38,13 @@ def crash(log: Log) -> None:
 class Producer:
     """A transactional producer writing batches with consecutive sequences."""
 
-    def __init__(self, log: Log, pid: int, epoch: int = 0) -> None:
+    def __init__(self, log: Log, pid: int, epoch: int = 0, replicate: bool = True) -> None:
         self.log, self.pid, self.epoch, self.seq = log, pid, epoch, 0
+        self.replicate = replicate  # each write counts as replicated at once (the HW follows)
+
+    def _written(self) -> None:
+        if self.replicate:
+            replicated(self.log)
 
     def send(self, n: int = 1, transactional: bool = True) -> int:
         records = make_batch(
@@ -49,6 +57,7 @@ class Producer:
         )
         r = self.log.append_as_leader(records, leader_epoch=0, now_ms=NOW)
         assert r.error is ErrorCode.NONE, r
+        self._written()
         self.seq += n
         return r.base_offset
 
@@ -56,11 +65,14 @@ class Producer:
         e = self.epoch if epoch is None else epoch
         r = self.log.append_txn_marker(self.pid, e, commit, coordinator_epoch, 0, NOW + 1)
         assert r.error is ErrorCode.NONE, r
+        self._written()
         return r.offset
 
 
 def plain(log: Log, n: int = 1) -> int:
-    return log.append_as_leader(make_batch([b"p"] * n), leader_epoch=0, now_ms=NOW).base_offset
+    base = log.append_as_leader(make_batch([b"p"] * n), leader_epoch=0, now_ms=NOW).base_offset
+    replicated(log)
+    return base
 
 
 def index_entries(log: Log) -> list[AbortedTxn]:
@@ -229,6 +241,7 @@ def test_marker_without_open_transaction_is_written_but_not_indexed(tmp_path: Pa
     plain(log)
     r = log.append_txn_marker(A, 0, False, 1, 7, NOW)
     assert (r.error, r.offset) == (ErrorCode.NONE, 1)
+    replicated(log)
     assert index_entries(log) == [] and log.last_stable_offset == 2
     [(_, header)] = list(iter_batches(log.read(1, 10**6, 2, True).records))
     assert header.partition_leader_epoch == 7 and header.max_timestamp == NOW
@@ -256,8 +269,7 @@ def test_log_append_time_marker(tmp_path: Path) -> None:
 
 def test_unreplicated_transaction_holds_fuo_until_high_watermark(tmp_path: Path) -> None:
     log = open_log(tmp_path)
-    log.auto_advance_high_watermark = False
-    p = Producer(log, A)
+    p = Producer(log, A, replicate=False)
     p.send()  # 0
     log.update_high_watermark(1)
     p.end(commit=True)  # 1: decided, but the marker is above the high watermark
@@ -329,6 +341,7 @@ def test_open_transaction_survives_restart(tmp_path: Path, clean: bool) -> None:
     assert reopened.first_unstable_offset == 1 and reopened.last_stable_offset == 1
     assert [(t.producer_id, t.first_offset) for t in reopened.ongoing_transactions()] == [(A, 1)]
     r = reopened.append_txn_marker(A, 0, False, 0, 0, NOW)
+    replicated(reopened)
     assert r.error is ErrorCode.NONE and reopened.last_stable_offset == reopened.log_end_offset
     assert index_entries(reopened) == [AbortedTxn(A, 1, r.offset, r.offset + 1)]
 

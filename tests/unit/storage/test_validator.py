@@ -405,7 +405,7 @@ def open_log(tmp_path: Path, **cfg: object) -> Log:
 
 
 def stored(log: Log) -> list[tuple[BatchHeader, bytes]]:
-    info = log.read(0, 1 << 20, log.high_watermark, True)
+    info = log.read(0, 1 << 20, log.log_end_offset, True)
     return [(h, info.records[p : p + h.size_in_bytes]) for p, h in iter_batches(info.records, check_crc=True)]
 
 
