@@ -11,9 +11,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from protocol.api_keys import ApiKey
 from protocol.messages import RESPONSES, request_is_flexible
 
-API_VERSIONS_KEY = 18
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
 _FIXED = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _CORRELATION = struct.Struct(">i")

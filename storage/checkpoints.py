@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from protocol.types import TopicPartition
+
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
@@ -19,7 +21,6 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 META_PROPERTIES = "meta.properties"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 
-TopicPartition = tuple[str, int]
 
 
 class CorruptCheckpointError(Exception):

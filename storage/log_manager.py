@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from protocol.types import TopicPartition
 from storage.checkpoints import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT,
@@ -17,7 +18,6 @@ from storage.checkpoints import (
     CorruptCheckpointError,
     MetaProperties,
     OffsetCheckpointFile,
-    TopicPartition,
     atomic_write,
     fsync_dir,
     random_kafka_uuid,

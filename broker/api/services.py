@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.types import TopicPartition
+
 if TYPE_CHECKING:
     from broker.api.caller import Caller
     from broker.api.registry import ApiHandler
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
     from storage.log_config import LogConfig
     from storage.producer_state import AppendOrigin, Verification
 
-TopicPartition = tuple[str, int]
 
 
 class PartitionWriter(Protocol):

@@ -24,7 +24,7 @@ import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
-from broker.cluster.image import ControllerRecord, NodeId, PartitionState, TopicRecord
+from broker.cluster.image import ControllerRecord, PartitionState, TopicRecord
 from broker.cluster.placement import (
     Assignment,
     Refused,
@@ -39,6 +39,7 @@ from broker.cluster.placement import (
 )
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
+from protocol.types import NodeId
 
 log = logging.getLogger(__name__)
 

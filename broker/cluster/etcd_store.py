@@ -28,12 +28,12 @@ from broker.cluster.image import (
     BrokerRegistration,
     ClusterImage,
     ControllerRecord,
-    NodeId,
     PartitionState,
     TopicRecord,
     encode,
 )
 from coordinator.producer_ids import ProducerIdBlock
+from protocol.types import NodeId
 
 log = logging.getLogger(__name__)
 

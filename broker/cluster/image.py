@@ -20,8 +20,8 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, NewType
 
-NodeId = NewType("NodeId", int)
-LeaderEpoch = NewType("LeaderEpoch", int)
+from protocol.types import LeaderEpoch, NodeId
+
 PartitionEpoch = NewType("PartitionEpoch", int)
 
 NO_LEADER = NodeId(-1)

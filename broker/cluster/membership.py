@@ -15,7 +15,8 @@ import uuid
 from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
 from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import BrokerRegistration, ClusterImage, NodeId
+from broker.cluster.image import BrokerRegistration, ClusterImage
+from protocol.types import NodeId
 from storage.checkpoints import random_kafka_uuid
 
 log = logging.getLogger(__name__)

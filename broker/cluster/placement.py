@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from broker.cluster.image import NO_LEADER, NodeId, PartitionEpoch, PartitionState
+from broker.cluster.image import NO_LEADER, PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
+from protocol.types import NodeId
 
 Assignment = tuple[tuple[NodeId, ...], ...]
 

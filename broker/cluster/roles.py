@@ -17,10 +17,11 @@ from typing import Any
 import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import NO_LEADER, NodeId, PartitionState, TopicRecord
+from broker.cluster.image import NO_LEADER, PartitionState, TopicRecord
 from broker.net.client import BrokerClient
 from broker.replication.fetcher import FollowedPartition, ReplicaFetcher
 from broker.replication.replica_manager import Partition, ReplicaManager
+from protocol.types import NodeId
 from storage.log_config import LogConfig
 
 log = logging.getLogger(__name__)

@@ -44,6 +44,7 @@ from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
 from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.record_batch import ControlType
+from protocol.types import TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Topics
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 NO_PRODUCER = (-1, -1)
 WaiterKey = tuple[str, str, Kind]
-TopicPartition = tuple[str, int]
 _K = TypeVar("_K")
 
 

@@ -29,8 +29,10 @@ from broker.metrics.stats import STATS
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from broker.tools.transactions import OpenTransaction, candidate_open_transactions, hanging_transactions
 from coordinator.transaction.state import TxnMetadata, TxnState
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
+from protocol.types import TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Cluster, Markers, Partitions
@@ -38,10 +40,9 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 REMOTE_TIMEOUT_S = 10.0
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
-TopicPartition = tuple[str, int]
 
 
 class CoordinatorUnknown(Exception):

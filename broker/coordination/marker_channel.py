@@ -26,6 +26,7 @@ from broker.cluster.view import BrokerInfo
 from broker.net.client import BrokerClient, BrokerUnreachable
 from coordinator.transaction import MarkerIntent
 from protocol.errors import ErrorCode
+from protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ RETRY_BACKOFF_S = 0.1
 WRITE_TXN_MARKERS_VERSION = 1
 REQUEST_TIMEOUT_S = 40.0
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
-TopicPartition = tuple[str, int]
 # The partition is gone (topic deleted): nothing left to mark, as in Kafka.
 DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 # The producer or coordinator moved on: retrying cannot succeed.

@@ -39,9 +39,11 @@ from coordinator.transaction import (
     append_error_to_coordinator_error,
     write_check_error,
 )
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.internal_topics import TRANSACTION_STATE_TOPIC
 from protocol.messages import REQUESTS
+from protocol.types import TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Cluster, Markers, ProducerIds, Topics
@@ -49,11 +51,10 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
-ADD_PARTITIONS_TO_TXN = 24
+ADD_PARTITIONS_TO_TXN = ApiKey.ADD_PARTITIONS_TO_TXN
 REMOTE_CHECK_TIMEOUT_S = 10.0
 COMPLETE_RETRY_S = 0.2
 COMPLETE_RETRIABLE = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
-TopicPartition = tuple[str, int]
 
 
 class TransactionCoordinator:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from coordinator.transaction import TV2
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from broker.api.registry import ApiHandler
     from broker.config import BrokerConfig
 
-API_KEY = 18
+API_KEY = ApiKey.API_VERSIONS
 R = ApiVersionsResponse
 TRANSACTION_VERSION = "transaction.version"
 # Kafka's epoch of the finalized features is the metadata offset that set them: it only grows.

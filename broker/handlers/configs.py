@@ -14,6 +14,7 @@ from kafka.protocol.admin import (
 
 from broker.cluster.local_store import TopicMetadata
 from broker.dynamic_config import DEFAULT_SCOPE
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage.log_config import (
     DYNAMIC_BROKER_CONFIGS,
@@ -35,7 +36,8 @@ from storage.log_config import (
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-DESCRIBE, ALTER, INCREMENTAL_ALTER = 32, 33, 44
+DESCRIBE, ALTER = ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS
+INCREMENTAL_ALTER = ApiKey.INCREMENTAL_ALTER_CONFIGS
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 D = DescribeConfigsResponse

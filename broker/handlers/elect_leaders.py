@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import ElectLeadersResponse
 
 from broker.handlers.forwarding import on_controller
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.types import TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-API_KEY = 43
+API_KEY = ApiKey.ELECT_LEADERS
 R = ElectLeadersResponse
-TopicPartition = tuple[str, int]
 
 
 def _wanted(request: Any) -> list[TopicPartition] | None:

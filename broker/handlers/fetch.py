@@ -18,12 +18,13 @@ from kafka.protocol.consumer import FetchResponse
 from broker import metrics
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition
 from broker.replication.replica_manager import Partition
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-API_KEY = 1
+API_KEY = ApiKey.FETCH
 R = FetchResponse
 PartitionData = R.FetchableTopicResponse.PartitionData
 AbortedTransaction = PartitionData.AbortedTransaction

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 from broker.security.acl import NOT_PROVIDED, ResourceType
 from broker.security.authorizer import authorized_operations
 from coordinator.group import JoinRequest, LeaveMember, SyncRequest
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSES
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE = 11, 12, 13, 14, 15, 16, 42
+JOIN, HEARTBEAT, LEAVE, SYNC = ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP
+DESCRIBE, LIST, DELETE = ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS
 
 
 def _unready(ctx: RequestContext) -> ErrorCode | None:

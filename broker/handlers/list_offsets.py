@@ -8,12 +8,13 @@ from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochRes
 
 from broker.handlers.resolve import check_leader_epoch, resolve_partition
 from broker.replication.replica_manager import Partition
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 2, 23
+LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FOR_LEADER_EPOCH
 L = ListOffsetsResponse
 LPart = L.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 E = OffsetForLeaderEpochResponse

@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeLogDirsResponse
 
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-API_KEY = 35
+API_KEY = ApiKey.DESCRIBE_LOG_DIRS
 R = DescribeLogDirsResponse
 Result = R.DescribeLogDirsResult
 TopicResult = Result.DescribeLogDirsTopic

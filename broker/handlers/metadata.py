@@ -12,13 +12,14 @@ from kafka.protocol.metadata import MetadataResponse
 from broker.cluster.local_store import TopicMetadata, topic_name_error
 from broker.security.acl import NOT_PROVIDED, ResourceType
 from broker.security.authorizer import authorized_operations, cluster_operations
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
     from broker.api.services import Services
 
-METADATA, DESCRIBE_CLUSTER = 3, 60
+METADATA, DESCRIBE_CLUSTER = ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER
 M = MetadataResponse
 D = DescribeClusterResponse
 ZERO_UUID = uuid.UUID(int=0)

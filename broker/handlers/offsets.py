@@ -9,15 +9,17 @@ from typing import TYPE_CHECKING, Any
 from broker.handlers.resolve import topic_name
 from coordinator.group import OffsetCommitInput
 from coordinator.transaction import txn_offset_commit_operation
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.messages import RESPONSES
+from protocol.types import TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-COMMIT, FETCH, DELETE, TXN_COMMIT = 8, 9, 47, 28
-TopicPartition = tuple[str, int]
+COMMIT, FETCH = ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH
+DELETE, TXN_COMMIT = ApiKey.OFFSET_DELETE, ApiKey.TXN_OFFSET_COMMIT
 
 
 def _unready(ctx: RequestContext) -> ErrorCode | None:

@@ -12,6 +12,7 @@ from broker import metrics
 from broker.handlers.resolve import resolve_partition
 from broker.replication.replica_manager import Partition, replicated
 from coordinator.transaction import TxnOperation
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
 from storage.producer_state import Verification
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
 log = logging.getLogger(__name__)
-API_KEY = 0
+API_KEY = ApiKey.PRODUCE
 FIRST_TV2_PRODUCE = 12
 CHECK_ROUNDS = 2  # a guard voided while its check waited is taken and checked once more
 R = ProduceResponse

@@ -9,14 +9,14 @@ from kafka.protocol.admin import DescribeProducersResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.handlers.resolve import resolve_partition
-from coordinator.transaction import fenced_error_for_version
+from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
 log = logging.getLogger(__name__)
-INIT_PRODUCER_ID, DESCRIBE_PRODUCERS = 22, 61
+INIT_PRODUCER_ID, DESCRIBE_PRODUCERS = ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_PRODUCERS
 InitResponse = InitProducerIdResponse
 D = DescribeProducersResponse
 PartResponse = D.TopicResponse.PartitionResponse

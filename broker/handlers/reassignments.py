@@ -16,10 +16,11 @@ from kafka.protocol.admin import (
 )
 
 from broker.cluster.controller import check_reassignment
-from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.cluster.placement import Refused
 from broker.handlers.forwarding import on_controller
 from protocol.errors import ErrorCode
+from protocol.types import LeaderEpoch, NodeId
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext

@@ -15,14 +15,16 @@ from kafka.protocol.producer import (
 )
 
 from broker.cluster.view import BrokerInfo
-from coordinator.transaction import TV2, fenced_error_for_version
+from coordinator.transaction import TV2
+from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-FIND_COORDINATOR, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 24, 25, 26
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+FIND_COORDINATOR, END_TXN = ApiKey.FIND_COORDINATOR, ApiKey.END_TXN
+ADD_PARTITIONS, ADD_OFFSETS = ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 FIRST_TV2_ADD_PARTITIONS, FIRST_TV2_END_TXN = 5, 5
 F = FindCoordinatorResponse

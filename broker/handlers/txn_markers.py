@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from protocol.api_keys import ApiKey
+
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-API_KEY = 27
+API_KEY = ApiKey.WRITE_TXN_MARKERS
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

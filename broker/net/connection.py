@@ -28,6 +28,7 @@ from broker.api.registry import ApiHandler
 from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.metrics import request_log
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
 from protocol.headers import (
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 100
-PRODUCE = 0
+PRODUCE = ApiKey.PRODUCE
 
 
 class CloseConnection(Exception):

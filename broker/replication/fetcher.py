@@ -24,6 +24,7 @@ from broker.net.client import BrokerClient, BrokerUnreachable
 from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
+from protocol.types import TopicPartition
 from storage.log import Log, ReplicaDataError
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 FETCH = 1
 FETCH_VERSION = 12
 BACKOFF_S = 0.2
-TopicPartition = tuple[str, int]
 
 
 @dataclass

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.cluster.image import NodeId, PartitionState
+from broker.cluster.image import PartitionState
+from protocol.types import NodeId
 
 NOT_FETCHED = -1
 

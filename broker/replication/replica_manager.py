@@ -15,11 +15,12 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
 from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
+from protocol.types import LeaderEpoch, NodeId, TopicPartition
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -27,7 +28,6 @@ from storage.producer_state import AppendOrigin, Verification
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 
 class NotLeader(Exception):

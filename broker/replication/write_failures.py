@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 
+from protocol.types import TopicPartition
+
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 
 class WriteFailures:

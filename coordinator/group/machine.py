@@ -47,7 +47,6 @@ from coordinator.group.types import (
     Result,
     SyncRequest,
     SyncResponse,
-    TopicPartition,
 )
 from coordinator.transaction.machine import append_error_to_coordinator_error
 from protocol.errors import ErrorCode
@@ -65,6 +64,7 @@ from protocol.group_log import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
+from protocol.types import TopicPartition
 
 _S = GroupState
 _R = TypeVar("_R", JoinResponse, SyncResponse)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from coordinator.group.state import ClassicGroup, GroupState
-from coordinator.group.types import OffsetAndMetadata, TopicPartition
+from coordinator.group.types import OffsetAndMetadata
 from protocol.errors import ErrorCode
 from protocol.group_log import OffsetCommitValue
+from protocol.types import TopicPartition
 
 NO_PRODUCER_ID = -1
 GroupOffsets = dict[TopicPartition, OffsetAndMetadata]

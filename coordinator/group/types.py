@@ -17,9 +17,9 @@ from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from protocol.errors import ErrorCode
+from protocol.types import TopicPartition
 
 Record = tuple[bytes, bytes | None]
-TopicPartition = tuple[str, int]
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 T = TypeVar("T")

@@ -23,7 +23,6 @@ from coordinator.transaction.state import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    TopicPartition,
     TxnMetadata,
     TxnState,
     is_epoch_exhausted,
@@ -38,6 +37,7 @@ from protocol.transaction_log import (
     encode_key,
     encode_value,
 )
+from protocol.types import TopicPartition
 
 TV2 = 2  # transaction.version feature level that bumps the epoch on every EndTxn (KIP-890 part 2)
 _NO_ERRORS: Mapping[TopicPartition, ErrorCode] = MappingProxyType({})
@@ -143,15 +143,6 @@ def append_error_to_coordinator_error(error: ErrorCode) -> ErrorCode:
         return ErrorCode.NOT_COORDINATOR
     if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
         return ErrorCode.UNKNOWN_SERVER_ERROR
-    return error
-
-
-def fenced_error_for_version(error: ErrorCode, api_key: int, api_version: int) -> ErrorCode:
-    """PRODUCER_FENCED is new in InitProducerId v4, AddPartitionsToTxn / AddOffsetsToTxn /
-    EndTxn v2; older clients get INVALID_PRODUCER_EPOCH (KafkaApis)."""
-    first_version = {22: 4, 24: 2, 25: 2, 26: 2}.get(api_key)
-    if error is ErrorCode.PRODUCER_FENCED and first_version is not None and api_version < first_version:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
     return error
 
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from protocol.transaction_log import TxnLogValue
+from protocol.types import TopicPartition
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 0x7FFF  # Short.MAX_VALUE
 
-TopicPartition = tuple[str, int]
 
 
 class TxnState(IntEnum):

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from storage.checkpoints import CorruptCheckpointError, OffsetCheckpointFile, TopicPartition
+from protocol.types import TopicPartition
+from storage.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
 from storage.cleaner.job import CleanJob, CleanResult
 from storage.cleaner.offset_map import OffsetMap
 from storage.cleaner.records import BatchDecoder, UndecodableBatchError

@@ -13,7 +13,8 @@ import pytest
 from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import ClusterController
 from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import NO_LEADER, BrokerRegistration, ClusterImage, NodeId
+from broker.cluster.image import NO_LEADER, BrokerRegistration, ClusterImage
+from protocol.types import NodeId
 from tests.integration.etcd import EtcdProcess
 
 LEASE_TTL_S = 2

@@ -15,7 +15,8 @@ from aetcd.exceptions import ConnectionFailedError
 
 from broker.cluster.address import EtcdAddress
 from broker.cluster.etcd_store import EtcdMetadataStore, NodeIdInUse, StoreUnavailable
-from broker.cluster.image import BrokerRegistration, NodeId, PartitionState, TopicRecord
+from broker.cluster.image import BrokerRegistration, PartitionState, TopicRecord
+from protocol.types import NodeId
 from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import free_port
 

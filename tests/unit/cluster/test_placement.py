@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from broker.cluster.image import NO_LEADER, LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.cluster.image import NO_LEADER, PartitionEpoch, PartitionState
 from broker.cluster.placement import (
     PREFERRED,
     UNCLEAN,
@@ -23,6 +23,7 @@ from broker.cluster.placement import (
     topic_assignment,
 )
 from protocol.errors import ErrorCode
+from protocol.types import LeaderEpoch, NodeId
 
 N1, N2, N3, N4 = NodeId(1), NodeId(2), NodeId(3), NodeId(4)
 THREE = {N1: None, N2: None, N3: None}

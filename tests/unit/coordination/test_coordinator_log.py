@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.replication.replica_manager import Partition, ReplicaManager
 from protocol.errors import ErrorCode
+from protocol.types import LeaderEpoch, NodeId
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 

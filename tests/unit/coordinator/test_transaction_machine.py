@@ -18,8 +18,8 @@ from coordinator.transaction import (
     TxnMetadata,
     TxnState,
     check_transition,
-    fenced_error_for_version,
 )
+from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 from protocol.transaction_log import decode_key, decode_value
 
@@ -257,8 +257,8 @@ def test_fence_at_tv0_bumps_once() -> None:
      (26, 2, E.PRODUCER_FENCED)],
 )  # fmt: skip
 def test_fenced_error_per_request_version(api_key: int, version: int, expected: E) -> None:
-    assert fenced_error_for_version(E.PRODUCER_FENCED, api_key, version) is expected
-    assert fenced_error_for_version(E.NONE, api_key, version) is E.NONE
+    assert fenced_error_for_version(E.PRODUCER_FENCED, ApiKey(api_key), version) is expected
+    assert fenced_error_for_version(E.NONE, ApiKey(api_key), version) is E.NONE
 
 
 def test_failed_fence_write_does_not_bump_twice(h: Harness) -> None:

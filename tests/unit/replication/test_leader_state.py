@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from broker.cluster.image import LeaderEpoch, NodeId, PartitionEpoch, PartitionState
+from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
+from protocol.types import LeaderEpoch, NodeId
 
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
 LAG_MS = 1000
