@@ -70,6 +70,7 @@ class Broker:
             },
             now_ms=now_ms(),
             dir_locks=locks,
+            on_flush=metrics.flushed,
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id,
                                        bool(config["transaction.partition.verification.enable"]))

@@ -53,8 +53,6 @@ from storage.validator import (
 )
 
 log = logging.getLogger(__name__)
-# Told the seconds each flush that fsynced something took (the broker's metrics).
-FLUSH_LISTENERS: list[Callable[[float], None]] = []
 
 NO_TIMESTAMP = -1
 
@@ -164,6 +162,8 @@ class Log:
         self._high_watermark = log_start_offset
         self._last_flush_ms = now_ms
         self._pending_roll_flush: int | None = None
+        # Told the seconds each flush that fsynced something took (its owner's metrics).
+        self.on_flush: Callable[[float], None] | None = None
         self.epoch_cache = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory)
         self.producer_state_load: ProducerStateLoad | None = None
@@ -881,8 +881,8 @@ class Log:
                 seg.flush()
             fsync_dir(self.directory)
             self._recovery_point = target
-            for listener in FLUSH_LISTENERS:
-                listener(time.monotonic() - started)
+            if self.on_flush is not None:
+                self.on_flush(time.monotonic() - started)
         pending = self._pending_roll_flush
         if pending is not None and pending <= self._recovery_point:
             self._pending_roll_flush = None

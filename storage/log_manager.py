@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from protocol.types import TopicPartition
@@ -57,9 +57,12 @@ class LogManager:
         topic_configs: Mapping[str, LogConfig] | None = None,
         now_ms: int = 0,
         dir_locks: list[DirLock] | None = None,
+        on_flush: Callable[[float], None] | None = None,
     ) -> None:
         """`dir_locks`: the locks of `log_dirs` (storage.dir_lock), taken by the caller
-        before anything else reads or writes the dirs; released by shutdown()."""
+        before anything else reads or writes the dirs; released by shutdown(). `on_flush`
+        is told the seconds each log flush that fsynced something took."""
+        self._on_flush = on_flush
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self._dir_locks = list(dir_locks or [])
@@ -125,6 +128,7 @@ class LogManager:
                 clean,
                 now_ms,
             )
+            opened.on_flush = self._on_flush
             self._logs[tp] = opened
             self._dir_of[tp] = directory
         if found and not clean:
@@ -205,6 +209,7 @@ class LogManager:
         path = directory / f"{topic}-{partition}"
         try:
             self._logs[tp] = Log.open(path, config, 0, None, True, now_ms)
+            self._logs[tp].on_flush = self._on_flush
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise

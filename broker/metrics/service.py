@@ -11,12 +11,10 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
-from broker import metrics
 from broker.cluster.image import ControllerRecord, PartitionState
 from broker.metrics.collectors import BrokerStateCollector, ControllerStatus, StateSources, StatsCollector
 from broker.metrics.endpoint import MetricsEndpoint
 from broker.metrics.stats import STATS
-from storage import log as storage_log
 
 if TYPE_CHECKING:
     import socket
@@ -98,8 +96,6 @@ class BrokerMetrics:
 
     async def start(self, store: EtcdMetadataStore | None, node_id: int) -> None:
         """`store`: the cluster's metadata store to watch, None on a single broker."""
-        if metrics.flushed not in storage_log.FLUSH_LISTENERS:
-            storage_log.FLUSH_LISTENERS.append(metrics.flushed)
         if store is not None:
             self._watcher = ClusterWatcher(store, node_id)
         if self.endpoint is not None:
