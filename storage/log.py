@@ -390,9 +390,10 @@ class Log:
         if current is not None and origin is AppendOrigin.CLIENT:
             duplicate = current.find_duplicate(received)
             if duplicate is not None:
-                append_time = duplicate.timestamp if self.config.log_append_time else NO_TIMESTAMP
+                # Kafka answers a duplicate with the timestamp it kept for the batch as its
+                # log append time, whatever the topic's timestamp type.
                 first, last = duplicate.first_offset, duplicate.last_offset
-                return AppendResult(ErrorCode.NONE, first, last, append_time, self._log_start_offset)
+                return AppendResult(ErrorCode.NONE, first, last, duplicate.timestamp, self._log_start_offset)
         buf = _WRITE_BUFFER.copy_of(validated.records)
         base = self.log_end_offset
         patch_offset_and_epoch(buf, 0, base, leader_epoch)

@@ -41,11 +41,21 @@ def produce_error(error: ErrorCode) -> ErrorCode:
     return ErrorCode.NOT_ENOUGH_REPLICAS if error in PRODUCE_RETRIABLE else error
 
 
+# Kafka's ReplicaManager answers these without the partition's log start offset (-1); any other
+# error of an append to an existing partition carries it.
+NO_LOG_START_OFFSET = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.MESSAGE_TOO_LARGE,
+    ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE, ErrorCode.KAFKA_STORAGE_ERROR,
+})
+
+
 def _error(
-    index: int, error: ErrorCode, message: str | None = None, record_errors: tuple[RecordError, ...] = ()
+    index: int, error: ErrorCode, message: str | None = None, record_errors: tuple[RecordError, ...] = (),
+    log_start_offset: int = -1,
 ) -> Any:
     return PartitionResponse(
         index=index, error_code=error, base_offset=-1, error_message=message,
+        log_start_offset=log_start_offset,
         record_errors=[
             RecordErrorEntry(batch_index=e.batch_index, batch_index_error_message=e.message)
             for e in record_errors
@@ -163,7 +173,9 @@ def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending
         if result.error != ErrorCode.KAFKA_STORAGE_ERROR:  # logged once per partition by its owner
             log.info("rejected produce to %s-%d: %s %s", part.topic, index,
                      ErrorCode(result.error).name, result.error_message or "")
-        return _error(index, ErrorCode(result.error), result.error_message, result.record_errors)
+        error = ErrorCode(result.error)
+        start = -1 if error in NO_LOG_START_OFFSET else result.log_start_offset
+        return _error(index, error, result.error_message, result.record_errors, start)
     metrics.produced(part.topic, len(t.records), result.last_offset - result.base_offset + 1)
     response = PartitionResponse(
         index=index, error_code=ErrorCode.NONE, base_offset=result.base_offset,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import ErrorCode
-from protocol.record_batch import ControlType, build_control_batch, iter_batches
+from protocol.record_batch import BatchHeader, ControlType, build_control_batch, iter_batches
 from storage.log import AppendResult, Log
 from storage.log_config import LogConfig
 from storage.producer_state import (
@@ -156,11 +156,13 @@ def test_duplicate_returns_original_log_append_time(tmp_path: Path) -> None:
     assert again.base_offset == first.base_offset
 
 
-def test_duplicate_on_create_time_topic_has_no_append_time(tmp_path: Path) -> None:
+def test_a_duplicate_is_answered_with_the_timestamp_kept_for_its_batch(tmp_path: Path) -> None:
+    """As a running Kafka 4.3 answers it (the differential suite), also on a CreateTime topic."""
     log = open_log(tmp_path)
     b = batch(0)
-    append(log, b)
-    assert append(log, b).log_append_time == -1
+    first = append(log, b)
+    assert first.log_append_time == -1
+    assert append(log, b).log_append_time == BatchHeader.parse(b).max_timestamp
 
 
 def test_rejected_batch_leaves_state_untouched(tmp_path: Path) -> None:
