@@ -381,10 +381,10 @@ class TransactionStateMachine:
         tid = current.transactional_id
         fenced_epoch = max(self._failed_fence.get(tid, NO_PRODUCER_EPOCH), current.producer_epoch + 1)
         tv = self.transaction_version_level
-        if tv >= TV2 and fenced_epoch < MAX_EPOCH:
-            epoch, last_epoch = fenced_epoch + 1, fenced_epoch
-        else:
-            epoch, last_epoch = fenced_epoch, NO_PRODUCER_EPOCH
+        # The abort's markers carry the fenced epoch at every transaction version (Kafka 4.3: a
+        # TV2 producer at epoch 0 fenced this way gets epoch 2 from its next InitProducerId).
+        last_epoch = current.producer_epoch if tv >= TV2 else NO_PRODUCER_EPOCH
+        epoch = fenced_epoch
         transit = current.transit(
             TxnState.PREPARE_ABORT,
             producer_epoch=epoch,
