@@ -37,7 +37,7 @@ from protocol.transaction_log import (
     encode_key,
     encode_value,
 )
-from protocol.types import TopicPartition
+from protocol.types import ProducerId, TopicPartition
 
 TV2 = 2  # transaction.version feature level that bumps the epoch on every EndTxn (KIP-890 part 2)
 _NO_ERRORS: Mapping[TopicPartition, ErrorCode] = MappingProxyType({})
@@ -160,7 +160,7 @@ class TransactionStateMachine:
         self.num_partitions = num_partitions
         self.max_timeout_ms = max_timeout_ms
         self.transaction_version_level = transaction_version_level
-        self._new_producer_id = new_producer_id
+        self._allocate = new_producer_id
         self._states: dict[str, TxnMetadata] = {}
         self._pending: dict[str, _Pending] = {}
         self._failed_fence: dict[str, int] = {}  # id -> epoch of a fence whose write failed
@@ -355,6 +355,9 @@ class TransactionStateMachine:
             producer_epoch=transit.producer_epoch,
             transit=transit,
         )
+
+    def _new_producer_id(self) -> ProducerId:
+        return ProducerId(self._allocate())
 
     def _fresh(self, tid: str, timeout_ms: int, now_ms: int) -> TxnMetadata:
         return TxnMetadata(
@@ -607,7 +610,8 @@ class TransactionStateMachine:
             last_update_ms=now_ms,
             client_transaction_version=tv,
         )
-        answer_id, answer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        answer_id: int = NO_PRODUCER_ID
+        answer_epoch: int = NO_PRODUCER_EPOCH
         if retry_ids:  # TV2 answers with the id/epoch the producer uses next
             answer_id, answer_epoch = (
                 (next_pid, 0) if next_pid != NO_PRODUCER_ID else (transit.producer_id, epoch)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from protocol.transaction_log import TxnLogValue
-from protocol.types import TopicPartition
+from protocol.types import ProducerEpoch, ProducerId, TopicPartition
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
+NO_PRODUCER_ID = ProducerId(-1)
+NO_PRODUCER_EPOCH = ProducerEpoch(-1)
 MAX_EPOCH = 0x7FFF  # Short.MAX_VALUE
 
 
@@ -94,11 +94,11 @@ def is_epoch_exhausted(epoch: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class TxnMetadata:
     transactional_id: str
-    producer_id: int
-    previous_producer_id: int
-    next_producer_id: int
-    producer_epoch: int
-    last_producer_epoch: int
+    producer_id: ProducerId
+    previous_producer_id: ProducerId
+    next_producer_id: ProducerId
+    producer_epoch: ProducerEpoch
+    last_producer_epoch: ProducerEpoch
     timeout_ms: int
     state: TxnState
     partitions: frozenset[TopicPartition]
@@ -146,10 +146,10 @@ class TxnMetadata:
             partitions = frozenset((t, p) for t, ids in value.partitions for p in ids)
         return cls(
             transactional_id=transactional_id,
-            producer_id=value.producer_id,
-            previous_producer_id=value.previous_producer_id,
-            next_producer_id=value.next_producer_id,
-            producer_epoch=value.producer_epoch,
+            producer_id=ProducerId(value.producer_id),
+            previous_producer_id=ProducerId(value.previous_producer_id),
+            next_producer_id=ProducerId(value.next_producer_id),
+            producer_epoch=ProducerEpoch(value.producer_epoch),
             last_producer_epoch=NO_PRODUCER_EPOCH,
             timeout_ms=value.timeout_ms,
             state=state,
