@@ -26,6 +26,7 @@ from protocol.record_batch import (
     set_log_append_time,
     set_max_timestamp,
 )
+from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId
 from storage.checkpoints import fsync_dir
 from storage.index import AbortedTxn
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
@@ -470,10 +471,10 @@ class Log:
 
     def append_txn_marker(
         self,
-        producer_id: int,
-        producer_epoch: int,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
         commit: bool,
-        coordinator_epoch: int,
+        coordinator_epoch: CoordinatorEpoch,
         leader_epoch: int,
         now_ms: int,
     ) -> MarkerResult:

@@ -23,6 +23,7 @@ from protocol.record_batch import (
     ControlRecord,
     ControlType,
 )
+from protocol.types import CoordinatorEpoch, Offset, ProducerEpoch, ProducerId
 from storage.snapshot import (
     CorruptSnapshotError,
     SnapshotEntry,
@@ -36,8 +37,8 @@ log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 2**31 - 1
-NO_TXN = -1
-NO_COORDINATOR_EPOCH = -1
+NO_TXN = Offset(-1)
+NO_COORDINATOR_EPOCH = CoordinatorEpoch(-1)
 
 
 class AppendOrigin(enum.Enum):
@@ -60,7 +61,7 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
     last_seq: int
-    last_offset: int
+    last_offset: Offset
     offset_delta: int
     timestamp: int
 
@@ -121,12 +122,12 @@ class ProducerStateEntry:
     """Invariant: at most NUM_BATCHES_TO_RETAIN batches, all of ``producer_epoch``,
     oldest first."""
 
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch = ProducerEpoch(NO_PRODUCER_EPOCH)
     batches: tuple[BatchMetadata, ...] = ()
-    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    coordinator_epoch: CoordinatorEpoch = NO_COORDINATOR_EPOCH
     last_timestamp: int = NO_TIMESTAMP
-    current_txn_first_offset: int = NO_TXN
+    current_txn_first_offset: Offset = NO_TXN
 
     def __post_init__(self) -> None:
         if len(self.batches) > NUM_BATCHES_TO_RETAIN:
@@ -163,16 +164,16 @@ class ProducerStateEntry:
         kept = self.batches if header.producer_epoch == self.producer_epoch else ()
         batch = BatchMetadata(
             header.last_sequence,
-            header.last_offset,
+            Offset(header.last_offset),
             header.last_offset - header.base_offset,
             header.max_timestamp,
         )
         txn = self.current_txn_first_offset
         if header.is_transactional and txn < 0:
-            txn = header.base_offset  # this batch begins a transaction
+            txn = Offset(header.base_offset)  # this batch begins a transaction
         return replace(
             self,
-            producer_epoch=header.producer_epoch,
+            producer_epoch=ProducerEpoch(header.producer_epoch),
             batches=(*kept[-(NUM_BATCHES_TO_RETAIN - 1) :], batch),
             last_timestamp=header.max_timestamp,
             current_txn_first_offset=txn,
@@ -186,7 +187,9 @@ class ProducerStateEntry:
         aborted = control_type is ControlType.ABORT
         return CompletedTxn(self.producer_id, self.current_txn_first_offset, offset, aborted)
 
-    def with_end_txn_marker(self, epoch: int, coordinator_epoch: int, timestamp: int) -> ProducerStateEntry:
+    def with_end_txn_marker(
+        self, epoch: ProducerEpoch, coordinator_epoch: CoordinatorEpoch, timestamp: int
+    ) -> ProducerStateEntry:
         """The entry after a COMMIT/ABORT marker: the transaction is over."""
         kept = self.batches if epoch == self.producer_epoch else ()
         return replace(
@@ -225,14 +228,14 @@ class ProducerStateEntry:
     def from_snapshot(cls, e: SnapshotEntry) -> ProducerStateEntry:
         batches: tuple[BatchMetadata, ...] = ()
         if e.last_offset >= 0:
-            batches = (BatchMetadata(e.last_sequence, e.last_offset, e.offset_delta, e.timestamp),)
+            batches = (BatchMetadata(e.last_sequence, Offset(e.last_offset), e.offset_delta, e.timestamp),)
         return cls(
-            e.producer_id,
-            e.epoch,
+            ProducerId(e.producer_id),
+            ProducerEpoch(e.epoch),
             batches,
-            e.coordinator_epoch,
+            CoordinatorEpoch(e.coordinator_epoch),
             e.timestamp,
-            e.current_txn_first_offset if e.current_txn_first_offset >= 0 else NO_TXN,
+            Offset(e.current_txn_first_offset) if e.current_txn_first_offset >= 0 else NO_TXN,
         )
 
 
@@ -361,7 +364,7 @@ class ProducerStateManager:
         return self._producers.get(producer_id)
 
     def entry_for(self, producer_id: int) -> ProducerStateEntry:
-        return self._producers.get(producer_id) or ProducerStateEntry(producer_id)
+        return self._producers.get(producer_id) or ProducerStateEntry(ProducerId(producer_id))
 
     def entries(self) -> dict[int, ProducerStateEntry]:
         """A copy of the producer map (the log cleaner keeps each producer's last batch)."""
@@ -471,7 +474,8 @@ class ProducerStateManager:
             return None
         completed = current.completed_by_marker(header.base_offset, marker.control_type)
         entry = current.with_end_txn_marker(
-            header.producer_epoch, marker.coordinator_epoch, header.max_timestamp
+            ProducerEpoch(header.producer_epoch), CoordinatorEpoch(marker.coordinator_epoch),
+            header.max_timestamp,
         )
         return entry, completed
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from protocol.types import TopicPartition
+from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.caller import Caller
@@ -77,8 +77,8 @@ class Partitions(PartitionWriter, Protocol):
     def verification_current(self, part: Partition, guard: Verification) -> bool: ...
 
     def append_txn_marker(
-        self, part: Partition, producer_id: int, producer_epoch: int, commit: bool,
-        coordinator_epoch: int, now_ms: int,
+        self, part: Partition, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,
+        coordinator_epoch: CoordinatorEpoch, now_ms: int,
     ) -> MarkerResult: ...
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None: ...

@@ -15,6 +15,7 @@ from broker.faults import crash_point
 from broker.replication.replica_manager import Partition, replicated
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC
+from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId
 
 if TYPE_CHECKING:
     from broker.api.services import Partitions, Topics, TransactionCompletions
@@ -59,8 +60,8 @@ def _write_one(
         error = ErrorCode.NOT_LEADER_OR_FOLLOWER if hosted_elsewhere else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return error, None, -1
     result = writer.partitions.append_txn_marker(
-        part, marker.producer_id, marker.producer_epoch, marker.transaction_result,
-        marker.coordinator_epoch, now_ms(),
+        part, ProducerId(marker.producer_id), ProducerEpoch(marker.producer_epoch), marker.transaction_result,
+        CoordinatorEpoch(marker.coordinator_epoch), now_ms(),
     )
     if result.error != ErrorCode.NONE:
         return ErrorCode(result.error), None, -1

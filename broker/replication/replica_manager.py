@@ -20,7 +20,7 @@ from broker.replication.leader import LeaderState
 from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
-from protocol.types import LeaderEpoch, NodeId, TopicPartition
+from protocol.types import CoordinatorEpoch, LeaderEpoch, NodeId, ProducerEpoch, ProducerId, TopicPartition
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -283,8 +283,8 @@ class ReplicaManager:
         return part.log.producer_state.verification_current(guard)
 
     def append_txn_marker(
-        self, part: Partition, producer_id: int, producer_epoch: int, commit: bool,
-        coordinator_epoch: int, now_ms: int,
+        self, part: Partition, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,
+        coordinator_epoch: CoordinatorEpoch, now_ms: int,
     ) -> MarkerResult:
         """A COMMIT/ABORT marker; the LSO may move, so read_committed fetches wake."""
         try:
