@@ -244,6 +244,13 @@ class KafkaNode:
             proc.kill()
             proc.wait()
 
+    def kill9(self) -> None:
+        """SIGKILL, as a crash (a benchmark's failover); `start()` brings the node back."""
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            proc.kill()
+            proc.wait()
+
     def log_tail(self, lines: int = 80) -> str:
         texts = []
         for path in (self.workdir / "kafka.out", self.log_path):
