@@ -255,7 +255,7 @@ class Comparison:
         return sides[GREGOR] / sides[KAFKA] if higher else sides[KAFKA] / sides[GREGOR]
 
     def print_table(self) -> None:
-        print(f"\n{self.benchmark}: {"workload":<62} {GREGOR:>10} {KAFKA:>12} {'ratio':>6}")
+        print(f"\n{self.benchmark}: {'workload':<62} {GREGOR:>10} {KAFKA:>12} {'ratio':>6}")
         for row, sides in self.figures.items():
             unit, _higher = self.units[row]
             ratio = self.ratio(row)
