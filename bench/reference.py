@@ -57,6 +57,10 @@ class Server:
         """The process of a single server (CPU accounting)."""
         raise NotImplementedError
 
+    def log_text(self) -> str:
+        """A single server's log so far."""
+        raise NotImplementedError
+
     def node_bootstrap(self, node_id: int) -> str:
         raise NotImplementedError
 
@@ -123,6 +127,9 @@ class GregorBroker(Server):
         assert self.broker.proc is not None
         return self.broker.proc.pid
 
+    def log_text(self) -> str:
+        return self.broker.log_text()
+
 
 @dataclass
 class KafkaBroker(Server):
@@ -136,6 +143,9 @@ class KafkaBroker(Server):
     def pid(self) -> int:
         assert self.node.proc is not None
         return self.node.proc.pid
+
+    def log_text(self) -> str:
+        return self.node.log_path.read_text(errors="replace")
 
 
 @dataclass
