@@ -105,8 +105,12 @@ def classpath() -> str:
 
 
 def random_cluster_id() -> str:
-    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters), never
+    starting with "-" (as Kafka's Uuid.randomUuid: `kafka-storage format -t -abc` reads it as an
+    option and fails)."""
+    while (found := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return found
 
 
 def properties_text(props: dict[str, object]) -> str:
