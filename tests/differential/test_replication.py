@@ -4,10 +4,10 @@ each with real clients and the outcomes compared after normalising the ids a run
 
 On a topic of replication factor 3 with min.insync.replicas 3: the partitions' replicas and ISR,
 acks=all idempotent produce, a committed and an open transaction, the Java Admin client's
-listTransactions, describeProducers and abortTransaction (TxnTools.java) on the replicated
-partition, what read_committed reads after the abort, a preferred leader election, the topic's
-min.insync.replicas as DescribeConfigs shows it. The clusters live for this module only (the
-only one that starts them)."""
+listTransactions, describeTransactions, describeProducers and abortTransaction (TxnTools.java)
+on the replicated partition, what read_committed reads after the abort, a preferred leader
+election, the topic's min.insync.replicas as DescribeConfigs shows it. The clusters live for
+this module only (the only one that starts them)."""
 
 from __future__ import annotations
 
@@ -84,13 +84,17 @@ def _txn_producer(bootstrap: str, tid: str) -> Producer:
 
 def _txn_tools(bootstrap: str, topic: str, start: int, tid: str) -> list[str]:
     """TxnTools.java's lines about this scenario's transaction, its producer id named `pid`."""
-    done = run_java("TxnTools.java", bootstrap, topic, "0", str(start), timeout=120)
+    done = run_java("TxnTools.java", bootstrap, topic, "0", str(start), tid, timeout=120)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     lines = done.stdout.splitlines()
     pids = {line.split()[1] for line in lines if line.startswith(("producer ", "aborted "))}
     assert len(pids) == 1, lines
     ours = [line.split() for line in lines if not line.startswith("listing ") or line.split()[1] == tid]
-    return [" ".join(["pid" if i == 1 and w in pids else w for i, w in enumerate(words)]) for words in ours]
+    for words in ours:  # the producer id's place: "described STATE pid PID ...", "producer PID ..."
+        at = 3 if words[0] == "described" else 1
+        if words[0] != "listing" and words[at] in pids:
+            words[at] = "pid"
+    return [" ".join(words) for words in ours]
 
 
 def _read_committed(bootstrap: str, topic: str) -> list[str]:
