@@ -36,9 +36,9 @@ from confluent_kafka.admin import (
 )
 
 from tests.differential.test_clients import assert_same
-from tests.integration.cluster import running_cluster
+from tests.integration.cluster import Cluster, running_cluster
 from tests.integration.harness import require_java, run_java
-from tests.integration.kafka import started_kafka_cluster
+from tests.integration.kafka import KafkaCluster, started_kafka_cluster
 
 # Both clusters: internal topics of one partition (replication factor 3, from each fixture).
 SHARED = {"offsets.topic.num.partitions": 1, "transaction.state.log.num.partitions": 1}
@@ -48,8 +48,24 @@ WAIT_S = 30.0
 
 @dataclass(frozen=True)
 class Clusters:
-    kafka: str  # bootstrap servers
-    gregor: str
+    kafka_cluster: KafkaCluster
+    gregor_cluster: Cluster
+
+    @property
+    def kafka(self) -> str:
+        return self.kafka_cluster.bootstrap
+
+    @property
+    def gregor(self) -> str:
+        return ",".join(b.bootstrap for b in self.gregor_cluster.brokers)
+
+    def stop(self, bootstrap: str, node_id: int) -> str:
+        """A clean shutdown of one node of the cluster behind `bootstrap`; the others' bootstrap."""
+        if bootstrap == self.kafka:
+            self.kafka_cluster.nodes[node_id - 1].stop()
+            return ",".join(n.bootstrap for n in self.kafka_cluster.nodes if n.proc is not None)
+        self.gregor_cluster.broker(node_id).stop()
+        return ",".join(b.bootstrap for b in self.gregor_cluster.brokers if b.running)
 
 
 @pytest.fixture(scope="module")
@@ -58,21 +74,21 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
         started_kafka_cluster(tmp_path_factory.mktemp("kafka-cluster"), SHARED) as kafka,
         running_cluster(tmp_path_factory.mktemp("gregor-cluster"), True, overrides=SHARED) as gregor,
     ):
-        yield Clusters(kafka.bootstrap, gregor.bootstrap)
+        yield Clusters(kafka, gregor)
 
 
-def _fully_replicated(admin: AdminClient, topic: str) -> list[Any]:
-    """The topic's partitions once each has a leader and an ISR of 3 (as this client sees them)."""
+def _fully_replicated(admin: AdminClient, topic: str, isr: int = 3) -> list[Any]:
+    """The topic's partitions once each has a leader and an ISR of `isr` (as this client sees them)."""
     deadline = time.monotonic() + WAIT_S
+    seen: Any = None
     while True:
         try:
-            found = admin.describe_topics(TopicCollection([topic]))[topic].result(10)
-            parts = found.partitions
-            if len(parts) == PARTITIONS and all(p.leader is not None and len(p.isr) == 3 for p in parts):
-                return list(parts)
-        except KafkaException:
-            pass
-        assert time.monotonic() < deadline, f"{topic} not fully replicated"
+            seen = admin.describe_topics(TopicCollection([topic]))[topic].result(10).partitions
+            if len(seen) == PARTITIONS and all(p.leader is not None and len(p.isr) == isr for p in seen):
+                return list(seen)
+        except (KafkaException, TimeoutError) as e:  # asked a broker just stopped
+            seen = e
+        assert time.monotonic() < deadline, f"{topic}: no ISR of {isr}: {seen}"
         time.sleep(0.1)
 
 
@@ -180,3 +196,52 @@ def test_replicated_topic(clusters: Clusters) -> None:
     require_java("3.9")
     topic = f"rep-{uuid.uuid4().hex[:8]}"
     assert_same(replicated(clusters.kafka, topic), replicated(clusters.gregor, topic))
+
+
+def _send(bootstrap: str, topic: str, acks: str) -> str | None:
+    """One record, not retried: the error the leader answered, by name (None: acknowledged)."""
+    outcome: list[str | None] = []
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "retries": 0,
+            "enable.idempotence": False,
+            "linger.ms": 0,
+            "log_level": 2,
+        }
+    )
+    p.produce(topic, b"x", partition=0, on_delivery=lambda e, _m: outcome.append(e and e.name()))
+    assert p.flush(30) == 0
+    return outcome[0]
+
+
+def under_replicated(clusters: Clusters, bootstrap: str, name: str) -> dict[str, Any]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    strict, lenient = f"{name}-3", f"{name}-2"
+    for topic, min_isr in ((strict, "3"), (lenient, "2")):
+        admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": min_isr})])[
+            topic
+        ].result(30)
+        _fully_replicated(admin, topic)
+    # Kafka's controller leads from the first replica: stop one that leads neither partition 0.
+    leaders = {p.leader.id for t in (strict, lenient) for p in _fully_replicated(admin, t)[:1]}
+    running = clusters.stop(bootstrap, max({1, 2, 3} - leaders))
+    admin = AdminClient({"bootstrap.servers": running, "log_level": 2})
+    for topic in (strict, lenient):
+        _fully_replicated(admin, topic, isr=2)
+    return {
+        "acks=all, min.insync.replicas 3": _send(bootstrap, strict, "all"),
+        "acks=1, min.insync.replicas 3": _send(bootstrap, strict, "1"),
+        "acks=all, min.insync.replicas 2": _send(bootstrap, lenient, "all"),
+    }
+
+
+def test_min_insync_replicas_with_a_broker_down(clusters: Clusters) -> None:
+    """A follower stopped: acks=all is refused (NOT_ENOUGH_REPLICAS) where min.insync.replicas
+    is 3, accepted where it is 2, and acks=1 is accepted. The module's last test: it leaves
+    each cluster a broker short."""
+    name = f"isr-{uuid.uuid4().hex[:8]}"
+    kafka = under_replicated(clusters, clusters.kafka, name)
+    assert kafka["acks=all, min.insync.replicas 3"] == "NOT_ENOUGH_REPLICAS", kafka  # the scenario holds
+    assert_same(kafka, under_replicated(clusters, clusters.gregor, name))
