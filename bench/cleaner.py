@@ -8,7 +8,8 @@ Two parts:
 - a real broker: idempotent acks=all keyed produce into a compacted topic with small
   segments, once with `log.cleaner.enable=false` and once with the cleaner running
   continuously (dirty ratio 0.01, backoff 50 ms); prints produce MB/s of each and the
-  cleaning passes made meanwhile.
+  cleaning passes made meanwhile; then the same on one Apache Kafka node (bench/reference.py),
+  with Gregor's figure, Kafka's and the ratio (the in-process part has no Kafka equivalent).
 
 Run with `python -m bench.cleaner [--records N]` (part of `make bench`).
 """
@@ -21,20 +22,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
+from bench import reference
 from bench.produce_fetch import _produce
+from bench.reference import GREGOR, KAFKA, Comparison
 from protocol.errors import ErrorCode
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
 from storage.log import Log
 from storage.log_config import LogConfig
-from tests.integration.harness import BrokerProcess
 from tests.unit.storage.batches import DefaultRecordBatchBuilder
 
 NOW = 1_000_000_000
 BATCH = 200
 VALUE = 100
 LZ4 = 3
+BENCHMARK = "cleaner"
 
 
 def _batch(first: int, keys: int, payload: bytes, compression: int) -> bytes:
@@ -70,29 +71,30 @@ def bench_in_process(records: int, keys: int, compression: int) -> tuple[float, 
     return read / elapsed / 2**20, seen / elapsed, before, after
 
 
-def bench_broker(records: int, keys: int, cleaner: bool) -> tuple[float, int]:
-    """(produce MB/s, cleaning passes) on a compacted topic, cleaner on or off."""
-    with tempfile.TemporaryDirectory(prefix="gregor-bench-cleaner-") as tmp:
-        broker = BrokerProcess(Path(tmp), overrides={
-            "log.cleaner.enable": cleaner, "log.cleaner.backoff.ms": 50,
-            "log.cleaner.min.cleanable.ratio": 0.01, "log.cleaner.delete.retention.ms": 0,
-        })
-        broker.start()
-        try:
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 2})
-            topic = "bench-compacted"
-            config = {"cleanup.policy": "compact", "segment.bytes": str(2 * 2**20)}
-            admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(10)
-            elapsed = _produce(broker.bootstrap, topic, records, VALUE, "none", keys, partitions=2)
-            text = broker.log_text()
-            passes = sum(text.count(f"{topic}-{p}: cleaned") for p in (0, 1))
-        finally:
-            broker.stop()
-    return records * (VALUE + 12) / elapsed / 2**20, passes
+# A cleaning pass in each server's log: Gregor's own line, Kafka's LogCleaner's.
+PASS_LINE = {GREGOR: "{log}: cleaned", KAFKA: "Beginning cleaning of log {log}"}
+
+
+def bench_broker(start: reference.Start, records: int, keys: int, cleaner: bool) -> tuple[str, float, int]:
+    """(side, produce MB/s, cleaning passes) on a compacted topic, cleaner on or off."""
+    overrides = {
+        "log.cleaner.enable": cleaner, "log.cleaner.backoff.ms": 50,
+        "log.cleaner.min.cleanable.ratio": 0.01, "log.cleaner.delete.retention.ms": 0,
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="gregor-bench-cleaner-") as tmp,
+        start(Path(tmp), overrides) as server,
+    ):
+        topic = "bench-compacted"
+        server.create_topic(topic, 2, 1, {"cleanup.policy": "compact", "segment.bytes": str(2 * 2**20)})
+        elapsed = _produce(server.bootstrap, topic, records, VALUE, "none", keys, partitions=2)
+        text = server.log_text()
+        passes = sum(text.count(PASS_LINE[server.side].format(log=f"{topic}-{p}")) for p in (0, 1))
+    return server.side, records * (VALUE + 12) / elapsed / 2**20, passes
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = reference.arguments(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--keys", type=int, default=20_000)
     args = parser.parse_args()
@@ -104,9 +106,13 @@ def main() -> None:
               f"{before / 2**20:.1f} MB -> {after / 2**20:.1f} MB")
     print(f"produce into a compacted topic (2 partitions, 2 MiB segments): {args.records} records, "
           f"{args.keys} keys")
-    for cleaner in (False, True):
-        mb_s, passes = bench_broker(args.records, args.keys, cleaner)
-        print(f"  cleaner {'on ' if cleaner else 'off'}: {mb_s:7.1f} MB/s produced, {passes} cleaning passes")
+    comparison = Comparison(BENCHMARK)
+    for start in reference.SINGLE:
+        for cleaner in (False, True):
+            side, mb_s, passes = bench_broker(start, args.records, args.keys, cleaner)
+            row = f"produce into a compacted topic, cleaner {'on' if cleaner else 'off'}"
+            comparison.record(side, row, mb_s, "MB/s", f"{passes} cleaning passes")
+    comparison.finish(args.update_baseline)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ Starts etcd and three brokers (tests/integration/cluster.py), then
   one with replication factor 1, and prints records/s for each and their ratio;
 - kills the leader of a replication-factor-3 partition with kill -9 and measures
   the time until an acks=all produce to that partition is acknowledged again.
+Then the same on three Apache Kafka nodes (bench/reference.py: KRaft, the same replication
+factors, a 2 s broker session and replica lag as Gregor's cluster), with Gregor's figure,
+Kafka's and the ratio.
 """
 
 from __future__ import annotations
@@ -16,55 +19,57 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import reference
 from bench.produce_fetch import _produce
-from tests.integration.cluster import Cluster, running_cluster
+from bench.reference import GREGOR, KAFKA, Comparison, Server
+
+BENCHMARK = "cluster"
 
 
-def _topic(cluster: Cluster, name: str, rf: int) -> str:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    configs = {"min.insync.replicas": str(min(rf, 2))}
-    admin.create_topics([NewTopic(name, 4, rf, config=configs)], operation_timeout=30)[name].result(60)
-    cluster.wait_for(lambda i: all((name, p) in i.partitions and len(i.partitions[(name, p)].isr) == rf
-                                   for p in range(4)))
-    return name
+def _topic(server: Server, name: str, rf: int) -> str:
+    return server.create_topic(name, 4, rf, {"min.insync.replicas": str(min(rf, 2))})
 
 
-def _failover_s(cluster: Cluster, topic: str) -> float:
-    leader = cluster.partition(topic).leader
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+def _failover_s(server: Server, topic: str) -> float:
+    leader = server.leader(topic)
+    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "all", "enable.idempotence": True,
                          "message.timeout.ms": 60000, "topic.metadata.refresh.interval.ms": 200,
-                         "retry.backoff.ms": 20, "reconnect.backoff.max.ms": 100})
+                         "retry.backoff.ms": 20, "reconnect.backoff.max.ms": 100, "log_level": 2})
     producer.produce(topic, b"before", partition=0)
     assert producer.flush(30) == 0
     killed = time.perf_counter()
-    cluster.broker(leader).kill9()
+    server.kill9(leader)
     producer.produce(topic, b"after", partition=0)
     assert producer.flush(60) == 0, "no acknowledgement after the failover"
     elapsed = time.perf_counter() - killed
-    cluster.broker(leader).start()
+    server.restart(leader)
     return elapsed
 
 
+def measure(server: Server, comparison: Comparison, records: int) -> None:
+    for rf in (3, 1):
+        topic = _topic(server, f"bench-rf{rf}", rf)
+        seconds = _produce(server.bootstrap, topic, records, 1024)
+        comparison.record(server.side, f"produce RF {rf}, acks=all, 1 KiB", records / seconds, "rec/s")
+    failover = _failover_s(server, _topic(server, "bench-failover", 3))
+    comparison.record(server.side, "leader kill -9 -> first acks=all ack", failover, "s", higher=False)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = reference.arguments(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--records", type=int, default=100_000)
     args = parser.parse_args()
-    with (
-        tempfile.TemporaryDirectory(prefix="gregor-bench-cluster-") as tmp,
-        running_cluster(Path(tmp), True, overrides={"log.segment.bytes": 1 << 30}) as cluster,
-    ):
-        rates = {}
-        for rf in (3, 1):
-            topic = _topic(cluster, f"bench-rf{rf}", rf)
-            rates[rf] = args.records / _produce(cluster.bootstrap, topic, args.records, 1024)
-            print(f"cluster produce, replication factor {rf}, acks=all, 1 KiB: "
-                  f"{rates[rf]:,.0f} records/s")
-        print(f"replication factor 3 runs at {rates[3] / rates[1]:.0%} of replication factor 1")
-        failover = _failover_s(cluster, _topic(cluster, "bench-failover", 3))
-        print(f"leader kill -9 -> first acks=all acknowledgement on the new leader: {failover:.2f} s "
-              f"(broker.session.timeout.ms 2000)")
+    comparison = Comparison(BENCHMARK)
+    with tempfile.TemporaryDirectory(prefix="gregor-bench-cluster-") as tmp:
+        for n, start in enumerate(reference.CLUSTER):
+            with start(Path(tmp) / str(n), {"log.segment.bytes": 1 << 30}) as server:
+                measure(server, comparison, args.records)
+    rf = {side: comparison.figures["produce RF 3, acks=all, 1 KiB"].get(side, 0)
+          / comparison.figures["produce RF 1, acks=all, 1 KiB"].get(side, 1) for side in (GREGOR, KAFKA)}
+    print("replication factor 3 runs at " + ", ".join(f"{v:.0%} ({side})" for side, v in rf.items())
+          + " of replication factor 1")
+    comparison.finish(args.update_baseline)
 
 
 if __name__ == "__main__":

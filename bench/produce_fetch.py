@@ -2,7 +2,8 @@
 
 Starts a broker on a free port with a temporary data dir, produces
 RECORDS records of SIZE bytes (acks=all, lz4, idempotence on), then consumes
-them back from the beginning, and prints records/s and MB/s for each phase.
+them back from the beginning, and prints records/s and MB/s for each phase; then the same
+on one Apache Kafka node (bench/reference.py), with Gregor's figure, Kafka's and the ratio.
 Run with `make bench`.
 """
 
@@ -15,9 +16,11 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.harness import BrokerProcess
+from bench import reference
+from bench.reference import Comparison
+
+BENCHMARK = "produce_fetch"
 
 
 def _produce(
@@ -61,25 +64,24 @@ def _consume(bootstrap: str, topic: str, count: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = reference.arguments(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=200)
     args = parser.parse_args()
+    comparison = Comparison(BENCHMARK)
+    megabytes = args.records * args.size / 1e6
     with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(Path(tmp)).start()
-        try:
-            topic = "bench"
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(15)
-            megabytes = args.records * args.size / 1e6
-            for phase, seconds in (
-                ("produce", _produce(broker.bootstrap, topic, args.records, args.size)),
-                ("fetch", _consume(broker.bootstrap, topic, args.records)),
-            ):
-                print(f"{phase:8s} {args.records} x {args.size} B: {seconds:6.2f} s  "
-                      f"{args.records / seconds:10.0f} records/s  {megabytes / seconds:7.1f} MB/s")
-        finally:
-            broker.stop()
+        for n, start in enumerate(reference.SINGLE):
+            with start(Path(tmp) / str(n), None) as server:
+                topic = server.create_topic("bench", 4, 1)
+                for phase, seconds in (
+                    ("produce", _produce(server.bootstrap, topic, args.records, args.size)),
+                    ("fetch", _consume(server.bootstrap, topic, args.records)),
+                ):
+                    row = f"{phase} {args.records} x {args.size} B"
+                    detail = f"{seconds:6.2f} s {megabytes / seconds:7.1f} MB/s"
+                    comparison.record(server.side, row, args.records / seconds, "rec/s", detail)
+    comparison.finish(args.update_baseline)
 
 
 if __name__ == "__main__":

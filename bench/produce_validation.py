@@ -9,8 +9,9 @@ compression codec asked for, produces RECORDS records of 1 KiB to a fresh
   process from /proc/<pid>/stat over the produce phase): the repeatable figure,
   much less sensitive to other load on the machine than the wall clock.
 
-Each codec is run ROUNDS times; the median of each figure is printed last.
-Run with `make bench`.
+Each codec is run ROUNDS times; the median of each figure is printed last. Then the same on
+one Apache Kafka node (bench/reference.py; its JVM's CPU time), with Gregor's figure, Kafka's
+and the ratio. Run with `make bench`.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
+from bench import reference
 from bench.produce_fetch import _produce
-from tests.integration.harness import BrokerProcess
+from bench.reference import Comparison, Server
+
+BENCHMARK = "produce_validation"
 
 PARTITIONS = 4
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -54,14 +56,12 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def _round(broker: BrokerProcess, topic: str, count: int, size: int, compression: str) -> Round:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(15)
-    assert broker.proc is not None
-    pid = broker.proc.pid
+def _round(server: Server, topic: str, count: int, size: int, compression: str) -> Round:
+    server.create_topic(topic, PARTITIONS, 1)
+    pid = server.pid()
     cpu_before = _cpu_seconds(pid)
     start = time.perf_counter()
-    _produce(broker.bootstrap, topic, count, size, compression)
+    _produce(server.bootstrap, topic, count, size, compression)
     seconds = time.perf_counter() - start
     return Round(seconds, _cpu_seconds(pid) - cpu_before, count * size / 1e6)
 
@@ -71,33 +71,39 @@ def _line(label: str, r: Round, count: int) -> str:
             f"broker CPU {r.cpu_ms_per_mb:6.2f} ms/MB")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def _codec(server: Server, comparison: Comparison, compression: str, args: argparse.Namespace) -> None:
+    rounds = []
+    for n in range(args.rounds):
+        r = _round(server, f"bench-{compression}-{n}", args.records, args.size, compression)
+        print(f"{server.side:<12} " + _line(f"produce {compression} #{n + 1}", r, args.records), flush=True)
+        rounds.append(r)
+    median = Round(
+        statistics.median(r.seconds for r in rounds),
+        statistics.median(r.cpu_seconds for r in rounds),
+        rounds[0].megabytes,
     )
+    row = f"produce {compression} (median)"
+    comparison.record(server.side, f"{row}: wall clock", median.mb_per_s, "MB/s")
+    comparison.record(server.side, f"{row}: broker CPU", median.cpu_ms_per_mb, "ms/MB", higher=False)
+
+
+def main() -> None:
+    parser = reference.arguments(argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ))
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compression", default="none,lz4", help="comma-separated librdkafka codecs")
     args = parser.parse_args()
+    comparison = Comparison(BENCHMARK)
+    print(f"{args.records} x {args.size} B, acks=all, idempotent")
     with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(Path(tmp)).start()
-        try:
-            for compression in args.compression.split(","):
-                rounds = []
-                for n in range(args.rounds):
-                    r = _round(broker, f"bench-{compression}-{n}", args.records, args.size, compression)
-                    print(_line(f"produce {compression} #{n + 1}", r, args.records), flush=True)
-                    rounds.append(r)
-                median = Round(
-                    statistics.median(r.seconds for r in rounds),
-                    statistics.median(r.cpu_seconds for r in rounds),
-                    rounds[0].megabytes,
-                )
-                print(_line(f"produce {compression} median", median, args.records)
-                      + f"  ({args.records} x {args.size} B, acks=all, idempotent)", flush=True)
-        finally:
-            broker.stop()
+        for n, start in enumerate(reference.SINGLE):
+            with start(Path(tmp) / str(n), None) as server:
+                for compression in args.compression.split(","):
+                    _codec(server, comparison, compression, args)
+    comparison.finish(args.update_baseline)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ compares each row's figure with bench/baseline.json: a row more than 25% below i
 baseline says REGRESSION and the benchmark exits 1. `--update-baseline` records this
 run's figures as the new baseline (commit it with the reason).
 
-Apache Kafka 4.3.1 (one KRaft node from `make kafka-deps`, started as its own scripts start it:
--Xmx1G -Xms1G, G1) runs the same workloads in the same run as the reference: each row of one
-Gregor broker is printed next to Kafka's, with the ratio. Kafka's rows are not compared with
-the baseline.
+Apache Kafka 4.3.1 (bench/reference.py: one KRaft node, and three for the cluster rows, started
+as its own scripts start it: -Xmx1G -Xms1G, G1) runs the same workloads in the same run as the
+reference: each row is printed with Gregor's figure, Kafka's and the ratio. Kafka's figures are
+not compared with the baseline.
 
 A transaction's next request used to find the previous transaction still completing and
 be bounced with CONCURRENT_TRANSACTIONS (20-100 ms of client back-off); these rows would
@@ -27,25 +27,18 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from bench import baseline
-from tests.integration.cluster import running_cluster
-from tests.integration.harness import BrokerProcess, java_command, prefixed_json
-from tests.integration.kafka import SCRIPT_JVM_OPTS, started_kafka
+from bench import reference
+from bench.reference import Comparison, Server
+from tests.integration.harness import java_command, prefixed_json
 
 BENCHMARK = "transactions"
 VALUE_BYTES = 1024
 MIB = 1 << 20
 SINGLE = {"transaction.state.log.replication.factor": 1, "offsets.topic.replication.factor": 1}
-# Kafka's internal topics as many partitions as Gregor's (the test fixture's default is 1)
-KAFKA: dict[str, object] = {"transaction.state.log.num.partitions": 50, "offsets.topic.num.partitions": 50}
-ONE, REFERENCE, CLUSTER = "1 broker", "Kafka 4.3.1", "3 brokers RF 3"
+ONE, CLUSTER = "1 broker", "3 brokers RF 3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,76 +91,27 @@ def run(bootstrap: str, topic: str, w: Workload) -> Result:
     return Result(r["transactions"] / r["seconds"], r["bytes"] / MIB / r["seconds"], r["p50_ms"], r["p99_ms"])
 
 
-def create_topic(bootstrap: str, replicas: int) -> str:
-    name = f"bench-txn-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, 1, replicas)], operation_timeout=30)[name].result(60)
-    return name
-
-
-@contextmanager
-def one_broker(base: Path) -> Iterator[tuple[str, int]]:
-    broker = BrokerProcess(base / "single", SINGLE).start()
-    try:
-        yield broker.bootstrap, 1
-    finally:
-        broker.close()
-
-
-@contextmanager
-def kafka_node(base: Path) -> Iterator[tuple[str, int]]:
-    with started_kafka(base / "kafka", KAFKA, jvm_opts=SCRIPT_JVM_OPTS) as node:
-        yield node.bootstrap, 1
-
-
-@contextmanager
-def three_brokers(base: Path) -> Iterator[tuple[str, int]]:
-    (base / "cluster").mkdir()
-    with running_cluster(base / "cluster", show_logs_on_error=True) as cluster:
-        yield cluster.bootstrap, 3
-
-
-def measure(topology: str, bootstrap: str, replicas: int, scale: float) -> dict[str, float]:
-    topic = create_topic(bootstrap, replicas)
-    figures = {}
+def measure(comparison: Comparison, topology: str, server: Server, replicas: int, scale: float) -> None:
+    topic = server.create_topic(f"bench-txn-{uuid.uuid4().hex[:6]}", 1, replicas)
     for w in workloads(scale):
-        r = run(bootstrap, topic, w)
-        row = f"{topology}: {w.name}"
-        figure = r.figure(w.unit)
-        figures[row] = figure
-        verdict = "reference" if topology == REFERENCE else baseline.verdict(BENCHMARK, row).text(figure)
-        print(f"{row:<58} {r.txn_per_s:>9,.0f} txn/s {r.mib_per_s:>7.1f} MiB/s  p50 {r.p50_ms:>6.1f} ms"
-              f"  p99 {r.p99_ms:>7.1f} ms   {figure:,.1f} {w.unit}: {verdict}", flush=True)
-    return figures
-
-
-def print_ratios(figures: dict[str, float], scale: float) -> None:
-    """Each workload on one Gregor broker against the same on one Kafka node."""
-    print(f"\n{'workload':<44} {'Gregor':>9} {'Kafka':>9} {'ratio':>6}")
-    for w in workloads(scale):
-        gregor, kafka = figures[f"{ONE}: {w.name}"], figures[f"{REFERENCE}: {w.name}"]
-        print(f"{w.name:<44} {gregor:>9,.1f} {kafka:>9,.1f} {gregor / kafka:>6.2f}  ({w.unit})")
+        r = run(server.bootstrap, topic, w)
+        detail = (f"{r.txn_per_s:>7,.0f} txn/s {r.mib_per_s:>6.1f} MiB/s  p50 {r.p50_ms:>6.1f} ms"
+                  f"  p99 {r.p99_ms:>7.1f} ms")
+        comparison.record(server.side, f"{topology}: {w.name}", r.figure(w.unit), w.unit, detail)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = reference.arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the default transactions")
-    parser.add_argument("--update-baseline", action="store_true")
     args = parser.parse_args()
-    figures: dict[str, float] = {}
+    comparison = Comparison(BENCHMARK)
+    shapes = ((ONE, reference.SINGLE, SINGLE, 1), (CLUSTER, reference.CLUSTER, {}, 3))
     with tempfile.TemporaryDirectory(prefix="gregor-bench-txn-") as tmp:
-        for topology, start in ((ONE, one_broker), (REFERENCE, kafka_node), (CLUSTER, three_brokers)):
-            with start(Path(tmp)) as (bootstrap, replicas):
-                figures |= measure(topology, bootstrap, replicas, args.scale)
-    print_ratios(figures, args.scale)
-    figures = {row: v for row, v in figures.items() if not row.startswith(REFERENCE)}
-    if args.update_baseline:
-        baseline.update(BENCHMARK, figures)
-        print(f"baseline updated: {baseline.BASELINE}")
-        return
-    regressed = [row for row, v in figures.items() if baseline.verdict(BENCHMARK, row).regressed(v)]
-    if regressed:
-        sys.exit(f"REGRESSION in {len(regressed)} rows: {', '.join(regressed)}")
+        for topology, starts, overrides, replicas in shapes:
+            for n, start in enumerate(starts):
+                with start(Path(tmp) / f"{replicas}-{n}", overrides) as server:
+                    measure(comparison, topology, server, replicas, args.scale)
+    comparison.finish(args.update_baseline)
 
 
 if __name__ == "__main__":

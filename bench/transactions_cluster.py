@@ -6,7 +6,9 @@ min.insync.replicas 2) a fresh etcd + three-broker cluster runs TRANSACTIONS tra
 of 10 records and of 1000 records (100 B, 3 partitions, librdkafka), timing each
 commit_transaction (p50/p99) and the records per second of the whole loop. Then the
 broker coordinating a transactional id is killed with kill -9 mid-transaction and the time
-until commit_transaction succeeds on its successor is measured.
+until commit_transaction succeeds on its successor is measured. Each shape runs on three
+Apache Kafka nodes too (bench/reference.py: KRaft, the same replication factors and internal
+partitions, a 2 s broker session as Gregor's), with Gregor's figure, Kafka's and the ratio.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from coordinator.hashing import coordinator_partition
-from tests.integration.cluster import Cluster, running_cluster
+from bench import reference
+from bench.reference import Comparison, Server
+
+BENCHMARK = "transactions_cluster"
 
 PARTITIONS = 3
 INTERNAL_PARTITIONS = 5
@@ -38,26 +41,17 @@ def _overrides(rf: int) -> dict[str, int]:
     }
 
 
-def _topic(cluster: Cluster, rf: int) -> str:
-    name = f"bench-txn-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, rf)], operation_timeout=30)[name].result(60)
-    cluster.wait_for(lambda i: all((name, p) in i.partitions and len(i.partitions[(name, p)].isr) == rf
-                                   for p in range(PARTITIONS)))
-    return name
-
-
-def _producer(cluster: Cluster, tid: str) -> Producer:
-    p = Producer({"bootstrap.servers": ",".join(b.bootstrap for b in cluster.brokers),
+def _producer(server: Server, tid: str) -> Producer:
+    p = Producer({"bootstrap.servers": server.bootstrap,
                   "transactional.id": tid, "linger.ms": 5, "retry.backoff.ms": 20,
-                  "reconnect.backoff.max.ms": 100})
+                  "reconnect.backoff.max.ms": 100, "log_level": 2})
     p.init_transactions(60)
     return p
 
 
-def _run(cluster: Cluster, topic: str, transactions: int, size: int) -> tuple[float, float, float]:
+def _run(server: Server, topic: str, transactions: int, size: int) -> tuple[float, float, float]:
     """p50 and p99 commit latency (ms) and records/s of `transactions` transactions of `size`."""
-    p = _producer(cluster, f"bench-{size}-{uuid.uuid4().hex[:6]}")
+    p = _producer(server, f"bench-{size}-{uuid.uuid4().hex[:6]}")
     latencies = []
     started = time.perf_counter()
     for _ in range(transactions):
@@ -73,39 +67,45 @@ def _run(cluster: Cluster, topic: str, transactions: int, size: int) -> tuple[fl
     return cuts[49], cuts[98], transactions * size / elapsed
 
 
-def _failover_s(cluster: Cluster, topic: str) -> float:
+def _failover_s(server: Server, topic: str) -> float:
     tid = f"bench-failover-{uuid.uuid4().hex[:6]}"
-    p = _producer(cluster, tid)
-    index = coordinator_partition(tid, INTERNAL_PARTITIONS)
-    coordinator = cluster.image().partitions[("__transaction_state", index)].leader
+    p = _producer(server, tid)
+    coordinator = server.coordinator(tid)
     p.begin_transaction()
     for i in range(30):
         p.produce(topic, VALUE, partition=i % PARTITIONS)
     p.flush(30)
     killed = time.perf_counter()
-    cluster.broker(coordinator).kill9()
+    server.kill9(coordinator)
     p.commit_transaction(60)
     elapsed = time.perf_counter() - killed
-    cluster.broker(coordinator).start()
+    server.restart(coordinator)
     return elapsed
 
 
+def measure(server: Server, comparison: Comparison, rf: int, transactions: int) -> None:
+    topic = server.create_topic(f"bench-txn-{uuid.uuid4().hex[:6]}", PARTITIONS, rf)
+    for size in (10, 1000):
+        count = transactions if size == 10 else max(10, transactions // 10)
+        p50, p99, rate = _run(server, topic, count, size)
+        row = f"transactions of {size} records, RF {rf}"
+        comparison.record(server.side, row, rate, "rec/s", f"commit p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    if rf == 3:
+        comparison.record(server.side, "coordinator kill -9 -> commit done on its successor",
+                          _failover_s(server, topic), "s", higher=False)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = reference.arguments(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--transactions", type=int, default=200)
     args = parser.parse_args()
+    comparison = Comparison(BENCHMARK)
     for rf in (3, 1):
-        with tempfile.TemporaryDirectory(prefix="gregor-bench-txn-") as tmp:
-            with running_cluster(Path(tmp), show_logs_on_error=True, overrides=_overrides(rf)) as cluster:
-                topic = _topic(cluster, rf)
-                for size in (10, 1000):
-                    count = args.transactions if size == 10 else max(10, args.transactions // 10)
-                    p50, p99, rate = _run(cluster, topic, count, size)
-                    print(f"transactions of {size} records, replication factor {rf}: "
-                          f"commit p50 {p50:.1f} ms, p99 {p99:.1f} ms, {rate:,.0f} records/s")
-                if rf == 3:
-                    print(f"coordinator kill -9 -> commit_transaction done on its successor: "
-                          f"{_failover_s(cluster, topic):.2f} s (broker.session.timeout.ms 2000)")
+        for start in reference.CLUSTER:
+            with tempfile.TemporaryDirectory(prefix="gregor-bench-txn-") as tmp:
+                with start(Path(tmp), _overrides(rf)) as server:
+                    measure(server, comparison, rf, args.transactions)
+    comparison.finish(args.update_baseline)
 
 
 if __name__ == "__main__":

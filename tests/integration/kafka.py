@@ -8,6 +8,13 @@ until the broker answers a Metadata request naming itself, never for a fixed tim
     with started_kafka(tmp_path) as kafka:
         ... kafka.bootstrap ...
 
+A `KafkaCluster` is three such nodes forming one KRaft quorum (every node a voter and a broker,
+Kafka's combined mode for a small cluster, `controller.quorum.voters` naming all three), one
+cluster id; start-up waits until every node's Metadata answer lists all three brokers:
+
+    with started_kafka_cluster(tmp_path) as kafka:
+        ... kafka.bootstrap, kafka.nodes[0].port ...
+
 `kafka_tool(main_class, *args)` runs one of Kafka's CLI tools the way its bin/ script does
 (`kafka-run-class.sh <main class>`), from the same jars.
 """
@@ -98,8 +105,12 @@ def classpath() -> str:
 
 
 def random_cluster_id() -> str:
-    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters), never
+    starting with "-" (as Kafka's Uuid.randomUuid: `kafka-storage format -t -abc` reads it as an
+    option and fails)."""
+    while (found := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return found
 
 
 def properties_text(props: dict[str, object]) -> str:
@@ -118,6 +129,7 @@ class KafkaNode:
         overrides: dict[str, object] | None = None,
         node_id: int = 1,
         jvm_opts: list[str] | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self.jvm_opts = JVM_OPTS if jvm_opts is None else jvm_opts
         self.workdir = workdir
@@ -128,11 +140,11 @@ class KafkaNode:
         self.data_dir = workdir / "data"
         self.config_path = workdir / "server.properties"
         self.log_path = workdir / "kafka.log"
-        self.cluster_id = random_cluster_id()
+        self.cluster_id = cluster_id or random_cluster_id()
         self.config: dict[str, object] = {
             "process.roles": "broker,controller",
             "node.id": node_id,
-            "controller.quorum.voters": f"{node_id}@127.0.0.1:{self.controller_port}",
+            "controller.quorum.voters": self.voter,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -143,6 +155,12 @@ class KafkaNode:
         }
         self.config.update(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
+        self.brokers_expected = 1  # start-up ends when Metadata lists this many brokers
+
+    @property
+    def voter(self) -> str:
+        """This node's entry of controller.quorum.voters."""
+        return f"{self.node_id}@127.0.0.1:{self.controller_port}"
 
     @property
     def bootstrap(self) -> str:
@@ -175,6 +193,12 @@ class KafkaNode:
             raise KafkaStartError(f"kafka-storage format failed: {done.stdout}{done.stderr}")
 
     def start(self, timeout: float = START_TIMEOUT_S) -> KafkaNode:
+        self.spawn()
+        self.wait_ready(timeout)
+        return self
+
+    def spawn(self) -> None:
+        """Format the storage and start the process; not yet ready (see `start`)."""
         require_kafka()
         self._write_config()
         self.format_storage()
@@ -187,10 +211,8 @@ class KafkaNode:
                 cwd=self.workdir,
                 env={**os.environ, "LOG_DIR": str(self.workdir)},
             )
-        self._wait_ready(timeout)
-        return self
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         assert self.proc is not None
         while time.monotonic() < deadline:
@@ -213,7 +235,7 @@ class KafkaNode:
                 brokers = c.metadata(None, version=12).brokers
         except (OSError, AssertionError, ConnectionError):
             return False
-        return any(b.node_id == self.node_id for b in brokers)
+        return any(b.node_id == self.node_id for b in brokers) and len(brokers) >= self.brokers_expected
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         if self.proc is None:
@@ -223,6 +245,13 @@ class KafkaNode:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill9(self) -> None:
+        """SIGKILL, as a crash (a benchmark's failover); `start()` brings the node back."""
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
             proc.kill()
             proc.wait()
 
@@ -243,6 +272,78 @@ def started_kafka(
         yield node.start()
     finally:
         node.stop()
+
+
+class KafkaCluster:
+    """Three KRaft nodes, each a broker and a voter of the one controller quorum, on free ports;
+    each node's config, data and log4j2 output in `node-<id>/` of the work dir."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        overrides: dict[str, object] | None = None,
+        size: int = 3,
+        jvm_opts: list[str] | None = None,
+    ) -> None:
+        cluster_id = random_cluster_id()
+        replicated = {
+            "default.replication.factor": size,
+            "offsets.topic.replication.factor": size,
+            "transaction.state.log.replication.factor": size,
+            "transaction.state.log.min.isr": min(size, 2),
+            "min.insync.replicas": min(size, 2),
+            "share.coordinator.state.topic.replication.factor": size,
+            "share.coordinator.state.topic.min.isr": min(size, 2),
+        }
+        self.nodes = [
+            KafkaNode(workdir / f"node-{n}", {**replicated, **(overrides or {})}, n, jvm_opts, cluster_id)
+            for n in range(1, size + 1)
+        ]
+        voters = ",".join(node.voter for node in self.nodes)
+        for node in self.nodes:
+            node.config["controller.quorum.voters"] = voters
+            node.brokers_expected = size
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> KafkaCluster:
+        """Start every node at once (a quorum needs a majority up), then wait until each one's
+        Metadata answer lists every broker."""
+        try:
+            for node in self.nodes:
+                node.spawn()
+            deadline = time.monotonic() + timeout
+            for node in self.nodes:
+                node.wait_ready(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM to every node at once; one still in its controlled shutdown after `timeout`
+        (it waits for a quorum the others took away) is killed."""
+        for node in self.nodes:
+            if node.proc is not None:
+                node.proc.terminate()
+        for node in self.nodes:
+            node.stop(timeout)
+
+    def log_tails(self, lines: int = 20) -> str:
+        return "\n".join(f"--- Kafka node {n.node_id} ---\n{n.log_tail(lines)}" for n in self.nodes)
+
+
+@contextlib.contextmanager
+def started_kafka_cluster(
+    workdir: Path, overrides: dict[str, object] | None = None, jvm_opts: list[str] | None = None
+) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(workdir, overrides, jvm_opts=jvm_opts)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
 
 
 def kafka_tool(
