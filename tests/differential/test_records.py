@@ -201,13 +201,9 @@ for v in versions(23):
     ]
 for v in versions(22):
     CASES[f"init-producer-id-v{v}"] = [init_producer(version=v)]
-# Left out until Gregor's Produce handler (broker/handlers/produce.py) answers as Kafka does:
-# - a Produce refused per partition (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH,
-#   INVALID_RECORD on a compacted topic's key-less record) carries the partition's
-#   log_start_offset in Kafka, -1 in Gregor;
-# - a duplicate idempotent batch is answered by Kafka with the log_append_time_ms it keeps for
-#   the batch (its max timestamp), by Gregor with -1.
-LEFT_OUT: Cases = {
+# Once differences (fixed): a refused Produce carries the log start offset, a duplicate batch
+# its kept timestamp.
+CASES.update({
     "idempotent-sequences": [
         *new_topic(),
         init_producer(),
@@ -240,7 +236,10 @@ LEFT_OUT: Cases = {
         ),
         fetch(17),
     ],
-}
+})
+# Cases that show a difference Gregor still has to fix, with the difference named; not run.
+LEFT_OUT: Cases = {}
+
 CASES["idempotent-in-order"] = [
     *new_topic(),
     init_producer(),

@@ -254,10 +254,9 @@ CASES["transaction-fenced"] = [
     wait_lso(2),
     fetch(18, isolation=1),
 ]
-# Left out until Gregor's transaction coordinator bumps the epoch as Kafka's does: after an
-# InitProducerId fenced an ongoing transaction (transaction version 2), Kafka's producer has
-# epoch 2 (0, fenced to 1 for the abort markers, 2 for the new producer), Gregor's epoch 3.
-LEFT_OUT: Cases = {
+# Once a difference (fixed): fencing an ongoing transaction at transaction version 2 bumps
+# the epoch once.
+CASES.update({
     "transaction-fenced-epoch": [
         *new_topic(),
         init_txn(),
@@ -266,7 +265,10 @@ LEFT_OUT: Cases = {
         init_until_done("new"),
         describe_txn(),
     ]
-}
+})
+# Cases that show a difference Gregor still has to fix, with the difference named; not run.
+LEFT_OUT: Cases = {}
+
 CASES["end-txn-without-transaction"] = [
     *new_topic(),
     init_txn(),
