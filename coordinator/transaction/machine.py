@@ -556,8 +556,11 @@ class TransactionStateMachine:
             and current.producer_epoch == 0
         )
         retry_on_bump = current.producer_epoch == producer_epoch + 1
+        # The next transaction's EndTxn (already at the bumped epoch) while this one completes:
+        # ask again once it has (KAFKA-18464; an empty abort is sent at once by the Java client).
+        next_while_prepared = state.is_prepare and producer_epoch == current.producer_epoch
         if state.is_prepare:
-            valid_epoch = retry_on_bump
+            valid_epoch = retry_on_bump or next_while_prepared
         elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             valid_epoch = retry_on_bump or retry_on_overflow or producer_epoch == current.producer_epoch
         else:
@@ -567,7 +570,7 @@ class TransactionStateMachine:
             return Outcome(tid, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         if not valid_epoch:
             return Outcome(tid, ErrorCode.PRODUCER_FENCED)
-        if tid in self._pending:
+        if tid in self._pending or next_while_prepared:
             return Outcome(tid, ErrorCode.CONCURRENT_TRANSACTIONS)
         if state is TxnState.ONGOING:
             return self._prepare_end(current, commit, now_ms, tv=tv, retry_ids=True, no_partitions=False)

@@ -342,7 +342,11 @@ def test_tv2_bumps_epoch_on_every_end_and_answers_retries(h: Harness) -> None:
     assert end.markers is not None and end.markers.producer_epoch == 1
     assert h.end(1000, 0, commit=True, tv=TV2).error is E.CONCURRENT_TRANSACTIONS  # retry while prepared
     assert h.end(1000, 0, commit=False, tv=TV2).error is E.INVALID_TXN_STATE
-    assert h.end(1000, 1, commit=True, tv=TV2).error is E.PRODUCER_FENCED
+    # the next transaction's EndTxn, at the bumped epoch, waits for this one (KAFKA-18464)
+    assert h.end(1000, 1, commit=False, tv=TV2).error is E.CONCURRENT_TRANSACTIONS
+    assert h.end(1000, 1, commit=True, tv=TV2).error is E.CONCURRENT_TRANSACTIONS
+    assert h.m.is_settling(TID)
+    assert h.end(1000, 2, commit=True, tv=TV2).error is E.PRODUCER_FENCED
     h.complete()
     retry = h.end(1000, 0, commit=True, tv=TV2)
     assert (retry.error, retry.producer_epoch, retry.record) == (E.NONE, 1, None)
