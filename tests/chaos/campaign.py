@@ -1,7 +1,7 @@
 """A campaign: the cluster on its hosts, the workload on the clients' host, the nemeses in a
 seeded order (each: start, hold, stop, heal), then the history checked and reported.
 
-    python -m tests.chaos.campaign --seconds 600 --nemeses all --workload queue,txn --seed 7 \\
+    python -m tests.chaos.campaign --seconds 600 --nemeses all --workload all --seed 7 \\
         --out chaos-report                                   (what `make chaos` runs)
 """
 
@@ -22,6 +22,8 @@ from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
 from tests.chaos.netns import sweep
 from tests.chaos.report import write_report
+from tests.chaos.transactions import JAVA_WORKLOADS, java_missing
+from tests.chaos.workload import WORKLOADS
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,10 @@ class Result:
 
 
 def run(options: Options) -> Result:
+    unknown = set(options.workloads) - set(WORKLOADS)
+    assert not unknown, f"unknown workloads {sorted(unknown)}; known: {', '.join(WORKLOADS)}"
+    missing = java_missing() if set(options.workloads) & set(JAVA_WORKLOADS) else None
+    assert missing is None, missing
     options.out.mkdir(parents=True, exist_ok=True)
     sweep(options.run_id)
     with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
@@ -113,7 +119,7 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--nemeses", default="all", help=f"comma-separated, of: {', '.join(NEMESES)}")
-    parser.add_argument("--workload", default="queue,txn")
+    parser.add_argument("--workload", default="all", help=f"all, or some of: {', '.join(WORKLOADS)}")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fault-seconds", type=float, default=4.0)
     parser.add_argument("--heal-seconds", type=float, default=4.0)
@@ -124,7 +130,8 @@ def main() -> int:
     unknown = [n for n in names if n not in NEMESES]
     if unknown:
         parser.error(f"unknown nemeses {unknown}; known: {', '.join(NEMESES)}")
-    result = run(Options(args.seconds, names, tuple(args.workload.split(",")), args.seed,
+    workloads = WORKLOADS if args.workload == "all" else tuple(args.workload.split(","))
+    result = run(Options(args.seconds, names, workloads, args.seed,
                          args.fault_seconds, args.heal_seconds, args.out, args.run_id))
     print((result.report / "summary.txt").read_text())
     return 0 if result.verdict.valid else 1
