@@ -22,6 +22,7 @@ import json
 import random
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -52,6 +53,11 @@ def now() -> float:
     return time.monotonic()
 
 
+def log(name: str, what: str, exc: BaseException) -> None:
+    """One line on the clients' log (the campaign's clients.log), with the monotonic time."""
+    print(f"{now():.3f} {name}: {what}: {exc}", file=sys.stderr, flush=True)
+
+
 def txn_producer(bootstrap: str, name: str, stop: threading.Event) -> Producer | None:
     """A producer whose InitProducerId went through (None if the run stopped first)."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{name}",
@@ -60,8 +66,8 @@ def txn_producer(bootstrap: str, name: str, stop: threading.Event) -> Producer |
         try:
             producer.init_transactions(5)
             return producer
-        except KafkaException:
-            continue
+        except KafkaException as exc:
+            log(name, "init_transactions", exc)
     return None
 
 
@@ -88,7 +94,7 @@ class _Txn:
         return Op(self.name, Kind.TXN, self.invoked, now(), outcome, writes, self.reads, commit_s=commit_s)
 
 
-def finish(producer: Producer, abort: bool) -> tuple[Outcome, float]:
+def finish(producer: Producer, name: str, abort: bool) -> tuple[Outcome, float]:
     """Commit or abort; a failed commit is tried as an abort (raises on a fatal error)."""
     commit_s = now()
     try:
@@ -100,12 +106,14 @@ def finish(producer: Producer, abort: bool) -> tuple[Outcome, float]:
         producer.commit_transaction(10)
         return Outcome.OK, commit_s
     except KafkaException as exc:
+        log(name, "abort" if abort else "commit", exc)
         if exc.args[0].fatal():
             raise
         try:  # an abort that goes through means the commit never took effect
             producer.abort_transaction(10)
             return Outcome.FAIL, commit_s
-        except KafkaException:
+        except KafkaException as again:
+            log(name, "abort", again)
             return (Outcome.FAIL if abort else Outcome.INFO), commit_s
 
 
@@ -119,8 +127,9 @@ def produce_txns(bootstrap: str, name: str, add: Any, stop: threading.Event, see
             producer.begin_transaction()
             for i in range(rng.randint(2, 4)):
                 txn.send(producer, TXN, rng.randrange(PARTITIONS), f"{name}-{n}-{i}")
-            add(txn.op(*finish(producer, abort=rng.random() < 0.2)))
-        except KafkaException:
+            add(txn.op(*finish(producer, name, abort=rng.random() < 0.2)))
+        except KafkaException as exc:
+            log(name, "transaction (fatal)", exc)
             add(txn.op(Outcome.INFO, txn.invoked))
             producer = txn_producer(bootstrap, name, stop)  # fatal: a new producer fences the old
         n += 1
@@ -143,12 +152,13 @@ def transform(bootstrap: str, name: str, add: Any, stop: threading.Event, seed: 
             txn = _Txn(name)
             try:
                 outcome, commit_s = _transform_one(producer, c, txn, messages, n, rng)
-            except KafkaException:
+            except KafkaException as exc:
+                log(name, "transaction (fatal)", exc)
                 outcome, commit_s = Outcome.INFO, txn.invoked
                 producer = txn_producer(bootstrap, name, stop)
             add(txn.op(outcome, commit_s))
             if outcome != Outcome.OK:
-                _rewind(c, stop)
+                _rewind(c, name, stop)
             n += 1
     finally:
         c.close()
@@ -166,13 +176,14 @@ def _transform_one(producer: Producer, c: Consumer, txn: _Txn, messages: list[Me
         producer.send_offsets_to_transaction(
             [TopicPartition(t, p, o) for (t, p), o in positions.items()], c.consumer_group_metadata(), 10)
     except KafkaException as exc:
+        log(txn.name, "send_offsets_to_transaction", exc)
         if exc.args[0].fatal():
             raise
-        return finish(producer, abort=True)
-    return finish(producer, abort=rng.random() < 0.2)
+        return finish(producer, txn.name, abort=True)
+    return finish(producer, txn.name, abort=rng.random() < 0.2)
 
 
-def _rewind(c: Consumer, stop: threading.Event) -> None:
+def _rewind(c: Consumer, name: str, stop: threading.Event) -> None:
     """Back to the group's committed offsets (the start where none is committed)."""
     while not stop.is_set():
         try:
@@ -180,8 +191,8 @@ def _rewind(c: Consumer, stop: threading.Event) -> None:
                 start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                 c.seek(TopicPartition(tp.topic, tp.partition, start))
             return
-        except KafkaException:
-            continue
+        except KafkaException as exc:
+            log(name, "rewind", exc)
 
 
 def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], add: Any) -> None:
