@@ -55,15 +55,18 @@ def run(options: Options) -> Result:
     with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
         cluster = ChaosCluster(Path(base), options.run_id)
         try:
-            history = _drive(cluster, options, Path(base))
+            history, code = _drive(cluster, options, Path(base))
         finally:
             _keep_logs(cluster, options.out)
             cluster.close()
     verdict = check(history)
-    return Result(history, verdict, write_report(options.out, history, verdict, options.seed))
+    result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
+    assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
+    return result
 
 
-def _drive(cluster: ChaosCluster, options: Options, base: Path) -> History:
+def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History, int]:
+    """The history (reported even when a client failed) and the clients' exit code."""
     out, stop_file = base / "history.json", base / "stop"
     with open(options.out / "clients.log", "wb") as log:
         clients = cluster.client("-m", "tests.chaos.workload", cluster.bootstrap, str(out), str(stop_file),
@@ -77,14 +80,13 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> History:
         stop_file.touch()
         print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
         code = clients.wait(180)
-        assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
     finally:
         if clients.poll() is None:
             clients.kill()
     print(f"{time.monotonic():.1f} the clients ended", flush=True)
     history = History.load(out)
     history.faults.extend(faults)
-    return history
+    return history, code
 
 
 def _schedule(cluster: ChaosCluster, options: Options) -> list[Fault]:

@@ -128,7 +128,7 @@ def produce_txns(bootstrap: str, name: str, add: Any, stop: threading.Event, see
             for i in range(rng.randint(2, 4)):
                 txn.send(producer, TXN, rng.randrange(PARTITIONS), f"{name}-{n}-{i}")
             add(txn.op(*finish(producer, name, abort=rng.random() < 0.2)))
-        except KafkaException as exc:
+        except Exception as exc:  # fatal (confluent-kafka may raise SystemError from a callback then)
             log(name, "transaction (fatal)", exc)
             add(txn.op(Outcome.INFO, txn.invoked))
             producer = txn_producer(bootstrap, name, stop)  # fatal: a new producer fences the old
@@ -152,7 +152,7 @@ def transform(bootstrap: str, name: str, add: Any, stop: threading.Event, seed: 
             txn = _Txn(name)
             try:
                 outcome, commit_s = _transform_one(producer, c, txn, messages, n, rng)
-            except KafkaException as exc:
+            except Exception as exc:  # fatal, as in produce_txns
                 log(name, "transaction (fatal)", exc)
                 outcome, commit_s = Outcome.INFO, txn.invoked
                 producer = txn_producer(bootstrap, name, stop)

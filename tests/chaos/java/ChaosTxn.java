@@ -21,7 +21,6 @@ import java.util.*;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
-import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -77,7 +76,7 @@ public class ChaosTxn {
             try {
                 producer.initTransactions();
                 return producer;
-            } catch (KafkaException e) {
+            } catch (RuntimeException e) {
                 log(process, "initTransactions", e);
                 producer.close(Duration.ZERO);
             }
@@ -113,14 +112,14 @@ public class ChaosTxn {
                     commitS = now();
                     producer.commitTransaction();
                     return "ok";
-                } catch (KafkaException e) {
+                } catch (RuntimeException e) {
                     log(process, "commit", e);
                 }
             }
             try {
                 producer.abortTransaction();
                 return "fail";
-            } catch (KafkaException e) {
+            } catch (RuntimeException e) {
                 log(process, "abort", e);
                 return abort ? "fail!" : "info";  // an abort asked for can never commit
             }
@@ -156,7 +155,7 @@ public class ChaosTxn {
                 int count = 2 + rng.nextInt(3);
                 for (int i = 0; i < count; i++) txn.send(producer, "txn", rng.nextInt(PARTITIONS), "j1-" + n + "-" + i);
                 outcome = txn.finish(producer, rng.nextInt(5) == 0);
-            } catch (KafkaException | IllegalStateException e) {
+            } catch (RuntimeException e) {
                 log("j1", "transaction", e);
                 outcome = txn.finish(producer, true);
             }
@@ -198,7 +197,7 @@ public class ChaosTxn {
                     else consumer.seek(tp, om.offset());
                 }
                 return;
-            } catch (KafkaException e) {
+            } catch (RuntimeException e) {
                 log("jx", "rewind", e);
             }
         }
@@ -213,7 +212,7 @@ public class ChaosTxn {
             ConsumerRecords<byte[], byte[]> records;
             try {
                 records = consumer.poll(Duration.ofMillis(300));
-            } catch (KafkaException e) {
+            } catch (RuntimeException e) {
                 log("jx", "poll", e);
                 continue;
             }
@@ -231,7 +230,7 @@ public class ChaosTxn {
                 }
                 producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
                 outcome = txn.finish(producer, rng.nextInt(5) == 0);
-            } catch (KafkaException | IllegalStateException e) {
+            } catch (RuntimeException e) {
                 log("jx", "transaction", e);
                 outcome = txn.finish(producer, true);
             }
