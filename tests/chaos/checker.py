@@ -31,6 +31,7 @@ Pure code: no clock, no I/O.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -331,18 +332,14 @@ def _pop_component(node: int, stack: list[int], on_stack: set[int]) -> set[int]:
 
 
 def recoveries(history: History) -> Iterator[Recovery]:
-    topics = sorted({k[0] for op in history.ops for k in (*_written(op), *_read(op))})
+    produced, consumed = _Progress(history.ops, _written), _Progress(history.ops, _read)
+    topics = sorted(produced.topics | consumed.topics)
     end_s = max((op.complete_s for op in history.ops if op.process != DRAIN), default=0.0)
     for fault in history.faults:
         for topic in topics:
-            produced = _slowest(history.ops, fault.stop_s, _on(topic, _written))
-            consumed = _slowest(history.ops, fault.stop_s, _on(topic, _read))
-            slowest = max((produced, consumed), key=lambda t: float("inf") if t[0] is None else t[0])
-            yield Recovery(fault, topic, produced[0], consumed[0], max(0.0, end_s - fault.stop_s), slowest[1])
-
-
-def _on(topic: str, progress: Callable[[Op], Iterable[Key]]) -> Callable[[Op], Iterable[Key]]:
-    return lambda op: [k for k in progress(op) if k[0] == topic]
+            wrote, read = produced.slowest(topic, fault.stop_s), consumed.slowest(topic, fault.stop_s)
+            slowest = max((wrote, read), key=lambda t: float("inf") if t[0] is None else t[0])
+            yield Recovery(fault, topic, wrote[0], read[0], max(0.0, end_s - fault.stop_s), slowest[1])
 
 
 def _written(op: Op) -> Iterable[Key]:
@@ -355,41 +352,36 @@ def _read(op: Op) -> Iterable[Key]:
         yield from (r.key for r in op.reads)
 
 
-def _slowest(
-    ops: Iterable[Op], healed_s: float, progress: Callable[[Op], Iterable[Key]]
-) -> tuple[float | None, str]:
-    """The longest, over the processes, of the seconds from `healed_s` until one had progressed
-    again on every partition it ever progressed on (None: one never did), and that process."""
-    by_process: dict[str, list[Op]] = defaultdict(list)
-    for op in ops:
-        by_process[op.process].append(op)
-    worst: tuple[float | None, str] = (None, "")
-    for process, own in sorted(by_process.items()):
-        took = _progress_after(own, healed_s, progress)
-        if not any(True for op in own for _ in progress(op)):
-            continue
-        if took is None:
-            return None, process
-        if worst[0] is None or took > worst[0]:
-            worst = (took, process)
-    return worst
+class _Progress:
+    """When each process progressed (wrote or read, as `progress` says) on each partition:
+    per topic, process and partition, the completion times in order (built once)."""
 
+    def __init__(self, ops: Iterable[Op], progress: Callable[[Op], Iterable[Key]]) -> None:
+        self.times: dict[str, dict[str, dict[Key, list[float]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(list)))
+        for op in ops:
+            for key in set(progress(op)):
+                self.times[key[0]][op.process][key].append(op.complete_s)
+        for processes in self.times.values():
+            for keys in processes.values():
+                for times in keys.values():
+                    times.sort()
+        self.topics = set(self.times)
 
-def _progress_after(
-    ops: Iterable[Op], healed_s: float, progress: Callable[[Op], Iterable[Key]]
-) -> float | None:
-    """Seconds from `healed_s` until every partition the ops ever progressed on did so again
-    (None: one never did before the history ended)."""
-    first: dict[Key, float] = {}
-    keys: set[Key] = set()
-    for op in ops:
-        for key in progress(op):
-            keys.add(key)
-            if op.complete_s >= healed_s:
-                first[key] = min(first.get(key, op.complete_s), op.complete_s)
-    if not keys or set(first) != keys:
-        return None
-    return max(first.values()) - healed_s
+    def slowest(self, topic: str, healed_s: float) -> tuple[float | None, str]:
+        """The longest, over the processes, of the seconds from `healed_s` until one had
+        progressed again on every partition it ever progressed on (None: one never did), and
+        that process."""
+        worst: tuple[float | None, str] = (None, "")
+        for process, keys in sorted(self.times.get(topic, {}).items()):
+            firsts = [times[i] if (i := bisect_left(times, healed_s)) < len(times) else None
+                      for times in keys.values()]
+            if None in firsts:
+                return None, process
+            took = max(t for t in firsts if t is not None) - healed_s
+            if worst[0] is None or took > worst[0]:
+                worst = (took, process)
+        return worst
 
 
 def _tp(key: Key) -> str:
