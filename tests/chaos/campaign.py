@@ -8,7 +8,9 @@ seeded order (each: start, hold, stop, heal), then the history checked and repor
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -71,7 +73,7 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History
     with open(options.out / "clients.log", "wb") as log:
         clients = cluster.client("-m", "tests.chaos.workload", cluster.bootstrap, str(out), str(stop_file),
                                  "--workload", ",".join(options.workloads), "--seed", str(options.seed),
-                                 stdout=subprocess.DEVNULL, stderr=log)
+                                 stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     try:
         time.sleep(options.heal_s)  # the clients create their topics and start
         faults = _schedule(cluster, options)
@@ -81,8 +83,8 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History
         print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
         code = clients.wait(180)
     finally:
-        if clients.poll() is None:
-            clients.kill()
+        if clients.poll() is None:  # the whole session: the workload and its JVM
+            os.killpg(clients.pid, signal.SIGKILL)
     print(f"{time.monotonic():.1f} the clients ended", flush=True)
     history = History.load(out)
     history.faults.extend(faults)
