@@ -73,13 +73,14 @@ $(CHAOS_DEPS): scripts/chaos-deps.sh
 chaos-deps: $(CHAOS_DEPS)
 
 # A long fault campaign (tests/chaos/campaign.py; as root: network namespaces, tmpfs mounts).
-# DURATION seconds, NEMESES all or a comma-separated list, WORKLOAD queue,txn, SEED; the report
+# DURATION seconds, NEMESES all or a comma-separated list, WORKLOAD all or some of queue, txn,
+# ctp, java-txn, java-ctp (the java-* ones need the Java client 4.3), SEED; the report
 # (report.json, summary.txt, timeline.png, the brokers' logs) goes to chaos-report/.
 DURATION ?= 600
 NEMESES ?= all
-WORKLOAD ?= queue,txn
+WORKLOAD ?= all
 SEED ?= 1
-chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS)
+chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS) $(JAVA_DEPS)
 	$(PY) -m tests.chaos.campaign --seconds $(DURATION) --nemeses $(NEMESES) --workload $(WORKLOAD) \
 		--seed $(SEED) --out chaos-report
 

@@ -1,14 +1,16 @@
 """A campaign: the cluster on its hosts, the workload on the clients' host, the nemeses in a
 seeded order (each: start, hold, stop, heal), then the history checked and reported.
 
-    python -m tests.chaos.campaign --seconds 600 --nemeses all --workload queue,txn --seed 7 \\
+    python -m tests.chaos.campaign --seconds 600 --nemeses all --workload all --seed 7 \\
         --out chaos-report                                   (what `make chaos` runs)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,8 @@ from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
 from tests.chaos.netns import sweep
 from tests.chaos.report import write_report
+from tests.chaos.transactions import JAVA_WORKLOADS, java_missing
+from tests.chaos.workload import WORKLOADS
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,25 +48,32 @@ class Result:
 
 
 def run(options: Options) -> Result:
+    unknown = set(options.workloads) - set(WORKLOADS)
+    assert not unknown, f"unknown workloads {sorted(unknown)}; known: {', '.join(WORKLOADS)}"
+    missing = java_missing() if set(options.workloads) & set(JAVA_WORKLOADS) else None
+    assert missing is None, missing
     options.out.mkdir(parents=True, exist_ok=True)
     sweep(options.run_id)
     with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
         cluster = ChaosCluster(Path(base), options.run_id)
         try:
-            history = _drive(cluster, options, Path(base))
+            history, code = _drive(cluster, options, Path(base))
         finally:
             _keep_logs(cluster, options.out)
             cluster.close()
     verdict = check(history)
-    return Result(history, verdict, write_report(options.out, history, verdict, options.seed))
+    result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
+    assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
+    return result
 
 
-def _drive(cluster: ChaosCluster, options: Options, base: Path) -> History:
+def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History, int]:
+    """The history (reported even when a client failed) and the clients' exit code."""
     out, stop_file = base / "history.json", base / "stop"
     with open(options.out / "clients.log", "wb") as log:
         clients = cluster.client("-m", "tests.chaos.workload", cluster.bootstrap, str(out), str(stop_file),
                                  "--workload", ",".join(options.workloads), "--seed", str(options.seed),
-                                 stdout=subprocess.DEVNULL, stderr=log)
+                                 stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     try:
         time.sleep(options.heal_s)  # the clients create their topics and start
         faults = _schedule(cluster, options)
@@ -71,14 +82,13 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> History:
         stop_file.touch()
         print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
         code = clients.wait(180)
-        assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
     finally:
-        if clients.poll() is None:
-            clients.kill()
+        if clients.poll() is None:  # the whole session: the workload and its JVM
+            os.killpg(clients.pid, signal.SIGKILL)
     print(f"{time.monotonic():.1f} the clients ended", flush=True)
     history = History.load(out)
     history.faults.extend(faults)
-    return history
+    return history, code
 
 
 def _schedule(cluster: ChaosCluster, options: Options) -> list[Fault]:
@@ -113,7 +123,7 @@ def main() -> int:
     )
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--nemeses", default="all", help=f"comma-separated, of: {', '.join(NEMESES)}")
-    parser.add_argument("--workload", default="queue,txn")
+    parser.add_argument("--workload", default="all", help=f"all, or some of: {', '.join(WORKLOADS)}")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fault-seconds", type=float, default=4.0)
     parser.add_argument("--heal-seconds", type=float, default=4.0)
@@ -124,7 +134,8 @@ def main() -> int:
     unknown = [n for n in names if n not in NEMESES]
     if unknown:
         parser.error(f"unknown nemeses {unknown}; known: {', '.join(NEMESES)}")
-    result = run(Options(args.seconds, names, tuple(args.workload.split(",")), args.seed,
+    workloads = WORKLOADS if args.workload == "all" else tuple(args.workload.split(","))
+    result = run(Options(args.seconds, names, workloads, args.seed,
                          args.fault_seconds, args.heal_seconds, args.out, args.run_id))
     print((result.report / "summary.txt").read_text())
     return 0 if result.verdict.valid else 1

@@ -12,17 +12,26 @@
 - non-monotonic poll: one consumer read an offset at or below one it read before (without
   being re-assigned in between); skipping poll: it jumped over an offset holding a value
   it should have seen;
+- reprocessed: a consume-transform-produce process committed two transactions that consumed
+  the same input value (exactly-once broken: the offsets committed with the first were lost);
 - G0 / G1c: cycles of transactions over write-write (consecutive writes of a partition, in
   offset order) and write-read (a transaction read another's value) dependencies, as Elle
   infers them from offsets: G0 with write-write edges only, G1c with at least one
-  write-read edge.
+  write-read edge. Kafka's transactions do not isolate concurrent writers: two transactions
+  open at once may interleave their writes in different orders on two partitions (Jepsen's
+  Redpanda and Bufstream analyses; its checker's `--no-ww-deps`). So a write-write edge counts
+  only between transactions that did not overlap in real time; the cycles that need an edge
+  between overlapping ones are counted apart (`Verdict.interleavings`), not anomalies.
 
-Plus availability: after each fault healed, how long until producers and consumers made
-progress again. Pure code: no clock, no I/O.
+Plus availability: after each fault healed, how long until every producer and every consumer
+had made progress again (on every partition it ever progressed on), and the stalls: recoveries
+longer than a bound, or none although the history went on for longer than it.
+Pure code: no clock, no I/O.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,7 +42,7 @@ DRAIN = "drain"  # the process that reads everything at the end (not a client ma
 
 ANOMALIES = (
     "lost-write", "duplicate", "aborted-read", "inconsistent-offsets", "torn-transaction",
-    "precommitted-read", "non-monotonic-poll", "skipping-poll", "G0", "G1c",
+    "precommitted-read", "non-monotonic-poll", "skipping-poll", "reprocessed", "G0", "G1c",
 )
 
 
@@ -45,13 +54,21 @@ class Anomaly:
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """How long after `fault` healed the producers and consumers of `topic` had progressed
-    again on every partition (None: not before the history ended)."""
+    """How long after `fault` healed the slowest producer and the slowest consumer of `topic`
+    had each progressed again on every partition it ever progressed on (None: not before the
+    history ended, `watched_s` after the heal)."""
 
     fault: Fault
     topic: str
     producers_s: float | None
     consumers_s: float | None
+    watched_s: float = 0.0
+    slowest: str = ""  # the process that took longest (or never progressed)
+
+    def stalled(self, bound_s: float) -> bool:
+        """Longer than `bound_s`, or never although watched for longer."""
+        return any(t > bound_s if t is not None else self.watched_s > bound_s
+                   for t in (self.producers_s, self.consumers_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +78,14 @@ class Verdict:
     ops: int
     ok_writes: int
     reads: int
+    interleavings: int = 0  # cycles only concurrent transactions' write order makes: allowed
 
     @property
     def valid(self) -> bool:
         return not self.anomalies
+
+    def stalls(self, bound_s: float) -> list[Recovery]:
+        return [r for r in self.recoveries if r.stalled(bound_s)]
 
     def counts(self) -> dict[str, int]:
         found = {kind: 0 for kind in ANOMALIES}
@@ -75,14 +96,16 @@ class Verdict:
 
 def check(history: History) -> Verdict:
     index = _Index(history.ops)
+    ww, wr = dependencies(index)
     anomalies = [
         *index.inconsistent_offsets(), *index.duplicates(), *index.lost_writes(),
         *index.aborted_reads(), *index.torn_transactions(), *index.precommitted_reads(),
-        *index.poll_order(), *cycles(index),
+        *index.poll_order(), *index.reprocessed(), *cycles(index, sequential(index, ww), wr),
     ]
     return Verdict(
         tuple(anomalies), tuple(recoveries(history)), len(history.ops),
         sum(1 for _ in index.acknowledged()), len(index.all_reads),
+        sum(1 for _ in cycles(index, ww, wr)) - sum(1 for a in anomalies if a.kind in ("G0", "G1c")),
     )
 
 
@@ -180,6 +203,17 @@ class _Index:
                 yield from self._order(process, last.get(r.key), r, op.committed_reader)
                 last[r.key] = r.offset
 
+    def reprocessed(self) -> Iterator[Anomaly]:
+        consumed: dict[tuple[str, str], Read] = {}
+        for op in self.ops:
+            if op.kind != Kind.TXN or op.outcome != Outcome.OK:
+                continue
+            for r in op.reads:
+                first = consumed.setdefault((op.process, r.value), r)
+                if first is not r:
+                    yield Anomaly("reprocessed", f"{op.process} committed two transactions that consumed "
+                                  f"{r.value} ({_tp(first.key)}@{first.offset}, then @{r.offset})")
+
     def _polls_by_consumer(self) -> dict[str, list[tuple[Op, Read]]]:
         found: dict[str, list[tuple[Op, Read]]] = defaultdict(list)
         for op in self.ops:
@@ -205,8 +239,7 @@ class _Index:
 # -- G0 / G1c: Elle's cycles over the transactions' dependencies -------------------------
 
 
-def cycles(index: _Index) -> Iterator[Anomaly]:
-    ww, wr = dependencies(index)
+def cycles(index: _Index, ww: dict[int, set[int]], wr: dict[int, set[int]]) -> Iterator[Anomaly]:
     graph = {a: set(ww.get(a, ())) | set(wr.get(a, ())) for a in set(ww) | set(wr)}
     for component in strongly_connected(graph):
         inner_ww = {a: {b for b in ww.get(a, ()) if b in component} for a in component}
@@ -235,6 +268,16 @@ def dependencies(index: _Index) -> tuple[dict[int, set[int]], dict[int, set[int]
         if op.kind == Kind.TXN and writer is not None and writer is not op:
             wr[position[id(writer)]].add(position[id(op)])
     return ww, wr
+
+
+def sequential(index: _Index, ww: dict[int, set[int]]) -> dict[int, set[int]]:
+    """The write-write edges between transactions that did not overlap in real time."""
+    ops = index.ops
+
+    def apart(a: int, b: int) -> bool:
+        return ops[a].complete_s < ops[b].invoke_s or ops[b].complete_s < ops[a].invoke_s
+
+    return {a: {b for b in bs if apart(a, b)} for a, bs in ww.items()}
 
 
 def strongly_connected(graph: dict[int, set[int]], nontrivial_only: bool = True) -> list[set[int]]:
@@ -289,17 +332,14 @@ def _pop_component(node: int, stack: list[int], on_stack: set[int]) -> set[int]:
 
 
 def recoveries(history: History) -> Iterator[Recovery]:
-    topics = sorted({k[0] for op in history.ops for k in (*_written(op), *_read(op))})
+    produced, consumed = _Progress(history.ops, _written), _Progress(history.ops, _read)
+    topics = sorted(produced.topics | consumed.topics)
+    end_s = max((op.complete_s for op in history.ops if op.process != DRAIN), default=0.0)
     for fault in history.faults:
         for topic in topics:
-            yield Recovery(
-                fault, topic, _progress_after(history.ops, fault.stop_s, _on(topic, _written)),
-                _progress_after(history.ops, fault.stop_s, _on(topic, _read)),
-            )
-
-
-def _on(topic: str, progress: Callable[[Op], Iterable[Key]]) -> Callable[[Op], Iterable[Key]]:
-    return lambda op: [k for k in progress(op) if k[0] == topic]
+            wrote, read = produced.slowest(topic, fault.stop_s), consumed.slowest(topic, fault.stop_s)
+            slowest = max((wrote, read), key=lambda t: float("inf") if t[0] is None else t[0])
+            yield Recovery(fault, topic, wrote[0], read[0], max(0.0, end_s - fault.stop_s), slowest[1])
 
 
 def _written(op: Op) -> Iterable[Key]:
@@ -312,21 +352,36 @@ def _read(op: Op) -> Iterable[Key]:
         yield from (r.key for r in op.reads)
 
 
-def _progress_after(
-    ops: Iterable[Op], healed_s: float, progress: Callable[[Op], Iterable[Key]]
-) -> float | None:
-    """Seconds from `healed_s` until every partition the history ever progressed on did so again
-    (None: one never did before the history ended)."""
-    first: dict[Key, float] = {}
-    keys: set[Key] = set()
-    for op in ops:
-        for key in progress(op):
-            keys.add(key)
-            if op.complete_s >= healed_s:
-                first[key] = min(first.get(key, op.complete_s), op.complete_s)
-    if not keys or set(first) != keys:
-        return None
-    return max(first.values()) - healed_s
+class _Progress:
+    """When each process progressed (wrote or read, as `progress` says) on each partition:
+    per topic, process and partition, the completion times in order (built once)."""
+
+    def __init__(self, ops: Iterable[Op], progress: Callable[[Op], Iterable[Key]]) -> None:
+        self.times: dict[str, dict[str, dict[Key, list[float]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(list)))
+        for op in ops:
+            for key in set(progress(op)):
+                self.times[key[0]][op.process][key].append(op.complete_s)
+        for processes in self.times.values():
+            for keys in processes.values():
+                for times in keys.values():
+                    times.sort()
+        self.topics = set(self.times)
+
+    def slowest(self, topic: str, healed_s: float) -> tuple[float | None, str]:
+        """The longest, over the processes, of the seconds from `healed_s` until one had
+        progressed again on every partition it ever progressed on (None: one never did), and
+        that process."""
+        worst: tuple[float | None, str] = (None, "")
+        for process, keys in sorted(self.times.get(topic, {}).items()):
+            firsts = [times[i] if (i := bisect_left(times, healed_s)) < len(times) else None
+                      for times in keys.values()]
+            if None in firsts:
+                return None, process
+            took = max(t for t in firsts if t is not None) - healed_s
+            if worst[0] is None or took > worst[0]:
+                worst = (took, process)
+        return worst
 
 
 def _tp(key: Key) -> str:

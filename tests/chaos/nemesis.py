@@ -8,11 +8,13 @@ processes, clocks and disks. Targets are drawn with the campaign's seeded `Rando
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.chaos.hosts import BROKERS, ChaosCluster
+from tests.chaos.hosts import BROKERS, SESSION_MS, ChaosCluster
 from tests.integration.disks import FILLER, fill, free
 
 Start = Callable[[ChaosCluster, random.Random], str]
@@ -137,7 +139,23 @@ def kill(cluster: ChaosCluster, rng: random.Random) -> str:
 
 
 def restart(cluster: ChaosCluster, target: str) -> None:
-    cluster.brokers[target].start(timeout=40)
+    cluster.brokers[_host(target)].start(timeout=40)
+
+
+def kill_long(cluster: ChaosCluster, rng: random.Random) -> str:
+    """kill -9, and the fault holds only once etcd has dropped the broker's registration (its
+    session timed out): the cluster has moved on without it, and it comes back as a returning
+    broker rather than within its own session."""
+    b = _any_broker(rng)
+    node_id = BROKERS.index(b) + 1
+    cluster.brokers[b].kill9()
+    started = time.monotonic()
+    deadline = started + 10 * SESSION_MS / 1000
+    while node_id in cluster.view().get("brokers", [node_id]):
+        if time.monotonic() > deadline:
+            return f"{b} still registered after {time.monotonic() - started:.1f}s"
+        time.sleep(0.3)
+    return f"{b} lapsed after {time.monotonic() - started:.1f}s"
 
 
 def skew(cluster: ChaosCluster, rng: random.Random) -> str:
@@ -149,6 +167,43 @@ def skew(cluster: ChaosCluster, rng: random.Random) -> str:
 
 def unskew(cluster: ChaosCluster, target: str) -> None:
     cluster.brokers[_host(target)].skew(0)  # a jump back while it runs
+
+
+class _Jumps:
+    """A broker's realtime clock jumping while it runs: every `every_s`, the next offset of an
+    alternating sequence (ahead, behind, ahead, ...); libfaketime re-reads its file each second."""
+
+    running: dict[str, _Jumps] = {}
+
+    def __init__(self, cluster: ChaosCluster, broker: str, offsets: list[int], every_s: float) -> None:
+        self.broker, self.offsets, self.every_s = cluster.brokers[broker], offsets, every_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self.done.is_set():
+            self.broker.skew(self.offsets[i % len(self.offsets)])
+            i += 1
+            self.done.wait(self.every_s)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.broker.skew(0)
+
+
+def clock_jumps(cluster: ChaosCluster, rng: random.Random) -> str:
+    b = _any_broker(rng)
+    offsets = [sign * rng.randint(5, 300) for _ in range(4) for sign in (1, -1)]
+    jumps = _Jumps(cluster, b, offsets, every_s=1.0)
+    _Jumps.running[b] = jumps
+    jumps.thread.start()
+    return f"{b} {'/'.join(f'{o:+d}' for o in offsets)}s"
+
+
+def clock_jumps_stop(cluster: ChaosCluster, target: str) -> None:
+    _Jumps.running.pop(_host(target)).stop()
 
 
 def _disk(cluster: ChaosCluster, broker: str) -> Path:
@@ -185,7 +240,11 @@ NEMESES = {n.name: n for n in (
     Nemesis("pause", pause, resume, "SIGSTOP a broker beyond session and lag timeouts"),
     Nemesis("kill-restart", kill_restart, lambda c, t: None, "kill -9 and an immediate restart"),
     Nemesis("kill", kill, restart, "kill -9, restarted when the fault ends"),
+    Nemesis("kill-long", kill_long, restart,
+            "kill -9, down until etcd dropped its registration and the fault ends, then restarted"),
     Nemesis("clock-skew", skew, unskew, "a broker's realtime clock 5-300 s ahead or behind"),
+    Nemesis("clock-jumps", clock_jumps, clock_jumps_stop,
+            "a broker's realtime clock jumping each second while it runs, 5-300 s ahead then behind"),
     Nemesis("full-disk", fill_disk, free_disk, "a broker's data dir (tmpfs) full"),
     Nemesis("etcd-down", etcd_down, etcd_up, "etcd paused beyond the session timeout"),
 )}

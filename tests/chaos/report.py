@@ -16,6 +16,7 @@ from tests.chaos.checker import DRAIN, Recovery, Verdict
 from tests.chaos.history import History, Kind, Op, Outcome
 
 ANOMALIES_SHOWN = 50
+STALL_S = 60.0  # a recovery longer than this (or none, watched for longer) is a stall
 
 
 def write_report(out: Path, history: History, verdict: Verdict, seed: int) -> Path:
@@ -40,13 +41,27 @@ def summary_figures(history: History, verdict: Verdict, seed: int) -> dict[str, 
         "values_read": verdict.reads,
         "faults_per_nemesis": dict(sorted(Counter(f.nemesis for f in history.faults).items())),
         "anomalies_per_kind": verdict.counts(),
+        "write_interleavings": verdict.interleavings,  # allowed: see tests.chaos.checker
         "recovery_s_per_nemesis": _recovery_by_nemesis(verdict.recoveries),
+        "worst_recovery": _worst(verdict.recoveries),
+        f"stalls_over_{int(STALL_S)}s": [_recovery_json(r) for r in verdict.stalls(STALL_S)],
     }
 
 
 def _recovery_json(r: Recovery) -> dict[str, Any]:
-    return {"nemesis": r.fault.nemesis, "target": r.fault.target, "topic": r.topic,
-            "producers_s": r.producers_s, "consumers_s": r.consumers_s}
+    return {"nemesis": r.fault.nemesis, "target": r.fault.target, "healed_s": round(r.fault.stop_s, 3),
+            "topic": r.topic, "producers_s": r.producers_s, "consumers_s": r.consumers_s,
+            "watched_s": round(r.watched_s, 2), "slowest": r.slowest}
+
+
+def _worst(recoveries: tuple[Recovery, ...]) -> dict[str, Any] | None:
+    """The longest recovery that did happen (the ones that never did are in the stalls)."""
+    done = [(max(t for t in (r.producers_s, r.consumers_s) if t is not None), r) for r in recoveries
+            if r.producers_s is not None or r.consumers_s is not None]
+    if not done:
+        return None
+    took, r = max(done, key=lambda d: d[0])
+    return {**_recovery_json(r), "took_s": round(took, 2)}
 
 
 def _recovery_by_nemesis(recoveries: tuple[Recovery, ...]) -> dict[str, dict[str, Any]]:
@@ -75,11 +90,17 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
              f"acknowledged writes {figures['acknowledged_writes']}, values read {figures['values_read']}",
              "faults per nemesis: " + ", ".join(f"{k} {v}" for k, v in figures["faults_per_nemesis"].items()),
              "anomalies: " + ", ".join(f"{k} {v}" for k, v in figures["anomalies_per_kind"].items()),
-             "progress on every partition after the fault healed (median s, producers / consumers; "
-             "max; never):"]
+             f"cycles only concurrent transactions' interleaved writes make (allowed in Kafka's model): "
+             f"{figures['write_interleavings']}",
+             f"worst recovery: {figures['worst_recovery']}",
+             f"stalls (no progress for over {int(STALL_S)} s after a heal): "
+             f"{len(figures[f'stalls_over_{int(STALL_S)}s'])}",
+             "every producer and consumer progressing again on its partitions after the fault healed "
+             "(median s of the slowest, producers / consumers; max; never before the end):"]
     for name, r in figures["recovery_s_per_nemesis"].items():
         lines.append(f"  {name:28} {r['producers_median_s']} / {r['consumers_median_s']}; "
                      f"max {r['max_s']}; never {r['never']}")
+    lines += [f"  stall: {r}" for r in figures[f"stalls_over_{int(STALL_S)}s"]]
     lines += [f"  {a.kind}: {a.detail}" for a in verdict.anomalies[:ANOMALIES_SHOWN]]
     return "\n".join(lines) + "\n"
 

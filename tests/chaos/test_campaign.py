@@ -1,27 +1,37 @@
-"""A short campaign of every nemesis, in CI: the cluster on namespaced hosts, the queue and
-transaction workloads, each nemesis once (3 s: beyond the 2 s session and lag timeouts,
-then 3 s healed); no anomaly, every fault injected, the report written, everything torn
-down. `make chaos` runs long campaigns of the same code."""
+"""A short campaign of every nemesis, in CI: the cluster on namespaced hosts, every workload
+(the queue; transactional writes and consume-transform-produce by confluent-kafka and by the
+Java client 4.3), each nemesis once (3 s: beyond the 2 s session and lag timeouts, then 3 s
+healed); no anomaly, no stall (every producer and consumer progressing again within 60 s of
+each heal), every fault injected, every client making progress, the report written,
+everything torn down. `make chaos` runs long campaigns of the same code."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 from tests.chaos.campaign import Options, run
+from tests.chaos.history import Kind, Outcome
 from tests.chaos.nemesis import NEMESES
 from tests.chaos.netns import PREFIX
+from tests.chaos.report import STALL_S
+from tests.chaos.workload import WORKLOADS
 
 
-def test_every_nemesis_once_finds_no_anomaly(tmp_path: Path) -> None:
-    result = run(Options(seconds=0, nemeses=tuple(NEMESES), seed=22, fault_s=3.0, heal_s=3.0,
-                         out=tmp_path / "report", run_id=201))
+def test_every_nemesis_once_finds_no_anomaly_and_no_stall(tmp_path: Path) -> None:
+    result = run(Options(seconds=0, nemeses=tuple(NEMESES), workloads=WORKLOADS, seed=22, fault_s=3.0,
+                         heal_s=3.0, out=tmp_path / "report", run_id=201))
     summary = (result.report / "summary.txt").read_text()
     assert result.verdict.valid, summary
+    assert not result.verdict.stalls(STALL_S), summary
     figures = json.loads((result.report / "report.json").read_text())
     assert figures["faults_per_nemesis"] == {name: 1 for name in sorted(NEMESES)}, summary
     assert figures["acknowledged_writes"] > 500 and figures["values_read"] > 500, summary
+    ops = result.history.ops
+    committed = Counter(op.process for op in ops if op.kind == Kind.TXN and op.outcome == Outcome.OK)
+    assert all(committed[p] >= 10 for p in ("t1", "x1", "j1", "jx")), (committed, summary)
     assert (result.report / "timeline.png").stat().st_size > 10_000
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"{PREFIX}201-" not in left, left

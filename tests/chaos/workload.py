@@ -1,11 +1,13 @@
 """The clients of a campaign, run on the clients' host until a stop file appears:
-`python -m tests.chaos.workload BOOTSTRAP OUT STOP_FILE [--workload queue,txn] [--seed N]`.
+`python -m tests.chaos.workload BOOTSTRAP OUT STOP_FILE [--workload queue,txn,...|all] [--seed N]`.
 
 - queue (Jepsen's): two idempotent acks=all producers append unique values round-robin to
   the partitions of `queue` (RF 3, min.insync.replicas 2); one consumer polls with assign,
   one with subscribe (its re-assignments are recorded: its order checks start over);
-- txn: a transactional producer writes 2-4 values to random partitions of `txn` and commits
-  or (one in five) aborts; a read_committed and a read_uncommitted consumer poll them.
+- txn, ctp, java-txn, java-ctp (tests.chaos.transactions): multi-partition transactional
+  writes to `txn` and consume-transform-produce from `txn` to `ctp`, with random aborts, by
+  confluent-kafka and by the Java client 4.3; a read_committed and a read_uncommitted
+  consumer poll `txn` and `ctp` (a transformer alone gets txn's writer as its source).
 Every operation is recorded with invocation and completion time (CLOCK_MONOTONIC, shared
 with the campaign) and outcome; when the stop file appears, the clients stop and a fresh
 read_committed consumer drains every partition. The history is written to OUT as JSON.
@@ -14,7 +16,6 @@ read_committed consumer drains every partition. The history is written to OUT as
 from __future__ import annotations
 
 import argparse
-import random
 import threading
 import time
 import uuid
@@ -25,11 +26,14 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.chaos import transactions
 from tests.chaos.checker import DRAIN
 from tests.chaos.history import NO_OFFSET, History, Kind, Op, Outcome, ProcessId, Read, Write
+from tests.chaos.transactions import CTP, TXN
 
 PARTITIONS = 3
-QUEUE, TXN = "queue", "txn"
+QUEUE = "queue"
+WORKLOADS = ("queue", "txn", "ctp", "java-txn", "java-ctp")
 PACE_S = 0.02  # one send per producer every 20 ms at most: a bounded load
 COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 
@@ -50,7 +54,7 @@ def now() -> float:
 
 def create_topics(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, **COMMON})
-    futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in (QUEUE, TXN)])
+    futures = admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in (QUEUE, TXN, CTP)])
     for future in futures.values():
         try:
             future.result(30)
@@ -105,10 +109,10 @@ def poll_into(c: Consumer, rec: Recorder, name: str, committed: bool) -> int:
     return len(messages)
 
 
-def poll_assigned(bootstrap: str, topic: str, name: str, committed: bool, rec: Recorder,
+def poll_assigned(bootstrap: str, topics: list[str], name: str, committed: bool, rec: Recorder,
                   stop: threading.Event) -> None:
     c = consumer(bootstrap, committed)
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(PARTITIONS)])
     try:
         while not stop.is_set():
             poll_into(c, rec, name, committed)
@@ -130,74 +134,6 @@ def poll_subscribed(bootstrap: str, name: str, rec: Recorder, stop: threading.Ev
         c.close()
 
 
-# -- transactions ------------------------------------------------------------------------------
-
-
-def produce_txns(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, seed: int) -> None:
-    rng = random.Random(seed)
-    producer = _txn_producer(bootstrap, name, stop)
-    n = 0
-    while producer is not None and not stop.is_set():
-        values = [f"{name}-{n}-{i}" for i in range(rng.randint(2, 4))]
-        n += 1
-        try:
-            rec.add(_one_txn(producer, name, values, rng))
-        except KafkaException:
-            producer = _txn_producer(bootstrap, name, stop)  # fatal: a new producer fences the old
-
-
-def _txn_producer(bootstrap: str, name: str, stop: threading.Event) -> Producer | None:
-    """A producer whose InitProducerId went through (None if the run stopped first)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{name}",
-                         "transaction.timeout.ms": 10000, "message.timeout.ms": 8000, **COMMON})
-    while not stop.is_set():
-        try:
-            producer.init_transactions(5)
-            return producer
-        except KafkaException:
-            continue
-    return None
-
-
-def _one_txn(producer: Producer, name: str, values: list[str], rng: random.Random) -> Op:
-    invoked = now()
-    offsets: dict[str, tuple[tuple[str, int], int]] = {}
-
-    def delivered(err: Any, msg: Any) -> None:
-        if err is None:
-            offsets[msg.value().decode()] = ((msg.topic(), msg.partition()), msg.offset())
-
-    producer.begin_transaction()
-    keys = {v: (TXN, rng.randrange(PARTITIONS)) for v in values}
-    for v in values:
-        producer.produce(TXN, v.encode(), partition=keys[v][1], on_delivery=delivered)
-    outcome, commit_s = _finish(producer, abort=rng.random() < 0.2)
-    writes = tuple(Write(offsets.get(v, (keys[v], NO_OFFSET))[0], v, offsets.get(v, (keys[v], NO_OFFSET))[1])
-                   for v in values)
-    return Op(ProcessId(name), Kind.TXN, invoked, now(), outcome, writes, commit_s=commit_s)
-
-
-def _finish(producer: Producer, abort: bool) -> tuple[Outcome, float]:
-    commit_s = now()
-    try:
-        if abort:
-            producer.abort_transaction(10)
-            return Outcome.FAIL, commit_s
-        producer.flush(10)
-        commit_s = now()
-        producer.commit_transaction(10)
-        return Outcome.OK, commit_s
-    except KafkaException as exc:
-        error = exc.args[0]
-        if error.fatal():
-            raise
-        try:  # an abort that goes through means the commit never took effect
-            producer.abort_transaction(10)
-            return Outcome.FAIL, commit_s
-        except KafkaException:
-            return Outcome.INFO, commit_s
-
-
 # -- the end: drain ----------------------------------------------------------------------------
 
 
@@ -216,19 +152,45 @@ def drain(
         c.close()
 
 
-def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: int) -> None:
-    create_topics(bootstrap)
-    rec, stop = Recorder(), threading.Event()
+def jobs_of(bootstrap: str, stop_file: Path, workloads: list[str], seed: int, rec: Recorder,
+            stop: threading.Event) -> tuple[list[Callable[[], None]], list[str]]:
+    """The client threads of the chosen workloads, and the topics they write."""
     jobs: list[Callable[[], None]] = []
     if "queue" in workloads:
         jobs += [lambda n=n: produce_queue(bootstrap, n, rec, stop) for n in ("p1", "p2")]
-        jobs += [lambda: poll_assigned(bootstrap, QUEUE, "ca", True, rec, stop),
+        jobs += [lambda: poll_assigned(bootstrap, [QUEUE], "ca", True, rec, stop),
                  lambda: poll_subscribed(bootstrap, "cs", rec, stop)]
-    if "txn" in workloads:
-        jobs += [lambda: produce_txns(bootstrap, "t1", rec, stop, seed),
-                 lambda: poll_assigned(bootstrap, TXN, "tc", True, rec, stop),
-                 lambda: poll_assigned(bootstrap, TXN, "tu", False, rec, stop)]
-    threads = [threading.Thread(target=job, daemon=True) for job in jobs]
+    transformers, writers = {"ctp", "java-ctp"} & set(workloads), {"txn", "java-txn"} & set(workloads)
+    if "txn" in workloads or (transformers and not writers):
+        jobs.append(lambda: transactions.produce_txns(bootstrap, "t1", rec.add, stop, seed))
+    if "ctp" in workloads:
+        jobs.append(lambda: transactions.transform(bootstrap, "x1", rec.add, stop, seed))
+    java = [w for w in workloads if w in transactions.JAVA_WORKLOADS]
+    if java:
+        jobs.append(lambda: transactions.run_java(bootstrap, stop_file, seed, java, rec.add))
+    topics = [QUEUE] if "queue" in workloads else []
+    topics += [TXN] if set(workloads) - {"queue"} else []
+    topics += [CTP] if {"ctp", "java-ctp"} & set(workloads) else []
+    if set(topics) & {TXN, CTP}:
+        readable = [t for t in topics if t != QUEUE]
+        jobs += [lambda: poll_assigned(bootstrap, readable, "tc", True, rec, stop),
+                 lambda: poll_assigned(bootstrap, readable, "tu", False, rec, stop)]
+    return jobs, topics
+
+
+def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: int) -> None:
+    create_topics(bootstrap)
+    rec, stop, failed = Recorder(), threading.Event(), []
+    jobs, topics = jobs_of(bootstrap, stop_file, workloads, seed, rec, stop)
+
+    def guarded(job: Callable[[], None]) -> None:
+        try:
+            job()
+        except Exception as exc:
+            failed.append(exc)
+            raise
+
+    threads = [threading.Thread(target=guarded, args=(job,), daemon=True) for job in jobs]
     for t in threads:
         t.start()
     while not stop_file.exists():
@@ -236,8 +198,10 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
     stop.set()
     for t in threads:
         t.join(60)
-    drain(bootstrap, [t for t, w in ((QUEUE, "queue"), (TXN, "txn")) if w in workloads], rec)
+    drain(bootstrap, topics, rec)
     rec.history.save(out)
+    if failed:
+        raise SystemExit(f"a client failed: {failed[0]!r}")
 
 
 def main() -> None:
@@ -245,10 +209,11 @@ def main() -> None:
     parser.add_argument("bootstrap")
     parser.add_argument("out", type=Path)
     parser.add_argument("stop_file", type=Path)
-    parser.add_argument("--workload", default="queue,txn")
+    parser.add_argument("--workload", default="queue,txn", help=f"comma-separated of {WORKLOADS}, or all")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    run(args.bootstrap, args.out, args.stop_file, args.workload.split(","), args.seed)
+    workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
+    run(args.bootstrap, args.out, args.stop_file, workloads, args.seed)
 
 
 if __name__ == "__main__":

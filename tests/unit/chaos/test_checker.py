@@ -111,17 +111,31 @@ def test_a_committed_reader_may_skip_a_transaction_of_unknown_outcome() -> None:
 
 def test_g0_a_write_cycle() -> None:
     t1 = txn(Write(A, "x1", 0), Write(B, "y1", 1), who="t1")
-    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2")
+    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2", at=2.0)  # after t1 ended
     v = verdict(t1, t2, poll((0, "x1"), (1, "x2")), poll((0, "y2"), (1, "y1"), key=B))
     assert found(v) == {"G0": 1}
 
 
+def test_concurrent_transactions_may_interleave_their_writes() -> None:
+    t1 = txn(Write(A, "x1", 0), Write(B, "y1", 1), who="t1")
+    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2", at=1.2)  # both open at once
+    v = verdict(t1, t2, poll((0, "x1"), (1, "x2")), poll((0, "y2"), (1, "y1"), key=B))
+    assert v.valid and v.interleavings == 1
+
+
 def test_g1c_a_write_read_cycle() -> None:
     t1 = txn(Write(A, "x1", 0), who="t1", reads=(Read(B, 0, "y2"),))
-    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2")
+    t2 = txn(Write(A, "x2", 1), Write(B, "y2", 0), who="t2", at=2.0)
     v = verdict(t1, t2, poll((0, "x1"), (1, "x2")), poll((0, "y2"), key=B))
     assert found(v) == {"G1c": 1}
     assert "t1" in v.anomalies[0].detail and "t2" in v.anomalies[0].detail
+
+
+def test_g1c_of_write_read_edges_only_even_between_concurrent_transactions() -> None:
+    t1 = txn(Write(A, "x1", 0), who="t1", reads=(Read(B, 0, "y2"),))
+    t2 = txn(Write(B, "y2", 0), who="t2", reads=(Read(A, 0, "x1"),), at=1.2)
+    v = verdict(t1, t2, poll((0, "x1"),), poll((0, "y2"), key=B))
+    assert found(v) == {"G1c": 1} and v.interleavings == 0
 
 
 def test_serial_transactions_have_no_cycle() -> None:
@@ -139,6 +153,40 @@ def test_availability_after_each_fault() -> None:
     assert first.topic == "q"
     assert round(first.producers_s or 0, 3) == 0.91 and round(first.consumers_s or 0, 3) == 1.51
     assert (second.producers_s, second.consumers_s) == (None, None)
+
+
+def test_availability_is_the_slowest_process() -> None:
+    fault = Fault("kill-long", 1.0, 3.0, "n1")
+    before = Op(ProcessId("p2"), Kind.SEND, 0.1, 0.2, OK, (Write(A, "y", 9),))
+    after = Op(ProcessId("p2"), Kind.SEND, 9.0, 9.5, OK, (Write(A, "z", 2),))
+    v = verdict(send("a", 0, at=0.5), send("b", 1, at=3.2), before, after,
+                poll((0, "a"), (1, "b"), (2, "z"), at=9.6), faults=(fault,))
+    (r,) = v.recoveries
+    assert round(r.producers_s or 0, 2) == 6.5  # p2's, p1 was back at 3.21 s
+    assert (round(r.consumers_s or 0, 2), r.slowest) == (6.61, "c1")
+    assert r.stalled(5.0) and not r.stalled(60.0)
+
+
+def test_a_stall_is_a_recovery_beyond_the_bound_or_none_watched_longer() -> None:
+    stuck = Fault("etcd-down", 1.0, 2.0, "etcd")
+    ops = [send("a", 0, at=0.5), Op(ProcessId("p2"), Kind.SEND, 0.1, 0.2, OK, (Write(A, "y", 1),)),
+           send("b", 2, at=70.0), poll((0, "a"), (1, "y"), (2, "b"), at=71.0)]
+    (r,) = verdict(*ops, faults=(stuck,)).recoveries
+    assert (r.producers_s, r.slowest) == (None, "p2") and r.watched_s > 60 and r.stalled(60.0)
+    (late,) = verdict(*ops, faults=(Fault("etcd-down", 60.0, 65.0, "etcd"),)).recoveries
+    assert late.producers_s is None and not late.stalled(60.0)  # watched for 6 s only
+
+
+def test_a_value_consumed_by_two_committed_transformations_is_reprocessed() -> None:
+    source = txn(Write(A, "x", 0), who="t1")
+    first = txn(Write(B, "o1", 0), reads=(Read(A, 0, "x"),), who="x1", at=2.0)
+    aborted = txn(Write(B, "o2", 1), reads=(Read(A, 0, "x"),), who="x1", at=3.0, outcome=FAIL)
+    again = txn(Write(B, "o3", 2), reads=(Read(A, 0, "x"),), who="x1", at=4.0)
+    other_group = txn(Write(B, "o4", 3), reads=(Read(A, 0, "x"),), who="jx", at=5.0)
+    reads = (poll((0, "x")), poll((0, "o1"), (2, "o3"), (3, "o4"), key=B))
+    assert found(verdict(source, first, aborted, other_group, *reads)) == {}
+    v = verdict(source, first, aborted, again, other_group, *reads)
+    assert found(v) == {"reprocessed": 1} and "x1" in v.anomalies[0].detail
 
 
 def test_a_history_round_trips_through_json() -> None:

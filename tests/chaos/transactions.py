@@ -1,0 +1,211 @@
+"""The transactional clients of a campaign (run by tests.chaos.workload on the clients' host):
+
+- txn (confluent-kafka, process t1): transactions of 2-4 values on random partitions of `txn`,
+  committed or (one in five) aborted;
+- ctp (confluent-kafka, process x1): consume-transform-produce. A read_committed consumer of
+  `txn` in its own group and a transactional producer: each polled batch (at most 10 records)
+  becomes as many values on random partitions of `ctp`, and the consumed offsets are committed
+  in the same transaction; one in five is aborted, after which (and after any failure) the
+  consumer rewinds to the group's committed offsets. The transaction's reads are recorded with
+  its writes, so the checker sees what it read (aborted and precommitted reads, G1c over
+  write-read edges) and whether it consumed a value twice (exactly-once broken);
+- java-txn / java-ctp (processes j1 / jx): the same two with the Java client 4.3
+  (tests/chaos/java/ChaosTxn.java, one JVM), whose operations arrive as `OP <json>` lines.
+
+A commit that fails but whose abort then goes through is recorded as failed; one whose abort
+fails too is unknown (info), and the producer is replaced (a new one fences the old).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+
+from tests.chaos.history import NO_OFFSET, Kind, Op, Outcome, ProcessId, Read, Write
+
+PARTITIONS = 3
+TXN, CTP = "txn", "ctp"
+COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
+JAVA_DIR = Path(__file__).resolve().parent / "java"
+JAVA_DEPS = Path(__file__).resolve().parents[2] / ".deps" / "java4"
+JAVA_WORKLOADS = ("java-txn", "java-ctp")
+
+
+def java_missing() -> str | None:
+    """Why the Java workloads cannot run here (None: they can)."""
+    if shutil.which("java") is None:
+        return "no `java` on PATH: the java-txn / java-ctp workloads need Java 17"
+    if not (JAVA_DEPS / ".installed").exists():
+        return f"Kafka Java client 4.3 not installed in {JAVA_DEPS} (run `make java-deps`)"
+    return None
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+def log(name: str, what: str, exc: BaseException) -> None:
+    """One line on the clients' log (the campaign's clients.log), with the monotonic time."""
+    print(f"{now():.3f} {name}: {what}: {exc}", file=sys.stderr, flush=True)
+
+
+def txn_producer(bootstrap: str, name: str, stop: threading.Event) -> Producer | None:
+    """A producer whose InitProducerId went through (None if the run stopped first)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{name}",
+                         "transaction.timeout.ms": 10000, "message.timeout.ms": 8000, **COMMON})
+    while not stop.is_set():
+        try:
+            producer.init_transactions(5)
+            return producer
+        except KafkaException as exc:
+            log(name, "init_transactions", exc)
+    return None
+
+
+class _Txn:
+    """One transaction of a confluent-kafka producer: what it sent, where it landed, its end."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.invoked = ProcessId(name), now()
+        self.keys: dict[str, tuple[str, int]] = {}
+        self.offsets: dict[str, int] = {}
+        self.reads: tuple[Read, ...] = ()
+
+    def send(self, producer: Producer, topic: str, partition: int, value: str) -> None:
+        self.keys[value] = (topic, partition)
+        producer.produce(topic, value.encode(), partition=partition, on_delivery=self._delivered)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.offsets[msg.value().decode()] = msg.offset()
+
+    def op(self, outcome: Outcome, commit_s: float) -> Op:
+        writes = tuple(Write(key, v, self.offsets.get(v, NO_OFFSET) if outcome == Outcome.OK else NO_OFFSET)
+                       for v, key in self.keys.items())
+        return Op(self.name, Kind.TXN, self.invoked, now(), outcome, writes, self.reads, commit_s=commit_s)
+
+
+def finish(producer: Producer, name: str, abort: bool) -> tuple[Outcome, float]:
+    """Commit or abort; a failed commit is tried as an abort (raises on a fatal error)."""
+    commit_s = now()
+    try:
+        if abort:
+            producer.abort_transaction(10)
+            return Outcome.FAIL, commit_s
+        producer.flush(10)
+        commit_s = now()
+        producer.commit_transaction(10)
+        return Outcome.OK, commit_s
+    except KafkaException as exc:
+        log(name, "abort" if abort else "commit", exc)
+        if exc.args[0].fatal():
+            raise
+        try:  # an abort that goes through means the commit never took effect
+            producer.abort_transaction(10)
+            return Outcome.FAIL, commit_s
+        except KafkaException as again:
+            log(name, "abort", again)
+            return (Outcome.FAIL if abort else Outcome.INFO), commit_s
+
+
+def produce_txns(bootstrap: str, name: str, add: Any, stop: threading.Event, seed: int) -> None:
+    rng = random.Random(seed)
+    producer = txn_producer(bootstrap, name, stop)
+    n = 0
+    while producer is not None and not stop.is_set():
+        txn = _Txn(name)
+        try:
+            producer.begin_transaction()
+            for i in range(rng.randint(2, 4)):
+                txn.send(producer, TXN, rng.randrange(PARTITIONS), f"{name}-{n}-{i}")
+            add(txn.op(*finish(producer, name, abort=rng.random() < 0.2)))
+        except Exception as exc:  # fatal (confluent-kafka may raise SystemError from a callback then)
+            log(name, "transaction (fatal)", exc)
+            add(txn.op(Outcome.INFO, txn.invoked))
+            producer = txn_producer(bootstrap, name, stop)  # fatal: a new producer fences the old
+        n += 1
+
+
+def transform(bootstrap: str, name: str, add: Any, stop: threading.Event, seed: int) -> None:
+    """Consume-transform-produce from `txn` to `ctp`, offsets committed in each transaction."""
+    rng = random.Random(seed + 1)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{name}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **COMMON})
+    c.subscribe([TXN])
+    producer = txn_producer(bootstrap, name, stop)
+    n = 0
+    try:
+        while producer is not None and not stop.is_set():
+            messages = [m for m in c.consume(10, 0.3) if m.error() is None]
+            if not messages:
+                continue
+            txn = _Txn(name)
+            try:
+                outcome, commit_s = _transform_one(producer, c, txn, messages, n, rng)
+            except Exception as exc:  # fatal, as in produce_txns
+                log(name, "transaction (fatal)", exc)
+                outcome, commit_s = Outcome.INFO, txn.invoked
+                producer = txn_producer(bootstrap, name, stop)
+            add(txn.op(outcome, commit_s))
+            if outcome != Outcome.OK:
+                _rewind(c, name, stop)
+            n += 1
+    finally:
+        c.close()
+
+
+def _transform_one(producer: Producer, c: Consumer, txn: _Txn, messages: list[Message], n: int,
+                   rng: random.Random) -> tuple[Outcome, float]:
+    txn.reads = tuple(Read((m.topic(), m.partition()), m.offset(), (m.value() or b"").decode())
+                      for m in messages)
+    producer.begin_transaction()
+    for i, _m in enumerate(messages):
+        txn.send(producer, CTP, rng.randrange(PARTITIONS), f"{txn.name}-{n}-{i}")
+    positions = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
+    try:
+        producer.send_offsets_to_transaction(
+            [TopicPartition(t, p, o) for (t, p), o in positions.items()], c.consumer_group_metadata(), 10)
+    except KafkaException as exc:
+        log(txn.name, "send_offsets_to_transaction", exc)
+        if exc.args[0].fatal():
+            raise
+        return finish(producer, txn.name, abort=True)
+    return finish(producer, txn.name, abort=rng.random() < 0.2)
+
+
+def _rewind(c: Consumer, name: str, stop: threading.Event) -> None:
+    """Back to the group's committed offsets (the start where none is committed)."""
+    while not stop.is_set():
+        try:
+            for tp in c.committed(c.assignment(), 10):
+                start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                c.seek(TopicPartition(tp.topic, tp.partition, start))
+            return
+        except KafkaException as exc:
+            log(name, "rewind", exc)
+
+
+def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], add: Any) -> None:
+    """The Java clients until the stop file appears (their operations read as they come);
+    raises if the JVM failed."""
+    proc = subprocess.Popen(
+        ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "ChaosTxn.java"), bootstrap, str(stop_file),
+         str(seed), ",".join(roles)], stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("OP "):
+            add(Op.from_json(json.loads(line[3:])))
+    code = proc.wait()
+    if code != 0:
+        raise RuntimeError(f"the Java clients exited with {code}")
