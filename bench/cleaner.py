@@ -58,6 +58,7 @@ def bench_in_process(records: int, keys: int, compression: int) -> tuple[float, 
             result = lg.append_as_leader(_batch(first, keys, payload, compression), 0, NOW)
             assert result.error is ErrorCode.NONE, result
         lg.roll(NOW)
+        lg.update_high_watermark(lg.log_end_offset)  # all replicated: the cleaner may reach the end
         before = sum(s.size for s in lg.segments)
         cleaner = LogCleaner(lambda: {("t", 0): lg}, CleanerConfig())
         read = seen = 0
