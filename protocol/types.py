@@ -8,7 +8,6 @@ from typing import NewType
 TopicPartition = tuple[str, int]  # (topic name, partition index)
 
 Offset = NewType("Offset", int)
-PartitionIndex = NewType("PartitionIndex", int)
 ProducerId = NewType("ProducerId", int)
 ProducerEpoch = NewType("ProducerEpoch", int)
 LeaderEpoch = NewType("LeaderEpoch", int)
