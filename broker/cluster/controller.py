@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
-from broker.cluster.image import ControllerRecord, PartitionState, TopicRecord
+from broker.cluster.image import ClusterImage, ControllerRecord, PartitionState, TopicRecord
 from broker.cluster.placement import (
     Assignment,
     Refused,
@@ -42,8 +43,10 @@ from protocol.errors import ErrorCode
 from protocol.types import NodeId
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RETRY_S = 0.5
+SETTLE_ATTEMPTS = 5  # decisions per partition when other writes keep moving it
 MAX_ELECTIONS_PER_PASS = 1000  # Kafka's maxElectionsPerImbalance
 
 
@@ -170,24 +173,44 @@ class ClusterController:
                      topic, index, old.leader, new.leader, new.leader_epoch, list(new.isr))
         return ok
 
+    async def _settle(
+        self, tp: tuple[str, int],
+        decide: Callable[[ClusterImage, PartitionState | None], tuple[T, PartitionState | None]],
+        moved: T,
+    ) -> tuple[T, PartitionState | None]:
+        """Decide on the partition's current state and write the outcome. When another write
+        (a leader's ISR change) moved the partition meanwhile, decide again on the new state,
+        as Kafka's one-threaded controller would have; `moved` only if it keeps moving."""
+        for _ in range(SETTLE_ATTEMPTS):
+            image = self.store.image
+            state = image.partitions.get(tp)
+            outcome, new = decide(image, state)
+            if state is None or new is None:
+                return outcome, None
+            if await self._write(tp[0], tp[1], state, new):
+                return outcome, new
+            await self.store.wait_for(lambda i: i.partitions.get(tp) != state, RETRY_S)  # noqa: B023
+        return moved, None
+
     async def elect(
         self, election_type: int, wanted: list[tuple[str, int]] | None
     ) -> dict[tuple[str, int], ErrorCode]:
         """ElectLeaders: per partition NONE (elected) or why not; all partitions when `wanted`
         is None (then, as Kafka, those that needed no election are left out)."""
-        image = self.store.image
-        live = image.live_brokers()
         results: dict[tuple[str, int], ErrorCode] = {}
         elected: list[tuple[tuple[str, int], PartitionState]] = []
-        for tp in wanted if wanted is not None else sorted(image.partitions):
-            state = image.partitions.get(tp)
-            if state is None:
-                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            new, error = election(state, live, election_type)
-            if new is not None and not await self._write(tp[0], tp[1], state, new):
-                error = ErrorCode.NOT_CONTROLLER  # the state moved meanwhile: the client retries
-            elif new is not None:
+        for tp in wanted if wanted is not None else sorted(self.store.image.partitions):
+
+            def decide(
+                image: ClusterImage, state: PartitionState | None
+            ) -> tuple[ErrorCode, PartitionState | None]:
+                if state is None:
+                    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+                new, error = election(state, image.live_brokers(), election_type)
+                return error, new
+
+            error, new = await self._settle(tp, decide, ErrorCode.NOT_CONTROLLER)
+            if new is not None:
                 elected.append((tp, new))
             if wanted is not None or error != ErrorCode.ELECTION_NOT_NEEDED:
                 results[tp] = error
@@ -234,15 +257,17 @@ class ClusterController:
         results: dict[tuple[str, int], Refused | None] = {}
         written: list[tuple[tuple[str, int], PartitionState]] = []
         for topic, index, target in wanted:
-            image = self.store.image
-            state = image.partitions.get((topic, index))
-            refused, new = check_reassignment(image.topics.get(topic) is not None, topic, index, state,
-                                         target, image.live_brokers())
-            if refused is None and state is not None and new is not None:
-                if await self._write(topic, index, state, new):
-                    written.append(((topic, index), new))
-                else:
-                    refused = Refused(ErrorCode.NOT_CONTROLLER, "The partition changed meanwhile; retry.")
+
+            def decide(
+                image: ClusterImage, state: PartitionState | None
+            ) -> tuple[Refused | None, PartitionState | None]:
+                exists = image.topics.get(topic) is not None  # noqa: B023 (called at once)
+                return check_reassignment(exists, topic, index, state, target,  # noqa: B023
+                                          image.live_brokers())
+
+            refused, new = await self._settle((topic, index), decide, MOVED)
+            if new is not None:
+                written.append(((topic, index), new))
             results[(topic, index)] = refused
         await self.store.wait_for(lambda i: all(i.partitions.get(tp) == s for tp, s in written), 5)
         self._wake.set()  # a reassignment may be complete already
@@ -266,6 +291,7 @@ class ClusterController:
         return found
 
 
+MOVED: Refused | None = Refused(ErrorCode.NOT_CONTROLLER, "The partition kept changing meanwhile; retry.")
 NO_REASSIGNMENT = Refused(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
 
 
