@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from broker.cluster.view import BrokerInfo, PartitionInfo
     from broker.config import BrokerConfig
     from broker.replication.replica_manager import Partition
-    from broker.security.acl import AclOperation, ResourceType
+    from broker.security.acl import AclBinding, AclFilter, AclOperation, ResourceType
     from coordinator.group import (
         DescribedGroup,
         JoinRequest,
@@ -269,6 +269,19 @@ class Authorizer(Protocol):
         self, caller: Caller, operation: AclOperation, resource: ResourceType, name: str
     ) -> bool: ...
 
+    def authorize_any(self, caller: Caller, operation: AclOperation, resource: ResourceType) -> bool: ...
+
+
+class Acls(Protocol):
+    """The ACLs in the metadata store (CreateAcls, DescribeAcls, DeleteAcls); written on the
+    controller in a cluster."""
+
+    def describe(self, wanted: AclFilter) -> list[AclBinding]: ...
+
+    async def create(self, acls: Sequence[AclBinding]) -> None: ...
+
+    async def delete(self, filters: Sequence[AclFilter]) -> list[list[AclBinding]]: ...
+
 
 class ProducerIds(Protocol):
     def generate(self) -> int: ...
@@ -290,3 +303,4 @@ class Services:
     authorizer: Authorizer
     api_versions: Mapping[int, ApiHandler]  # the handler table: dispatch and ApiVersions
     clock: Callable[[], int]
+    acls: Acls | None = None  # the ACL store; None when no authorizer is configured
