@@ -408,6 +408,13 @@ KEYS: dict[str, Key] = {
     "transaction.hanging.margin.ms": Key(_NON_NEGATIVE_LONG, 60000, "A transaction open on a partition "
                                          "for longer than `transaction.max.timeout.ms` plus this, that "
                                          "no coordinator knows, is hanging."),
+    "authorizer.class.name": Key(Choice(("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")), "",
+                                 "Empty: every request is allowed. Kafka's StandardAuthorizer: requests "
+                                 "are checked against the ACLs in the metadata store."),
+    "super.users": Key(Text(), "", "Principals allowed everything whatever the ACLs, separated by "
+                       "semicolons (`User:admin;User:ANONYMOUS`)."),
+    "allow.everyone.if.no.acl.found": Key(Boolean(), False, "With the authorizer: a resource no ACL "
+                                          "names is open to everyone (else only to super users)."),
     "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "
                                                  "(an ABORT marker, as `gregor transactions abort`); "
                                                  "otherwise only report them."),

@@ -35,7 +35,9 @@ from broker.metrics.service import BrokerMetrics, controller_status
 from broker.net.connection import Connection
 from broker.net.listeners import bind_listener, bind_metrics
 from broker.replication.replica_manager import ReplicaManager
-from broker.security.authorizer import AllowAllAuthorizer
+from broker.security.acl_store import ClusterAcls, LocalAcls
+from broker.security.authorizer import STANDARD_AUTHORIZER, AclAuthorizer, AllowAllAuthorizer, super_users
+from broker.security.rules import Policy
 from coordinator.producer_ids import ProducerIdManager
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
@@ -83,12 +85,13 @@ class Broker:
         self.roles = self._cluster_roles()
         self._coordinators(config)
         self.dynamic_configs.on_change = self._apply_dynamic_configs
+        authorizer, acls = self._authorizer(config)
         self.services = Services(
             partitions=self.replicas, topics=self.topics, cluster=self.view,
             controller=cluster.controller if cluster is not None else None,
             transactions=self.transactions, groups=self.groups, markers=self.markers,
-            configs=self.dynamic_configs, producer_ids=self.producer_ids, authorizer=AllowAllAuthorizer(),
-            api_versions=HANDLER_TABLE, clock=now_ms,
+            configs=self.dynamic_configs, producer_ids=self.producer_ids, authorizer=authorizer,
+            api_versions=HANDLER_TABLE, clock=now_ms, acls=acls,
         )
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
@@ -116,6 +119,18 @@ class Broker:
         self.hanging = HangingTransactionCheck(
             config, self.replicas, self.transactions, self.view, self.markers
         )
+
+    def _authorizer(
+        self, config: BrokerConfig
+    ) -> tuple[AclAuthorizer | AllowAllAuthorizer, LocalAcls | ClusterAcls | None]:
+        """Kafka's StandardAuthorizer over the store's ACLs when configured, else allow-all."""
+        if config["authorizer.class.name"] != STANDARD_AUTHORIZER:
+            return AllowAllAuthorizer(), None
+        policy = Policy(super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])
+        authorizer = AclAuthorizer(policy, metrics.authorization_denied)
+        if self.cluster is not None:
+            return authorizer, ClusterAcls(self.cluster.store, authorizer)
+        return authorizer, LocalAcls(self.store, authorizer)
 
     def _state_sources(self) -> StateSources:
         cluster = self.cluster

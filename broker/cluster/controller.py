@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import aetcd.exceptions
 
+from broker.api.caller import Caller
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import ClusterImage, ControllerRecord, PartitionState, TopicRecord
@@ -79,10 +80,11 @@ class ClusterController:
         """True while this broker's record is the controller key's value."""
         return self.record is not None and self.store.image.controller == self.record
 
-    async def forward(self, request: Any, version: int) -> Any:
+    async def forward(self, request: Any, version: int, original: Caller | None = None) -> Any:
         """A request only the controller carries out, sent to it as it came (Kafka's
-        forwarding); raises BrokerUnreachable when no controller can be reached."""
-        return await self.channel.call(request, version)
+        forwarding), on behalf of `original`; raises BrokerUnreachable when no controller
+        can be reached."""
+        return await self.channel.call(request, version, original)
 
     def start(self) -> None:
         self.store.subscribe(self._on_change)

@@ -278,6 +278,21 @@ class EtcdMetadataStore:
             if await self._txn([guard], [tx.put(key, str(block.last + 1).encode())]):
                 return block
 
+    # -- ACLs: one key each, named by the digest of the ACL's identity ----------------------------
+
+    async def put_acls(self, acls: dict[str, list[Any]]) -> None:
+        """Store each ACL (digest -> AclBinding.to_json()) in one transaction."""
+        tx = self.client.transactions
+        puts = [tx.put(self._key(f"acls/{d}"), json.dumps(v).encode()) for d, v in acls.items()]
+        if puts:
+            await self._txn([], puts)
+
+    async def delete_acls(self, digests: list[str]) -> None:
+        tx = self.client.transactions
+        deletes = [tx.delete(self._key(f"acls/{d}")) for d in digests]
+        if deletes:
+            await self._txn([], deletes)
+
     # -- membership -----------------------------------------------------------
 
     async def end_own_session(self, registration: BrokerRegistration) -> bool:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.api.caller import Caller
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.net.client import BrokerClient, BrokerUnreachable
+from broker.security.forwarded import forwarding_client_id
 
 FORWARD_TIMEOUT_S = 30.0
 
@@ -38,8 +40,11 @@ class ControllerChannel:
             )
         return client
 
-    async def call(self, request: Any, version: int) -> Any:
-        return await self._controller_client().call(request, version, timeout_s=FORWARD_TIMEOUT_S)
+    async def call(self, request: Any, version: int, original: Caller | None = None) -> Any:
+        """Forward `request`; `original` (who sent it here) rides in the client id."""
+        client = self._controller_client()
+        client_id = forwarding_client_id(client.client_id, original) if original is not None else None
+        return await client.call(request, version, timeout_s=FORWARD_TIMEOUT_S, client_id=client_id)
 
     async def close(self) -> None:
         if self._client is not None:

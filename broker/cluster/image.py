@@ -11,6 +11,7 @@ it synchronously. Every record is JSON under a key of the store's layout:
     <root>/topics/<name>                   TopicRecord (id, replica assignment, configs)
     <root>/partitions/<name>/<index>       PartitionState (leader, epochs, ISR)
     <root>/producer_ids                    the next producer-id block's first id
+    <root>/acls/<digest>                   one ACL (AclBinding.to_json(); the digest of its identity)
 """
 
 from __future__ import annotations
@@ -195,6 +196,7 @@ class ClusterImage:
     controller: ControllerRecord | None = None
     topics: dict[str, TopicRecord] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    acls: dict[str, list[Any]] = field(default_factory=dict)  # digest -> AclBinding.to_json()
 
     def apply(self, key: str, value: bytes | None) -> None:
         """One record (None = deleted), its key relative to the store's root."""
@@ -211,6 +213,8 @@ class ClusterImage:
             self._put(self.topics, parts[1], data, lambda d: TopicRecord.from_json(parts[1], d))
         elif kind == "partitions" and len(parts) == 3:
             self._put(self.partitions, (parts[1], int(parts[2])), data, PartitionState.from_json)
+        elif kind == "acls" and len(parts) == 2:
+            self._put(self.acls, parts[1], data, list)
 
     @staticmethod
     def _put(table: dict[Any, Any], key: Any, data: Any, decode: Any) -> None:

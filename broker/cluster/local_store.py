@@ -76,6 +76,7 @@ class LocalMetadataStore:
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._acls: list[list[Any]] = []  # AclBinding.to_json() of each ACL
         self._load()
 
     def _load(self) -> None:
@@ -86,6 +87,7 @@ class LocalMetadataStore:
             self._topics[name] = TopicMetadata.from_json(name, topic)
         self._next_producer_id = int(data.get("next_producer_id_block", 0))
         self._broker_configs = {k: dict(v) for k, v in data.get("broker_configs", {}).items()}
+        self._acls = [list(a) for a in data.get("acls", [])]
 
     def _commit(
         self, topics: dict[str, TopicMetadata], next_producer_id: int,
@@ -105,6 +107,8 @@ class LocalMetadataStore:
             "next_producer_id_block": next_producer_id,
             "broker_configs": broker_configs,
         }
+        if self._acls:
+            data["acls"] = self._acls
         tmp = self._path.with_suffix(".tmp")
         with open(tmp, "w") as out:
             json.dump(data, out, indent=1)
@@ -154,3 +158,17 @@ class LocalMetadataStore:
         if configs:
             updated[scope] = dict(configs)
         self._commit(self._topics, self._next_producer_id, updated)
+
+    # -- ACLs, each as AclBinding.to_json() -----------------------------------------------------
+
+    def acls(self) -> list[list[Any]]:
+        return [list(a) for a in self._acls]
+
+    def set_acls(self, acls: list[list[Any]]) -> None:
+        """Replace every ACL durably; on a failed write the old ones stay."""
+        old, self._acls = self._acls, [list(a) for a in acls]
+        try:
+            self._save(self._topics, self._next_producer_id, self._broker_configs)
+        except BaseException:
+            self._acls = old
+            raise

@@ -2,6 +2,7 @@
 
 from broker.api.registry import build_table
 from broker.handlers import (
+    acls,
     api_versions,
     configs,
     elect_leaders,
@@ -24,6 +25,6 @@ HANDLER_TABLE = build_table(
     [
         api_versions, metadata, produce, producers, fetch, list_offsets,
         topics, configs, records, log_dirs, transactions, txn_markers, groups, offsets, elect_leaders,
-        reassignments,
+        reassignments, acls,
     ]
 )

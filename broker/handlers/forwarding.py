@@ -22,7 +22,7 @@ def on_controller(handle: Handler, not_controller: Callable[[Any], Any]) -> Hand
         if controller is None or controller.active:
             return await handle(ctx, request)
         try:
-            return await controller.forward(request, ctx.version)
+            return await controller.forward(request, ctx.version, ctx.caller)
         except BrokerUnreachable:
             return not_controller(request)
 

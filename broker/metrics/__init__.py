@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from coordinator.transaction import TxnMetadata
 
 __all__ = [
-    "STATS", "clock", "connection_opened", "coordinator_loaded", "fetch_failed", "fetched",
+    "STATS", "authorization_denied", "clock", "connection_opened", "coordinator_loaded", "fetch_failed",
+    "fetched",
     "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked",
     "txn_transition",
 ]
@@ -60,6 +61,11 @@ def _count_errors(api_key: int, response: Any) -> None:
 
 def connection_opened() -> None:
     STATS.connections_created += 1
+
+
+def authorization_denied(resource_type: Any) -> None:
+    """The authorizer said no (`resource_type` a ResourceType)."""
+    STATS.authorization_denials[resource_type.name] += 1
 
 
 # -- produce and fetch (broker.handlers) ------------------------------------------------

@@ -154,7 +154,11 @@ class StatsCollector(Collector):
                                       "partitions this broker leads.", value=s.cluster.isr_expands)
         changes = CounterMetricFamily("gregor_controller_changes", "Times this broker saw the "
                                       "controller change.", value=s.cluster.controller_changes)
-        yield from (flush, load, rebalances, created, shrinks, expands, changes)
+        denials = CounterMetricFamily("gregor_authorization_denials", "Requests or operations the "
+                                      "authorizer denied, by resource type.", labels=["resource_type"])
+        for resource_type, n in sorted(s.authorization_denials.items()):
+            denials.add_metric([resource_type], n)
+        yield from (flush, load, rebalances, created, shrinks, expands, changes, denials)
         yield from self._hanging()
 
     def _hanging(self) -> Iterator[Metric]:

@@ -123,6 +123,7 @@ class Stats:
         self.errors: defaultdict[tuple[int, int], int] = defaultdict(int)  # (api key, error code)
         self.topics: dict[str, TopicStats] = {}
         self.connections_created = 0
+        self.authorization_denials: defaultdict[str, int] = defaultdict(int)  # by resource type
         self.flush_ms = Histogram()
         self.txn = TxnStats()
         self.load_ms: dict[str, Histogram] = {"transaction": Histogram(), "group": Histogram()}

@@ -40,13 +40,16 @@ class BrokerClient:
         self._ids = itertools.count(1)
         self._connecting = asyncio.Lock()
 
-    async def call(self, message: Any, version: int, timeout_s: float | None = None) -> Any:
-        """Send one request and return its decoded response."""
+    async def call(
+        self, message: Any, version: int, timeout_s: float | None = None, client_id: str | None = None
+    ) -> Any:
+        """Send one request and return its decoded response (`client_id` replaces this
+        client's own for this request)."""
         writer = await self._connection()
         correlation_id = next(self._ids) & 0x7FFFFFFF
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = (message.API_KEY, version, future)
-        writer.write(frame(encode_request(message, version, correlation_id, self.client_id)))
+        writer.write(frame(encode_request(message, version, correlation_id, client_id or self.client_id)))
         try:
             return await asyncio.wait_for(future, timeout_s)
         finally:

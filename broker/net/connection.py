@@ -28,6 +28,7 @@ from broker.api.registry import ApiHandler
 from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.metrics import request_log
+from broker.security.forwarded import original_caller
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
@@ -156,7 +157,8 @@ class Connection:
         turn = None
         if handler.api_key == PRODUCE:
             turn = self.last_produce = AppendTurn(self.last_produce)
-        ctx = RequestContext(self.services, header, self.caller, turn)
+        caller = original_caller(self.services.authorizer, self.caller, header.client_id)
+        ctx = RequestContext(self.services, header, caller, turn)
         answer = not (handler.api_key == PRODUCE and request.acks == 0)  # acks=0: no response
         return asyncio.create_task(self._respond(ctx, handler, request, answer, received))
 

@@ -1,0 +1,211 @@
+"""DescribeAcls (29), CreateAcls (30), DeleteAcls (31), as Kafka's AclApis: Describe on the
+cluster to list, Alter to change (else CLUSTER_AUTHORIZATION_FAILED); SECURITY_DISABLED
+without an authorizer; creations and deletions carried out on the controller (forwarded)."""
+
+from __future__ import annotations
+
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
+
+from broker.handlers.forwarding import on_controller
+from broker.security.acl import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclFilter,
+    AclOperation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from broker.security.authorizer import authorize_cluster
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.api.context import RequestContext
+    from broker.api.services import Acls
+
+NO_AUTHORIZER = "No Authorizer is configured on the broker"
+
+
+def _enum(kind: Any, value: int) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        return kind(0)  # UNKNOWN
+
+
+def _pattern(ctx: RequestContext, value: int) -> PatternType:
+    return _enum(PatternType, value) if ctx.version >= 1 else PatternType.LITERAL
+
+
+# -- DescribeAcls ---------------------------------------------------------------------------
+
+
+def _describe_filter(ctx: RequestContext, r: Any) -> AclFilter:
+    return AclFilter(
+        _enum(ResourceType, r.resource_type_filter), r.resource_name_filter,
+        _pattern(ctx, r.pattern_type_filter), r.principal_filter, r.host_filter,
+        _enum(AclOperation, r.operation), _enum(Permission, r.permission_type),
+    )
+
+
+def _described(acls: list[AclBinding]) -> list[Any]:
+    R = DescribeAclsResponse
+    by_resource = sorted(acls, key=lambda a: (a.resource_type, a.name, a.pattern_type))
+    return [
+        R.DescribeAclsResource(
+            resource_type=rtype, resource_name=name, pattern_type=pattern,
+            acls=[R.DescribeAclsResource.AclDescription(
+                principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission,
+            ) for a in group],
+        )
+        for (rtype, name, pattern), group in groupby(
+            by_resource, key=lambda a: (a.resource_type, a.name, a.pattern_type)
+        )
+    ]
+
+
+async def describe(ctx: RequestContext, request: Any) -> Any:
+    def answer(error: ErrorCode, message: str | None = None, acls: list[AclBinding] = []) -> Any:  # noqa: B006
+        return DescribeAclsResponse(
+            throttle_time_ms=0, error_code=error, error_message=message, resources=_described(acls)
+        )
+
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    store = ctx.services.acls
+    if store is None:
+        return answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+    wanted = _describe_filter(ctx, request)
+    if (problem := wanted.problem()) is not None:
+        return answer(ErrorCode.INVALID_REQUEST, f"The filter has an {problem}")
+    return answer(ErrorCode.NONE, None, store.describe(wanted))
+
+
+# -- CreateAcls ------------------------------------------------------------------------------
+
+
+def _binding(ctx: RequestContext, c: Any) -> AclBinding:
+    return AclBinding(
+        _enum(ResourceType, c.resource_type), c.resource_name or "",
+        _pattern(ctx, c.resource_pattern_type), c.principal or "", c.host or "",
+        _enum(AclOperation, c.operation), _enum(Permission, c.permission_type),
+    )
+
+
+def creation_problem(acl: AclBinding) -> str | None:
+    """Why Kafka refuses to store this ACL (INVALID_REQUEST), or None."""
+    if acl.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+        return f"Invalid resourceType {acl.resource_type.name}"
+    if acl.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        return f"Invalid patternType {acl.pattern_type.name}"
+    if acl.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
+        return f"Invalid operation {acl.operation.name}"
+    if acl.permission not in (Permission.ALLOW, Permission.DENY):
+        return f"Invalid permissionType {acl.permission.name}"
+    if acl.resource_type == ResourceType.CLUSTER and acl.name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if not acl.name:
+        return "Invalid empty resource name"
+    if not acl.principal.partition(":")[2]:
+        return f"Could not parse principal from `{acl.principal}` (no colon is found)"
+    if not acl.host:
+        return "Invalid empty host"
+    return None
+
+
+async def _create(ctx: RequestContext, request: Any) -> Any:
+    R = CreateAclsResponse
+    wanted = [_binding(ctx, c) for c in request.creations]
+
+    def answer(errors: list[tuple[ErrorCode, str | None]]) -> Any:
+        return R(throttle_time_ms=0, results=[
+            R.AclCreationResult(error_code=e, error_message=m) for e, m in errors
+        ])
+
+    if not authorize_cluster(ctx, AclOperation.ALTER):
+        return answer([(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)] * len(wanted))
+    store = ctx.services.acls
+    if store is None:
+        return answer([(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")] * len(wanted))
+    problems = [creation_problem(acl) for acl in wanted]
+    await store.create([acl for acl, p in zip(wanted, problems, strict=True) if p is None])
+    return answer([(ErrorCode.NONE, None) if p is None else (ErrorCode.INVALID_REQUEST, p) for p in problems])
+
+
+# -- DeleteAcls ------------------------------------------------------------------------------
+
+
+def _delete_filter(ctx: RequestContext, f: Any) -> AclFilter:
+    return AclFilter(
+        _enum(ResourceType, f.resource_type_filter), f.resource_name_filter,
+        _pattern(ctx, f.pattern_type_filter), f.principal_filter, f.host_filter,
+        _enum(AclOperation, f.operation), _enum(Permission, f.permission_type),
+    )
+
+
+def _deleted(acls: list[AclBinding]) -> list[Any]:
+    M = DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
+    return [
+        M(error_code=ErrorCode.NONE, error_message=None, resource_type=a.resource_type,
+          resource_name=a.name, pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+          operation=a.operation, permission_type=a.permission)
+        for a in acls
+    ]
+
+
+async def _delete(ctx: RequestContext, request: Any) -> Any:
+    R = DeleteAclsResponse
+    filters = [_delete_filter(ctx, f) for f in request.filters]
+
+    def result(error: ErrorCode, message: str | None, acls: list[AclBinding]) -> Any:
+        return R.DeleteAclsFilterResult(error_code=error, error_message=message, matching_acls=_deleted(acls))
+
+    def answer(results: list[Any]) -> Any:
+        return R(throttle_time_ms=0, filter_results=results)
+
+    if not authorize_cluster(ctx, AclOperation.ALTER):
+        return answer([result(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, [])] * len(filters))
+    store = ctx.services.acls
+    if store is None:
+        disabled = result(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.", [])
+        return answer([disabled] * len(filters))
+    return answer(await _delete_valid(store, filters, result))
+
+
+async def _delete_valid(store: Acls, filters: list[AclFilter], result: Any) -> list[Any]:
+    problems = [f.problem() for f in filters]
+    valid = [f for f, p in zip(filters, problems, strict=True) if p is None]
+    found = iter(await store.delete(valid))
+    return [
+        result(ErrorCode.NONE, None, next(found)) if p is None
+        else result(ErrorCode.INVALID_REQUEST, f"The filter has an {p}", [])
+        for p in problems
+    ]
+
+
+def _create_not_controller(request: Any) -> Any:
+    R = CreateAclsResponse
+    return R(throttle_time_ms=0, results=[
+        R.AclCreationResult(error_code=ErrorCode.NOT_CONTROLLER, error_message=None)
+        for _ in request.creations
+    ])
+
+
+def _delete_not_controller(request: Any) -> Any:
+    R = DeleteAclsResponse
+    return R(throttle_time_ms=0, filter_results=[
+        R.DeleteAclsFilterResult(error_code=ErrorCode.NOT_CONTROLLER, error_message=None, matching_acls=[])
+        for _ in request.filters
+    ])
+
+
+VERSIONS = {ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3), ApiKey.DELETE_ACLS: (1, 3)}
+HANDLERS = {
+    ApiKey.DESCRIBE_ACLS: describe,
+    ApiKey.CREATE_ACLS: on_controller(_create, _create_not_controller),
+    ApiKey.DELETE_ACLS: on_controller(_delete, _delete_not_controller),
+}
