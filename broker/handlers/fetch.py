@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.consumer import FetchResponse
 
 from broker import metrics
-from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition
+from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition, topic_name
 from broker.replication.replica_manager import Partition
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -39,9 +41,21 @@ class Wanted:
     error: ErrorCode
 
 
-def _wanted(ctx: RequestContext, request: Any) -> list[Wanted]:
+def _may_read(ctx: RequestContext, topic: Any, follower: bool) -> bool:
+    """Kafka: a follower needs ClusterAction on the cluster, a consumer Read on the topic."""
+    if follower:
+        return authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
+    name, _ = topic_name(ctx, topic)
+    return name is None or authorize(ctx, AclOperation.READ, ResourceType.TOPIC, name)
+
+
+def _wanted(ctx: RequestContext, request: Any, follower: bool) -> list[Wanted]:
     result = []
     for topic in request.topics:
+        if not _may_read(ctx, topic, follower):
+            denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result += [Wanted(topic, fetch, None, denied) for fetch in topic.partitions]
+            continue
         for fetch in topic.partitions:
             part, error = resolve_partition(ctx, topic, fetch.partition)
             if part is not None:
@@ -165,8 +179,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if request.session_id != 0 or request.session_epoch > 0:
         error = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
         return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
-    wanted = _wanted(ctx, request)
     follower = replica_id(request)
+    wanted = _wanted(ctx, request, follower >= 0)
     if follower >= 0:
         _record_follower(ctx, wanted, follower)
     loop = asyncio.get_running_loop()

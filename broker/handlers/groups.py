@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.security.acl import NOT_PROVIDED, ResourceType
-from broker.security.authorizer import authorized_operations
+from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_cluster, authorized_operations
 from coordinator.group import JoinRequest, LeaveMember, SyncRequest
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -24,6 +24,17 @@ def _unready(ctx: RequestContext) -> ErrorCode | None:
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
+def _may(ctx: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    return authorize(ctx, operation, ResourceType.GROUP, group_id)
+
+
+def _member_unready(ctx: RequestContext, group_id: str) -> ErrorCode | None:
+    """A member's request: Read on the group (GROUP_AUTHORIZATION_FAILED), then a ready coordinator."""
+    if not _may(ctx, AclOperation.READ, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return _unready(ctx)
+
+
 JOIN_NULLABLE_PROTOCOL_NAME = 7
 
 
@@ -34,14 +45,14 @@ def _protocol_name(ctx: RequestContext, name: str | None) -> str | None:
 
 async def handle_join(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[JOIN]
-    if (error := _unready(ctx)) is not None:
+    if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(
             throttle_time_ms=0,
             error_code=error,
             generation_id=-1,
             protocol_name=_protocol_name(ctx, None),
             leader="",
-            member_id="",
+            member_id=request.member_id if error == ErrorCode.GROUP_AUTHORIZATION_FAILED else "",
             members=[],
         )
     answer = await ctx.services.groups.join_group(
@@ -78,7 +89,7 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_sync(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[SYNC]
-    if (error := _unready(ctx)) is not None:
+    if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(throttle_time_ms=0, error_code=error, assignment=b"")
     answer = await ctx.services.groups.sync_group(
         SyncRequest(
@@ -101,7 +112,7 @@ async def handle_sync(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
-    if (error := _unready(ctx)) is None:
+    if (error := _member_unready(ctx, request.group_id)) is None:
         error = await ctx.services.groups.heartbeat(
             request.group_id,
             request.member_id,
@@ -113,7 +124,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_leave(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[LEAVE]
-    if (error := _unready(ctx)) is not None:
+    if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(throttle_time_ms=0, error_code=error, members=[])
     if ctx.version >= 3:
         leaving = [LeaveMember(m.member_id, m.group_instance_id) for m in request.members]
@@ -146,7 +157,20 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
             ],
         )
     asks = ctx.version >= 3 and request.include_authorized_operations
+    allowed = [g for g in request.groups if _may(ctx, AclOperation.DESCRIBE, g)]
+    described = {g.group_id: g for g in ctx.services.groups.describe_groups(allowed)}
     groups = [
+        _described(ctx, described[g], asks) if g in described
+        else G(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=g, group_state="", protocol_type="",
+               protocol_data="", members=[])
+        for g in request.groups
+    ]
+    return R(throttle_time_ms=0, groups=groups)
+
+
+def _described(ctx: RequestContext, g: Any, asks: bool) -> Any:
+    G = RESPONSES[DESCRIBE].DescribedGroup
+    return (
         G(
             error_code=g.error,
             group_id=g.group_id,
@@ -166,9 +190,7 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
             ],
             authorized_operations=_group_operations(ctx, g.group_id, asks and g.error == ErrorCode.NONE),
         )
-        for g in ctx.services.groups.describe_groups(request.groups)
-    ]
-    return R(throttle_time_ms=0, groups=groups)
+    )
 
 
 def _group_operations(ctx: RequestContext, group_id: str, asked: bool) -> frozenset[int] | None:
@@ -183,22 +205,25 @@ async def handle_list(ctx: RequestContext, request: Any) -> Any:
     states = request.states_filter if ctx.version >= 4 else []
     types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
     error, listed = ctx.services.groups.list_groups(states)
+    everything = authorize_cluster(ctx, AclOperation.DESCRIBE)  # else only groups it may Describe
     groups = [
         R.ListedGroup(
             group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
         )
         for g in listed
-        if not types or "classic" in types
+        if (not types or "classic" in types) and (everything or _may(ctx, AclOperation.DESCRIBE, g.group_id))
     ]
     return R(throttle_time_ms=0, error_code=error, groups=groups)
 
 
 async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[DELETE]
+    allowed = [g for g in request.groups_names if _may(ctx, AclOperation.DELETE, g)]
     if (error := _unready(ctx)) is not None:
-        results = {g: error for g in request.groups_names}
+        found = dict.fromkeys(allowed, error)
     else:
-        results = await ctx.services.groups.delete_groups(request.groups_names)
+        found = await ctx.services.groups.delete_groups(allowed) if allowed else {}
+    results = {g: found.get(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in request.groups_names}
     return R(
         throttle_time_ms=0,
         results=[R.DeletableGroupResult(group_id=g, error_code=e) for g, e in results.items()],

@@ -10,8 +10,8 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from broker.cluster.local_store import TopicMetadata, topic_name_error
-from broker.security.acl import NOT_PROVIDED, ResourceType
-from broker.security.authorizer import authorized_operations, cluster_operations
+from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_cluster, authorized_operations, cluster_operations
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -62,16 +62,36 @@ def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_
     )
 
 
+def _may_describe(ctx: RequestContext, name: str) -> bool:
+    return authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Kafka: Create on the cluster, else on the topic."""
+    return authorize_cluster(ctx, AclOperation.CREATE) or authorize(
+        ctx, AclOperation.CREATE, ResourceType.TOPIC, name
+    )
+
+
 def _lookup(ctx: RequestContext, wanted: Any, auto_create: bool) -> Any:
+    """A named topic: TOPIC_AUTHORIZATION_FAILED without Describe on it (or, to create it
+    automatically, without Create)."""
     services = ctx.services
+    denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if wanted.name is None:
         found = services.topics.by_id(wanted.topic_id)
         if found is None:
             return _error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, wanted.topic_id)
+        if not _may_describe(ctx, found.name):
+            return _error_topic(denied, None, wanted.topic_id)
         return _topic(services, found)
+    if not _may_describe(ctx, wanted.name):
+        return _error_topic(denied, wanted.name)
     if topic_name_error(wanted.name):
         return _error_topic(ErrorCode.INVALID_TOPIC_EXCEPTION, wanted.name)
     topic = services.topics.get(wanted.name)
+    if topic is None and auto_create and not _may_create(ctx, wanted.name):
+        return _error_topic(denied, wanted.name)
     if topic is None and auto_create:
         result = services.topics.auto_create(wanted.name)
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
@@ -86,7 +106,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
     all_topics = request.topics is None or (ctx.version == 0 and not request.topics)
     if all_topics:
-        topics = [_topic(services, t) for t in services.topics.all().values()]
+        topics = [_topic(services, t) for t in services.topics.all().values() if _may_describe(ctx, t.name)]
     else:
         auto = ctx.version < 4 or bool(request.allow_auto_topic_creation)
         topics = [_lookup(ctx, wanted, auto) for wanted in request.topics]

@@ -7,7 +7,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker.handlers.resolve import topic_name
-from coordinator.group import OffsetCommitInput
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize
+from coordinator.group import OffsetCommitInput, OffsetFetchResult
+from coordinator.group.types import FetchedOffset
 from coordinator.transaction import txn_offset_commit_operation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -46,6 +49,21 @@ def _by_topic(errors: dict[TopicPartition, ErrorCode], topic_cls: Any, part_cls:
     return [topic_cls(name=t, partitions=p) for t, p in topics.items()]
 
 
+def _may(ctx: RequestContext, operation: AclOperation, resource: ResourceType, name: str) -> bool:
+    return authorize(ctx, operation, resource, name)
+
+
+def _denied_topics(
+    ctx: RequestContext, operation: AclOperation, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, ErrorCode]:
+    """TOPIC_AUTHORIZATION_FAILED for the partitions of topics the caller may not `operation`."""
+    allowed: dict[str, bool] = {}
+    for topic, _ in partitions:
+        if topic not in allowed:
+            allowed[topic] = _may(ctx, operation, ResourceType.TOPIC, topic)
+    return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in partitions if not allowed[tp[0]]}
+
+
 def _unknown_partitions(ctx: RequestContext, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
     """The partitions of topics that do not exist (Kafka answers them UNKNOWN_TOPIC_OR_PARTITION
     before asking the group coordinator)."""
@@ -61,10 +79,15 @@ async def handle_commit(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[COMMIT]
     T = R.OffsetCommitResponseTopic
     requested = _inputs(ctx, request.topics)
-    unknown = set(_unknown_partitions(ctx, requested))
-    known = {tp: commit for tp, commit in requested.items() if tp not in unknown}
+    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        errors = dict.fromkeys(requested, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetCommitResponsePartition))
+    refused = _denied_topics(ctx, AclOperation.READ, requested)
+    unknown = _unknown_partitions(ctx, [tp for tp in requested if tp not in refused])
+    refused.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    known = {tp: commit for tp, commit in requested.items() if tp not in refused}
     answered = await _commit_known(ctx, request, known) if known else {}
-    errors = {tp: answered.get(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for tp in requested}
+    errors = {tp: answered[tp] if tp in answered else refused[tp] for tp in requested}
     return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetCommitResponsePartition))
 
 
@@ -84,11 +107,22 @@ async def _commit_known(
     )
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> Any:
-    wanted = None
-    if topics is not None:
-        wanted = [(topic_name(ctx, t)[0] or "", i) for t in topics for i in t.partition_indexes]
-    return ctx.services.groups.offset_fetch(group_id, wanted, require_stable)
+def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> OffsetFetchResult:
+    """Kafka: Read on the group (GROUP_AUTHORIZATION_FAILED); topics the caller may not
+    Describe are TOPIC_AUTHORIZATION_FAILED when named, left out when all are asked for."""
+    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return OffsetFetchResult(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if topics is None:
+        result = ctx.services.groups.offset_fetch(group_id, None, require_stable)
+        describe = AclOperation.DESCRIBE
+        shown = [p for p in result.partitions if _may(ctx, describe, ResourceType.TOPIC, p.topic)]
+        return OffsetFetchResult(result.group_id, result.error, tuple(shown))
+    wanted = [(topic_name(ctx, t)[0] or "", i) for t in topics for i in t.partition_indexes]
+    denied = _denied_topics(ctx, AclOperation.DESCRIBE, wanted)
+    allowed = [tp for tp in wanted if tp not in denied]
+    result = ctx.services.groups.offset_fetch(group_id, allowed, require_stable)
+    hidden = tuple(FetchedOffset(t, i, error=e) for (t, i), e in denied.items())
+    return OffsetFetchResult(result.group_id, result.error, result.partitions + hidden)
 
 
 def _fetched_topics(result: Any, topic_cls: Any, part_cls: Any) -> list[Any]:
@@ -114,7 +148,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         G = R.OffsetFetchResponseGroup
         groups = []
         for group in request.groups:
-            if unready is not None:
+            if unready is not None and _may(ctx, AclOperation.READ, ResourceType.GROUP, group.group_id):
                 groups.append(G(group_id=group.group_id, topics=[], error_code=unready))
                 continue
             result = _fetch_group(ctx, group.group_id, group.topics, stable)
@@ -124,7 +158,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             groups.append(G(group_id=group.group_id, topics=topics, error_code=result.error))
         return R(throttle_time_ms=0, groups=groups)
     T = R.OffsetFetchResponseTopic
-    if unready is not None:
+    if unready is not None and _may(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
         return R(throttle_time_ms=0, topics=[], error_code=unready)
     result = _fetch_group(ctx, request.group_id, request.topics, stable)
     topics = _fetched_topics(result, T, T.OffsetFetchResponsePartition)
@@ -135,10 +169,14 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     R = RESPONSES[DELETE]
     T = R.OffsetDeleteResponseTopic
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not _may(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
     if (error := _unready(ctx)) is not None:
         return R(error_code=error, throttle_time_ms=0, topics=[])
-    result = await ctx.services.groups.offset_delete(request.group_id, wanted)
-    errors = dict(result.partitions)
+    denied = _denied_topics(ctx, AclOperation.READ, wanted)
+    allowed = [tp for tp in wanted if tp not in denied]
+    result = await ctx.services.groups.offset_delete(request.group_id, allowed)
+    errors = {**dict(result.partitions), **denied}
     error = result.error
     return R(
         error_code=error, throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetDeleteResponsePartition)
@@ -164,21 +202,42 @@ async def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | 
     return None if error == ErrorCode.NONE else error
 
 
+def _txn_commit_denied(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """Kafka: Write on the transactional id, then Read on the group."""
+    if not _may(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if not _may(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return None
+
+
+async def _txn_commit(
+    ctx: RequestContext, request: Any, offsets: dict[TopicPartition, OffsetCommitInput]
+) -> dict[TopicPartition, ErrorCode]:
+    if (error := await _txn_commit_unready(ctx, request)) is not None:
+        return dict.fromkeys(offsets, error)
+    return await ctx.services.groups.txn_offset_commit(
+        request.transactional_id,
+        request.group_id,
+        (request.producer_id, request.producer_epoch),
+        offsets,
+        generation=request.generation_id if ctx.version >= 3 else -1,
+        member_id=request.member_id if ctx.version >= 3 else "",
+        instance_id=request.group_instance_id if ctx.version >= 3 else None,
+    )
+
+
 async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
+    """Topics the caller may not Read are TOPIC_AUTHORIZATION_FAILED; the others are committed."""
     R = RESPONSES[TXN_COMMIT]
     offsets = _inputs(ctx, request.topics)
-    if (error := await _txn_commit_unready(ctx, request)) is not None:
-        errors = dict.fromkeys(offsets, error)
+    if (denied := _txn_commit_denied(ctx, request)) is not None:
+        errors = dict.fromkeys(offsets, denied)
     else:
-        errors = await ctx.services.groups.txn_offset_commit(
-            request.transactional_id,
-            request.group_id,
-            (request.producer_id, request.producer_epoch),
-            offsets,
-            generation=request.generation_id if ctx.version >= 3 else -1,
-            member_id=request.member_id if ctx.version >= 3 else "",
-            instance_id=request.group_instance_id if ctx.version >= 3 else None,
-        )
+        refused = _denied_topics(ctx, AclOperation.READ, offsets)
+        allowed = {tp: o for tp, o in offsets.items() if tp not in refused}
+        answered = await _txn_commit(ctx, request, allowed) if allowed or not offsets else {}
+        errors = {tp: answered[tp] if tp in answered else refused[tp] for tp in offsets}
     T = R.TxnOffsetCommitResponseTopic
     return R(throttle_time_ms=0, topics=_by_topic(errors, T, T.TxnOffsetCommitResponsePartition))
 

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import ProduceResponse
 
 from broker import metrics
-from broker.handlers.resolve import resolve_partition
+from broker.handlers.resolve import resolve_partition, topic_name
 from broker.replication.replica_manager import Partition, replicated
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize
 from coordinator.transaction import TxnOperation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -82,6 +84,9 @@ class Target:
 def _target(ctx: RequestContext, topic_data: Any, part_data: Any) -> Target | Any:
     """The partition to append to, or the error answer for it."""
     index = part_data.index
+    name, _ = topic_name(ctx, topic_data)
+    if name is not None and not authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, name):
+        return _error(index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     part, error = resolve_partition(ctx, topic_data, index)
     if part is None:
         return _error(index, error)
@@ -203,13 +208,33 @@ async def _until_replicated(pending: Pending, timeout_ms: int) -> None:
             response.base_offset = -1
 
 
+def _all_failed(request: Any, error: ErrorCode) -> Any:
+    return R(throttle_time_ms=0, responses=[
+        _topic_response(t, [_error(p.index, error) for p in t.partition_data]) for t in request.topic_data
+    ])
+
+
+def _has_transactional_records(request: Any) -> bool:
+    return any(
+        (header := _header(p.records or b"")) is not None and header.is_transactional
+        for t in request.topic_data for p in t.partition_data
+    )
+
+
+def _transaction_authorized(ctx: RequestContext, request: Any) -> bool:
+    """Kafka: transactional records need Write on the request's transactional id."""
+    if not _has_transactional_records(request):
+        return True
+    tid = request.transactional_id
+    return tid is not None and authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     if acks not in (-1, 0, 1):
-        return R(throttle_time_ms=0, responses=[
-            _topic_response(t, [_error(p.index, ErrorCode.INVALID_REQUIRED_ACKS) for p in t.partition_data])
-            for t in request.topic_data
-        ])
+        return _all_failed(request, ErrorCode.INVALID_REQUIRED_ACKS)
+    if not _transaction_authorized(ctx, request):
+        return _all_failed(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     prepared = [[_target(ctx, t, p) for p in t.partition_data] for t in request.topic_data]
     targets = [x for per_topic in prepared for x in per_topic if isinstance(x, Target)]
     checked = await _transaction_checks(ctx, request.transactional_id, targets, request.timeout_ms)

@@ -9,6 +9,8 @@ from kafka.protocol.admin import DescribeProducersResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.handlers.resolve import resolve_partition
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_any, authorize_cluster
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 
@@ -23,7 +25,23 @@ PartResponse = D.TopicResponse.PartitionResponse
 ProducerState = PartResponse.ProducerState
 
 
+def _init_denied(ctx: RequestContext, tid: str | None) -> ErrorCode:
+    """Kafka: Write on the transactional id; an idempotent producer IdempotentWrite on the
+    cluster or Write on some topic (KIP-679)."""
+    if tid is not None:
+        allowed = authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+        return ErrorCode.NONE if allowed else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if authorize_cluster(ctx, AclOperation.IDEMPOTENT_WRITE) or authorize_any(
+        ctx, AclOperation.WRITE, ResourceType.TOPIC
+    ):
+        return ErrorCode.NONE
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    denied = _init_denied(ctx, request.transactional_id)
+    if denied != ErrorCode.NONE:
+        return InitResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
         error, pid, epoch = await ctx.services.transactions.init_producer_id(
@@ -41,6 +59,9 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 
 
 def _describe_partition(ctx: RequestContext, topic: Any, index: int) -> Any:
+    if not authorize(ctx, AclOperation.READ, ResourceType.TOPIC, topic.name):
+        return PartResponse(partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            active_producers=[])
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResponse(partition_index=index, error_code=error, active_producers=[])

@@ -15,6 +15,8 @@ from kafka.protocol.producer import (
 )
 
 from broker.cluster.view import BrokerInfo
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_cluster
 from coordinator.transaction import TV2
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
@@ -41,8 +43,26 @@ def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCod
     return ErrorCode.INVALID_REQUEST  # share groups (key type 2) are not served
 
 
+def _may_write_txn(ctx: RequestContext, tid: str) -> bool:
+    return authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+
+
+def _find_denied(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
+    """Kafka: finding a coordinator needs Describe on the group or transactional id."""
+    if key_type == GROUP_KEY and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if key_type == TRANSACTION_KEY and not authorize(
+        ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return ErrorCode.NONE
+
+
 def _coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, BrokerInfo | None]:
     """The broker leading the key's internal partition; COORDINATOR_NOT_AVAILABLE when none does."""
+    error = _find_denied(ctx, key_type, key)
+    if error != ErrorCode.NONE:
+        return error, None
     error = _coordinator_error(ctx, key_type, key)
     if error != ErrorCode.NONE:
         return error, None
@@ -84,12 +104,22 @@ def _exists(ctx: RequestContext, topic: str, index: int) -> bool:
     return found is not None and 0 <= index < found.partitions
 
 
+def _refused(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    """Partitions that cannot be added: Write on the topic missing, or unknown."""
+    denied = {t for t, _ in wanted if not authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, t)}
+    refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in wanted if tp[0] in denied}
+    unknown = [tp for tp in wanted if tp[0] not in denied and not _exists(ctx, *tp)]
+    refused.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    return refused
+
+
 async def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify: bool) -> Any:
     wanted = [(t.name, i) for t in topics for i in t.partitions]
-    unknown = {tp for tp in wanted if not _exists(ctx, *tp)}
-    if unknown:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for those, OPERATION_NOT_ATTEMPTED for the rest
-        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
-                else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted}
+    if ctx.version <= 3 and not _may_write_txn(ctx, tid):
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    refused = _refused(ctx, wanted)
+    if refused:  # Kafka: their errors, OPERATION_NOT_ATTEMPTED for the rest
+        return {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     # v5 (a broker adding a partition for a transaction version 2 write) marks the transaction TV2
     version = TV2 if ctx.version >= FIRST_TV2_ADD_PARTITIONS else 0
     outcome = await ctx.services.transactions.add_partitions(
@@ -105,6 +135,9 @@ async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
         errors = await _add_one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                 request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
         return A(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(errors))
+    if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # v4+ is broker-to-broker
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return A(throttle_time_ms=0, error_code=denied, results_by_transaction=[])
     answers = await asyncio.gather(*(
         _add_one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)
         for txn in request.transactions
@@ -117,9 +150,14 @@ async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
-    error = await ctx.services.transactions.add_offsets(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
-    )
+    if not _may_write_txn(ctx, request.transactional_id):
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        error = await ctx.services.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
     return AddOffsetsToTxnResponse(
         throttle_time_ms=0, error_code=fenced_error_for_version(error, ADD_OFFSETS, ctx.version)
     )
@@ -129,6 +167,9 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     # EndTxn v5: the client speaks transaction version 2. As in Kafka, the request version
     # decides, whatever level the broker finalized (a client at level 1 never sends v5).
     version = TV2 if ctx.version >= FIRST_TV2_END_TXN else 0
+    if not _may_write_txn(ctx, request.transactional_id):
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return EndTxnResponse(throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1)
     error, pid, epoch = await ctx.services.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed, version
     )
@@ -140,7 +181,10 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     D = DescribeTransactionsResponse
     states = []
     for tid in request.transactional_ids:
-        error, md = ctx.services.transactions.describe(tid)
+        if authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            error, md = ctx.services.transactions.describe(tid)
+        else:
+            error, md = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if md is None:
             states.append(D.TransactionState(error_code=error, transactional_id=tid, transaction_state="",
                                              transaction_timeout_ms=0, transaction_start_time_ms=-1,
@@ -148,7 +192,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
             continue
         topics: dict[str, list[int]] = {}
         for topic, index in sorted(md.partitions):
-            topics.setdefault(topic, []).append(index)
+            if authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic):  # Kafka hides the rest
+                topics.setdefault(topic, []).append(index)
         states.append(D.TransactionState(
             error_code=ErrorCode.NONE, transactional_id=tid, transaction_state=md.state.display_name,
             transaction_timeout_ms=md.timeout_ms, transaction_start_time_ms=md.txn_start_ms,
@@ -170,6 +215,7 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
             L.TransactionState(transactional_id=md.transactional_id, producer_id=md.producer_id,
                                transaction_state=md.state.display_name)
             for md in result.transactions
+            if authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, md.transactional_id)
         ],
     )
 
