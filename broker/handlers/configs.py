@@ -14,6 +14,8 @@ from kafka.protocol.admin import (
 
 from broker.cluster.local_store import TopicMetadata
 from broker.dynamic_config import DEFAULT_SCOPE
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage.log_config import (
@@ -43,6 +45,20 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 D = DescribeConfigsResponse
 Entry = D.DescribeConfigsResult.DescribeConfigsResourceResult
 WIRE_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+GROUP_CONFIGS = 32
+
+
+def _config_denied(ctx: RequestContext, kind: int, name: str, operation: AclOperation) -> ErrorCode | None:
+    """Kafka: DescribeConfigs/AlterConfigs on the topic, the group, or (brokers) the cluster."""
+    if kind == TOPIC:
+        allowed = authorize(ctx, operation, ResourceType.TOPIC, name)
+        return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if kind == GROUP_CONFIGS:
+        allowed = authorize(ctx, operation, ResourceType.GROUP, name)
+        return None if allowed else ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if kind in (BROKER, BROKER_LOGGER):
+        return None if authorize_cluster(ctx, operation) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
 
 
 def resolved_topic_configs(ctx: RequestContext, topic: TopicMetadata) -> list[ResolvedConfig]:
@@ -129,7 +145,9 @@ def _broker_scope(ctx: RequestContext, name: str, describing: bool) -> tuple[str
 def _describe_one(ctx: RequestContext, resource: Any, with_synonyms: bool) -> Any:
     kind, name = resource.resource_type, resource.resource_name
     error, message, entries = ErrorCode.NONE, None, []
-    if kind == TOPIC:
+    if (denied := _config_denied(ctx, kind, name, AclOperation.DESCRIBE_CONFIGS)) is not None:
+        error = denied
+    elif kind == TOPIC:
         if ctx.services.topics.get(name) is None:
             error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
         else:
@@ -281,6 +299,8 @@ def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -
 
 async def _alter_one(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> Outcome:
     kind = resource.resource_type
+    if (denied := _config_denied(ctx, kind, resource.resource_name, AclOperation.ALTER_CONFIGS)) is not None:
+        return denied, None
     if kind == TOPIC:
         edit = _incremental(resource) if incremental else _replace_all(resource)
         return await _alter_topic(ctx, resource.resource_name, edit, validate_only)

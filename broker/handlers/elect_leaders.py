@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import ElectLeadersResponse
 
 from broker.handlers.forwarding import on_controller
+from broker.security.acl import AclOperation
+from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.types import TopicPartition
@@ -51,6 +53,9 @@ def _response(results: dict[TopicPartition, ErrorCode], error: ErrorCode = Error
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     wanted = _wanted(request)
+    if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: Alter on the cluster
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return _response(dict.fromkeys(wanted or [], denied), denied)
     election_type = request.election_type if ctx.version >= 1 else 0
     controller = ctx.services.controller
     if controller is None:

@@ -6,8 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
-from broker.handlers.resolve import check_leader_epoch, resolve_partition
+from broker.handlers.resolve import check_leader_epoch, resolve_partition, topic_name
 from broker.replication.replica_manager import Partition
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -50,8 +52,16 @@ def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, 
     return found.offset, found.timestamp, found.leader_epoch
 
 
+def _may_describe(ctx: RequestContext, topic: Any) -> bool:
+    name, _ = topic_name(ctx, topic)
+    return name is None or authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+
 def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> Any:
     index = query.partition_index
+    if not _may_describe(ctx, topic):
+        denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return LPart(partition_index=index, error_code=denied, old_style_offsets=[])
     part, error = resolve_partition(ctx, topic, index)
     if part is not None:
         error = check_leader_epoch(part, query.current_leader_epoch)
@@ -79,7 +89,11 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return L(throttle_time_ms=0, topics=topics)
 
 
-def _epoch_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
+def _epoch_one(ctx: RequestContext, topic: Any, query: Any, denied: ErrorCode | None) -> Any:
+    if denied is None and not _may_describe(ctx, topic):
+        denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if denied is not None:
+        return EPart(error_code=denied, partition=query.partition, leader_epoch=-1, end_offset=-1)
     part, error = resolve_partition(ctx, topic, query.partition)
     if part is not None:
         error = check_leader_epoch(part, query.current_leader_epoch)
@@ -90,9 +104,14 @@ def _epoch_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    """A follower (v3+ replica id) needs ClusterAction on the cluster, a client Describe per topic."""
+    follower = ctx.version >= 3 and request.replica_id >= 0
+    denied = None
+    if follower and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     topics = [
         E.OffsetForLeaderTopicResult(
-            topic=topic.topic, partitions=[_epoch_one(ctx, topic, q) for q in topic.partitions]
+            topic=topic.topic, partitions=[_epoch_one(ctx, topic, q, denied) for q in topic.partitions]
         )
         for topic in request.topics
     ]

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeLogDirsResponse
 
+from broker.security.acl import AclOperation
+from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -31,6 +33,8 @@ def _wanted(ctx: RequestContext, request: Any) -> dict[str, set[int]]:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):  # Kafka: Describe on the cluster
+        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     services = ctx.services
     topics = []
     for name, indexes in sorted(_wanted(ctx, request).items()):

@@ -19,6 +19,8 @@ from broker.cluster.controller import check_reassignment
 from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.cluster.placement import Refused
 from broker.handlers.forwarding import on_controller
+from broker.security.acl import AclOperation
+from broker.security.authorizer import authorize_cluster
 from protocol.errors import ErrorCode
 from protocol.types import LeaderEpoch, NodeId
 
@@ -62,6 +64,11 @@ def _altered(wanted: Wanted, results: dict[tuple[str, int], Refused | None]) -> 
 
 async def handle_alter(ctx: RequestContext, request: Any) -> Any:
     wanted = _wanted(request)
+    if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: Alter on the cluster
+        denied = Refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
+        answer = _altered(wanted, {(t, i): denied for t, i, _ in wanted})
+        answer.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return answer
     controller = ctx.services.controller
     if controller is None:
         return _altered(wanted, _single_node(ctx, wanted))
@@ -86,6 +93,8 @@ def _listed(found: dict[str, dict[int, PartitionState]], error: ErrorCode = Erro
 
 
 async def handle_list(ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(ctx, AclOperation.DESCRIBE):  # Kafka: Describe on the cluster
+        return _listed({}, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     controller = ctx.services.controller
     if controller is None:
         return _listed({})

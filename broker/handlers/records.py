@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DeleteRecordsResponse
 
-from broker.handlers.resolve import resolve_partition
+from broker.handlers.resolve import resolve_partition, topic_name
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -20,6 +22,10 @@ HIGH_WATERMARK = -1
 
 def _delete_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
     index = query.partition_index
+    name, _ = topic_name(ctx, topic)
+    if name is not None and not authorize(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+        denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return PartResult(partition_index=index, low_watermark=-1, error_code=denied)
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResult(partition_index=index, low_watermark=-1, error_code=error)

@@ -16,6 +16,8 @@ from broker.cluster.topic_manager import NewTopic, TopicResult
 from broker.handlers.configs import resolved_topic_configs
 from broker.handlers.forwarding import on_controller
 from broker.handlers.resolve import ZERO_UUID
+from broker.security.acl import AclOperation, ResourceType
+from broker.security.authorizer import authorize, authorize_cluster
 from protocol.errors import ErrorCode
 from storage.log_config import format_config_value
 
@@ -35,10 +37,23 @@ def _creatable(topic: Any) -> NewTopic:
     return NewTopic(topic.name, topic.num_partitions, topic.replication_factor, configs, manual)
 
 
+def _may(ctx: RequestContext, operation: AclOperation, name: str) -> bool:
+    return authorize(ctx, operation, ResourceType.TOPIC, name)
+
+
+DENIED = "Authorization failed."
+
+
 def _created(ctx: RequestContext, name: str, result: TopicResult) -> Any:
     if result.error != ErrorCode.NONE or result.topic is None:
         return C.CreatableTopicResult(name=name, error_code=result.error, error_message=result.message)
     created = result.topic
+    if not _may(ctx, AclOperation.DESCRIBE_CONFIGS, name):  # Kafka: created, its configs not shown
+        return C.CreatableTopicResult(
+            name=name, topic_id=created.topic_id, error_code=ErrorCode.NONE, error_message=None,
+            topic_config_error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            num_partitions=created.partitions, replication_factor=created.replication_factor, configs=[],
+        )
     entries = [
         C.CreatableTopicResult.CreatableTopicConfigs(
             name=r.name, value=format_config_value(r.value), read_only=False,
@@ -62,7 +77,12 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     created (INVALID_REQUEST), every other topic succeeds or fails on its own."""
     validate_only = bool(getattr(request, "validate_only", False))
     duplicates = _duplicates([t.name for t in request.topics])
-    specs = [_creatable(t) for t in request.topics if t.name not in duplicates]
+    everywhere = authorize_cluster(ctx, AclOperation.CREATE)  # else Create per topic
+    denied = [
+        t.name for t in request.topics
+        if t.name not in duplicates and not everywhere and not _may(ctx, AclOperation.CREATE, t.name)
+    ]
+    specs = [_creatable(t) for t in request.topics if t.name not in duplicates and t.name not in denied]
     outcomes = await ctx.services.topics.create_topics(specs, validate_only)
     results = [_created(ctx, spec.name, r) for spec, r in zip(specs, outcomes, strict=True)]
     results += [
@@ -70,6 +90,10 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name."
         )
         for name in sorted(duplicates, key=str)
+    ]
+    results += [
+        C.CreatableTopicResult(name=n, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=DENIED)
+        for n in denied
     ]
     return C(throttle_time_ms=0, topics=results)
 
@@ -82,6 +106,9 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> A
                 name=None, topic_id=topic_id, error_code=ErrorCode.UNKNOWN_TOPIC_ID
             )
         name = found.name
+    if not _may(ctx, AclOperation.DELETE, name):
+        denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return D.DeletableTopicResult(name=name, topic_id=topic_id, error_code=denied, error_message=DENIED)
     result = await ctx.services.topics.delete(name)
     topic_id = result.topic.topic_id if result.topic else ZERO_UUID
     return D.DeletableTopicResult(
@@ -104,7 +131,10 @@ def _partitions_result(name: str, error: ErrorCode, message: str | None) -> Any:
 
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     duplicates = _duplicates([t.name for t in request.topics])
-    unique = [t for t in request.topics if t.name not in duplicates]
+    denied = [
+        t.name for t in request.topics if t.name not in duplicates and not _may(ctx, AclOperation.ALTER, t.name)
+    ]
+    unique = [t for t in request.topics if t.name not in duplicates and t.name not in denied]
     wanted = [(t.name, t.count) for t in unique]
     manual = [
         [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None for t in unique
@@ -117,6 +147,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         _partitions_result(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
         for name in sorted(duplicates, key=str)
     ]
+    results += [_partitions_result(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, DENIED) for name in denied]
     return P(throttle_time_ms=0, results=results)
 
 
