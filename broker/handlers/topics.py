@@ -132,7 +132,8 @@ def _partitions_result(name: str, error: ErrorCode, message: str | None) -> Any:
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     duplicates = _duplicates([t.name for t in request.topics])
     denied = [
-        t.name for t in request.topics if t.name not in duplicates and not _may(ctx, AclOperation.ALTER, t.name)
+        t.name for t in request.topics
+        if t.name not in duplicates and not _may(ctx, AclOperation.ALTER, t.name)
     ]
     unique = [t for t in request.topics if t.name not in duplicates and t.name not in denied]
     wanted = [(t.name, t.count) for t in unique]
