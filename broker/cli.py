@@ -20,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from broker.tools import acls as acls_tool
 from broker.tools import dump as dump_tool
 from broker.tools import groups as groups_tool
 from broker.tools import topics as topics_tool
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     dump_tool.add_parser(sub)
     topics_tool.add_parser(sub)
     groups_tool.add_parser(sub)
+    acls_tool.add_parser(sub)
     return parser
 
 
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return topics_tool.run(args)
     if args.command == "groups":
         return groups_tool.run(args)
+    if args.command == "acls":
+        return acls_tool.run(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(
