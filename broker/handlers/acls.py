@@ -96,24 +96,31 @@ def _binding(ctx: RequestContext, c: Any) -> AclBinding:
     )
 
 
+def unbuildable(acl: AclBinding) -> bool:
+    """An ACL Kafka cannot even build (a filter value where a value belongs: ANY, MATCH): its
+    whole CreateAcls request fails (UNKNOWN_SERVER_ERROR for every creation, as Kafka 4.3)."""
+    return (
+        acl.resource_type == ResourceType.ANY
+        or acl.pattern_type in (PatternType.ANY, PatternType.MATCH)
+        or acl.operation == AclOperation.ANY or acl.permission == Permission.ANY
+    )
+
+
 def creation_problem(acl: AclBinding) -> str | None:
     """Why Kafka refuses to store this ACL (INVALID_REQUEST), or None."""
-    if acl.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
-        return f"Invalid resourceType {acl.resource_type.name}"
-    if acl.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
-        return f"Invalid patternType {acl.pattern_type.name}"
-    if acl.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
-        return f"Invalid operation {acl.operation.name}"
-    if acl.permission not in (Permission.ALLOW, Permission.DENY):
-        return f"Invalid permissionType {acl.permission.name}"
     if acl.resource_type == ResourceType.CLUSTER and acl.name != CLUSTER_NAME:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
     if not acl.name:
         return "Invalid empty resource name"
-    if not acl.principal.partition(":")[2]:
-        return f"Could not parse principal from `{acl.principal}` (no colon is found)"
-    if not acl.host:
-        return "Invalid empty host"
+    if ":" not in acl.principal:
+        return (f"Could not parse principal from `{acl.principal}` (no colon is present separating "
+                "the principal type from the principal name)")
+    for label, value in (
+        ("resourceType", acl.resource_type), ("patternType", acl.pattern_type),
+        ("operation", acl.operation), ("permissionType", acl.permission),
+    ):
+        if value == 0:
+            return f"Invalid {label} UNKNOWN"
     return None
 
 
@@ -131,6 +138,8 @@ async def _create(ctx: RequestContext, request: Any) -> Any:
     store = ctx.services.acls
     if store is None:
         return answer([(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")] * len(wanted))
+    if any(unbuildable(acl) for acl in wanted):
+        return answer([(ErrorCode.UNKNOWN_SERVER_ERROR, None)] * len(wanted))
     problems = [creation_problem(acl) for acl in wanted]
     await store.create([acl for acl, p in zip(wanted, problems, strict=True) if p is None])
     return answer([(ErrorCode.NONE, None) if p is None else (ErrorCode.INVALID_REQUEST, p) for p in problems])

@@ -122,9 +122,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
 
 def _add_topic_operations(ctx: RequestContext, topics: list[Any]) -> None:
     """As Kafka: every topic looked up by name gets them, found or not (an unknown topic id
-    does not)."""
+    does not, nor a topic the caller may not describe)."""
     for topic in topics:
-        if topic.name is not None:
+        if topic.name is not None and topic.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
             topic.authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, topic.name)
 
 
