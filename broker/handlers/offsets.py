@@ -176,7 +176,8 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     denied = _denied_topics(ctx, AclOperation.READ, wanted)
     allowed = [tp for tp in wanted if tp not in denied]
     result = await ctx.services.groups.offset_delete(request.group_id, allowed)
-    errors = {**dict(result.partitions), **denied}
+    # Kafka: a group-level error answers no partitions
+    errors = {**dict(result.partitions), **denied} if result.error == ErrorCode.NONE else {}
     error = result.error
     return R(
         error_code=error, throttle_time_ms=0, topics=_by_topic(errors, T, T.OffsetDeleteResponsePartition)

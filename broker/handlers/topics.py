@@ -98,7 +98,22 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return C(throttle_time_ms=0, topics=results)
 
 
-async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> Any:
+def _delete_denied(ctx: RequestContext, name: str, by_id: bool, everywhere: bool) -> Any | None:
+    """Kafka's controller: Delete on the cluster, else Describe and Delete on the topic; a topic
+    named by id the caller may not Describe is answered without its name."""
+    if everywhere or _may(ctx, AclOperation.DELETE, name):
+        return None
+    denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    describable = _may(ctx, AclOperation.DESCRIBE, name)
+    if by_id:
+        return D.DeletableTopicResult(name=name if describable else None, error_code=denied)
+    if describable and ctx.services.topics.get(name) is None:
+        return None  # UNKNOWN_TOPIC_OR_PARTITION comes first
+    return D.DeletableTopicResult(name=name, error_code=denied)
+
+
+async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any, everywhere: bool) -> Any:
+    by_id = name is None
     if name is None:
         found = ctx.services.topics.by_id(topic_id)
         if found is None:
@@ -106,9 +121,9 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any) -> A
                 name=None, topic_id=topic_id, error_code=ErrorCode.UNKNOWN_TOPIC_ID
             )
         name = found.name
-    if not _may(ctx, AclOperation.DELETE, name):
-        denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        return D.DeletableTopicResult(name=name, topic_id=topic_id, error_code=denied, error_message=DENIED)
+    if (denied := _delete_denied(ctx, name, by_id, everywhere)) is not None:
+        denied.topic_id = topic_id if by_id else ZERO_UUID
+        return denied
     result = await ctx.services.topics.delete(name)
     topic_id = result.topic.topic_id if result.topic else ZERO_UUID
     return D.DeletableTopicResult(
@@ -121,7 +136,8 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
-    responses = [await _delete_one(ctx, n, i) for n, i in wanted]
+    everywhere = authorize_cluster(ctx, AclOperation.DELETE)
+    responses = [await _delete_one(ctx, n, i, everywhere) for n, i in wanted]
     return D(throttle_time_ms=0, responses=responses)
 
 

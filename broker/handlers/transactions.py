@@ -186,9 +186,10 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
         else:
             error, md = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if md is None:
+            unset = 0 if error == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED else -1  # Kafka's defaults
             states.append(D.TransactionState(error_code=error, transactional_id=tid, transaction_state="",
-                                             transaction_timeout_ms=0, transaction_start_time_ms=-1,
-                                             producer_id=-1, producer_epoch=-1, topics=[]))
+                                             transaction_timeout_ms=0, transaction_start_time_ms=unset,
+                                             producer_id=unset, producer_epoch=unset, topics=[]))
             continue
         topics: dict[str, list[int]] = {}
         for topic, index in sorted(md.partitions):

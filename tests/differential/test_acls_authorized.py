@@ -18,6 +18,7 @@ from tests.differential.cases import Cases
 from tests.differential.conftest import SHARED, _warm_coordinators, _warm_producer_ids
 from tests.differential.runner import Action, Side, Step, Tree, run_case
 from tests.differential.steps import WAIT_S, batch, init_producer, new_topic, produce, topic
+from tests.differential.test_admin import describe_configs, incremental
 from tests.differential.test_groups import (
     commit,
     delete_groups,
@@ -25,8 +26,19 @@ from tests.differential.test_groups import (
     fetch_offsets,
     find_coordinator,
     join,
+    offset_delete,
 )
-from tests.differential.test_records import fetch, list_offsets
+from tests.differential.test_records import delete_records, fetch, list_offsets
+from tests.differential.test_topics import create_partitions, delete_topics
+from tests.differential.test_transactions import (
+    add_offsets,
+    add_partitions,
+    describe_producers,
+    describe_txn,
+    init_txn,
+    list_txns,
+    txn_commit_offsets,
+)
 from tests.integration.harness import started_broker
 from tests.integration.kafka import started_kafka
 from tests.integration.wire import WireClient
@@ -147,6 +159,15 @@ def metadata(names: list[str] | None = None) -> Step:
     return Step(3, request, version=12)
 
 
+def metadata_all() -> Step:
+    """Metadata for every topic: one the caller may not Describe is left out."""
+    def ours(side: Side, tree: Tree) -> Tree:
+        return {**tree, "topics": [t for t in tree["topics"] if t["name"].startswith(topic(side))]}
+
+    return Step(3, {"topics": None, "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False}, version=12, select=ours)
+
+
 def txn_steps(v: int) -> list[Any]:
     """FindCoordinator, InitProducerId, AddPartitionsToTxn v3, AddOffsetsToTxn, EndTxn and a
     transactional Produce for a transactional id the caller may not Write."""
@@ -244,6 +265,32 @@ CASES: Cases = {
         *bob_only(TXN, "-tx", WRITE),
         *txn_steps(4),
         init_producer(None),
+    ],
+    "topic-denied-to-a-granted-transaction-and-group": [
+        *new_topic(),
+        *bob_only(TOPIC),
+        init_txn(),
+        add_partitions(3),
+        add_offsets(4),
+        txn_commit_offsets(4),
+        commit(9, 1, generation=False),
+        fetch_offsets(7),
+        fetch_offsets(9),
+        offset_delete(),
+        describe_producers(),
+        delete_records(2, 0),
+        create_partitions(3, 2),
+        describe_configs(4),
+        incremental(1, [("retention.ms", 0, "1000")]),
+        metadata_all(),
+        delete_topics(6, ""),
+    ],
+    "transactional-id-hidden": [
+        *new_topic(),
+        init_txn(),
+        *bob_only(TXN, "-tx", WRITE),
+        describe_txn(),
+        list_txns(1),
     ],
     "create-acls-refused": [
         *(refused(rtype, name, pattern, op) for rtype, name, pattern, op in (
