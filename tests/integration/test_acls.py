@@ -33,6 +33,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.errors import TopicAuthorizationFailedError
 from prometheus_client.parser import text_string_to_metric_families
 
+from protocol.messages import REQUESTS
 from tests.integration.harness import (
     BrokerProcess,
     free_port,
@@ -344,3 +345,26 @@ def test_authorization_denials_are_counted_by_resource_type(
         assert c.metadata([topic], version=9).topics[0].error_code == TOPIC_AUTHORIZATION_FAILED
     after = denials()
     assert after.get("TOPIC", 0) > before.get("TOPIC", 0)
+
+
+def test_super_users_pass_whatever_the_acls(broker_factory: Any) -> None:
+    broker = broker_factory({"authorizer.class.name": STANDARD, "super.users": f"User:admin;{ANON}"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = new_topic(admin, "acl-super")
+    create_acls(admin, [binding(ResourceType.TOPIC, topic, AclOperation.ALL,
+                                permission=AclPermissionType.DENY, principal="User:*")])
+    assert produce_error(broker.bootstrap, topic) is None
+
+
+def test_authorized_operations_come_from_the_acls(secured: BrokerProcess, admin: AdminClient) -> None:
+    """KIP-430: Read allows Read and (implied) Describe, nothing else; the cluster's are the
+    ANONYMOUS grants of the fixture."""
+    topic = new_topic(admin, "acl-ops")
+    allow(admin, ResourceType.TOPIC, topic, AclOperation.READ)
+    with WireClient(secured.port) as c:
+        req = REQUESTS[3](version=10, topics=[REQUESTS[3].MetadataRequestTopic(name=topic)],
+                          allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+                          include_topic_authorized_operations=True)
+        answer = c.call(req, 10)
+    assert set(answer.topics[0].authorized_operations) == {3, 8}  # READ, DESCRIBE
+    assert set(answer.authorized_operations) == {5, 7, 8, 12}  # CREATE, ALTER, DESCRIBE, IDEMPOTENT_WRITE

@@ -10,10 +10,11 @@ replication and forwarding keep working under the authorizer.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -73,6 +74,33 @@ def create(admin: AdminClient, acls: list[AclBinding]) -> None:
         future.result(timeout=30)
 
 
+def committed_transaction(cluster: Cluster, topic: str, admin: AdminClient) -> None:
+    """A transaction commits across brokers under the authorizer: the partition leader checks
+    it with the coordinator (AddPartitionsToTxn v4+) and the coordinator writes its markers
+    (WriteTxnMarkers), both as ANONYMOUS with ClusterAction; read_committed sees it."""
+    tid = f"acl-tid-{uuid.uuid4().hex[:8]}"
+    write = AclOperation.WRITE
+    create(admin, [AclBinding(ResourceType.TRANSACTIONAL_ID, tid, LITERAL, ANON, "*", write, ALLOW)])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in-a-transaction")
+    producer.commit_transaction(30)
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{tid}",
+                       "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    try:
+        reader.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            msg = reader.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+        assert got == [b"replicated", b"in-a-transaction"]
+    finally:
+        reader.close()
+
+
 def test_acls_written_on_one_broker_apply_on_every_broker_within_a_second(cluster: Cluster) -> None:
     topic = cluster.create_topic(prefix="acl")
     assert described_error(cluster.brokers[0], topic) == 0  # no ACL on it: everyone may
@@ -96,6 +124,7 @@ def test_acls_written_on_one_broker_apply_on_every_broker_within_a_second(cluste
     producer.produce(topic, b"replicated", on_delivery=lambda err, _m: reports.append(err))
     producer.flush(30)
     assert reports == [None]  # replicated to the ISR (followers fetch with ClusterAction)
+    committed_transaction(cluster, topic, admin)
 
     other = non_controller(cluster, skip=1)
     started = time.monotonic()
