@@ -45,11 +45,16 @@ class AclIndex:
     def __init__(self, acls: Iterable[AclBinding] = ()) -> None:
         self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = defaultdict(list)
         self._prefixed: dict[tuple[ResourceType, str], list[AclBinding]] = defaultdict(list)
+        self._prefix_lengths: dict[ResourceType, list[int]] = {}  # of the PREFIXED names, per type
         self._all: list[AclBinding] = []
         for acl in acls:
             table = self._literal if acl.pattern_type == PatternType.LITERAL else self._prefixed
             table[(acl.resource_type, acl.name)].append(acl)
             self._all.append(acl)
+        for rtype, prefix in self._prefixed:
+            self._prefix_lengths.setdefault(rtype, []).append(len(prefix))
+        for lengths in self._prefix_lengths.values():
+            lengths[:] = sorted(set(lengths))
 
     def __len__(self) -> int:
         return len(self._all)
@@ -65,7 +70,9 @@ class AclIndex:
         yield from self._literal.get((resource, name), ())
         if name != WILDCARD:
             yield from self._literal.get((resource, WILDCARD), ())
-        for end in range(1, len(name) + 1):
+        for end in self._prefix_lengths.get(resource, ()):
+            if end > len(name):
+                break
             yield from self._prefixed.get((resource, name[:end]), ())
 
 
