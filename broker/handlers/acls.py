@@ -68,21 +68,22 @@ def _described(acls: list[AclBinding]) -> list[Any]:
     ]
 
 
-async def describe(ctx: RequestContext, request: Any) -> Any:
-    def answer(error: ErrorCode, message: str | None = None, acls: list[AclBinding] = []) -> Any:  # noqa: B006
-        return DescribeAclsResponse(
-            throttle_time_ms=0, error_code=error, error_message=message, resources=_described(acls)
-        )
+def _describe_answer(error: ErrorCode, message: str | None = None, acls: tuple[AclBinding, ...] = ()) -> Any:
+    return DescribeAclsResponse(
+        throttle_time_ms=0, error_code=error, error_message=message, resources=_described(list(acls))
+    )
 
+
+async def describe(ctx: RequestContext, request: Any) -> Any:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
-        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return _describe_answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     store = ctx.services.acls
     if store is None:
-        return answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+        return _describe_answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     wanted = _describe_filter(ctx, request)
     if (problem := wanted.problem()) is not None:
-        return answer(ErrorCode.INVALID_REQUEST, f"The filter has an {problem}")
-    return answer(ErrorCode.NONE, None, store.describe(wanted))
+        return _describe_answer(ErrorCode.INVALID_REQUEST, f"The filter has an {problem}")
+    return _describe_answer(ErrorCode.NONE, None, tuple(store.describe(wanted)))
 
 
 # -- CreateAcls ------------------------------------------------------------------------------

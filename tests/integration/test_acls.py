@@ -215,30 +215,31 @@ def test_transactional_id_without_write_is_fatal_and_writes_nothing(
         assert c.log_end_offset(topic) == 0
 
 
+@pytest.mark.parametrize("client", ["3.9", "4.3"])
 def test_transactional_id_without_write_is_fatal_in_the_java_client(
-    secured: BrokerProcess, admin: AdminClient
+    secured: BrokerProcess, admin: AdminClient, client: str
 ) -> None:
-    require_java("4.3")
+    require_java(client)
     topic = new_topic(admin, "acl-java-txn")
     allow(admin, ResourceType.TOPIC, topic, AclOperation.WRITE, AclOperation.READ)
     nothing, describe, granted = (unique_topic(p) for p in ("java-nothing", "java-describe", "java-granted"))
     allow(admin, ResourceType.TRANSACTIONAL_ID, describe, AclOperation.DESCRIBE)
     allow(admin, ResourceType.TRANSACTIONAL_ID, granted, AclOperation.WRITE)
     # No ACL on the id: FindCoordinator fails and the producer is in its fatal error state.
-    run = run_java("AclClient.java", "txn", secured.bootstrap, topic, nothing, client="4.3", timeout=120)
+    run = run_java("AclClient.java", "txn", secured.bootstrap, topic, nothing, client=client, timeout=120)
     fatal = {"init": "TransactionalIdAuthorizationException", "after": "KafkaException"}
     assert prefixed_json(run.stdout) == [fatal], run.stderr[-3000:]
     assert "Cannot execute transactional method because we are in an error state" in run.stderr
-    # Describe but no Write: InitProducerId fails; the 4.3 client takes it as an error it keeps
+    # Describe but no Write: InitProducerId fails; the client takes it as an error it keeps
     # (KafkaException "in an error state"; IllegalStateException while the coordinator was
     # still being created), either way the producer cannot go on.
-    run = run_java("AclClient.java", "txn", secured.bootstrap, topic, describe, client="4.3", timeout=120)
+    run = run_java("AclClient.java", "txn", secured.bootstrap, topic, describe, client=client, timeout=120)
     [result] = prefixed_json(run.stdout)
     assert result["init"] == "TransactionalIdAuthorizationException", run.stderr[-3000:]
     assert result["after"] in ("KafkaException", "IllegalStateException"), run.stderr[-3000:]
     with WireClient(secured.port) as c:
         assert c.log_end_offset(topic) == 0  # nothing of either was written
-    run = run_java("AclClient.java", "txn", secured.bootstrap, topic, granted, client="4.3", timeout=120)
+    run = run_java("AclClient.java", "txn", secured.bootstrap, topic, granted, client=client, timeout=120)
     assert prefixed_json(run.stdout) == [{"init": "ok", "after": "ok"}], run.stderr[-3000:]
     with WireClient(secured.port) as c:
         assert c.log_end_offset(topic) == 2  # the granted producer's record and its COMMIT marker
