@@ -212,7 +212,8 @@ def test_transactional_id_without_write_is_fatal_and_writes_nothing(
         batch = build_batch([b"x"], producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
         for tid in ("tid-none", None):  # Kafka: no transactional id is no Write on it
             answer = c.call(produce_request(topic, [(0, batch)], transactional_id=tid), 7)
-            assert answer.responses[0].partition_responses[0].error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            error = answer.responses[0].partition_responses[0].error_code
+            assert error == TRANSACTIONAL_ID_AUTHORIZATION_FAILED, tid
         assert c.log_end_offset(topic) == 0
 
 
