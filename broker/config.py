@@ -173,11 +173,15 @@ class Listeners:
         return ",".join(items)
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 @dataclass(frozen=True)
 class ProtocolMap:
-    """`NAME:PROTOCOL` pairs; Gregor serves PLAINTEXT only."""
+    """`NAME:PROTOCOL` pairs, PROTOCOL one of Kafka's security protocols."""
 
-    expected: str = "NAME:PLAINTEXT pairs, comma-separated"
+    expected: str = "NAME:PROTOCOL pairs, comma-separated (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"
 
     def __call__(self, value: Any) -> str:
         items = _items(value)
@@ -187,8 +191,8 @@ class ProtocolMap:
             name, sep, protocol = item.partition(":")
             if not sep or not _LISTENER_NAME.fullmatch(name):
                 raise ValueError(self.expected, f"{item!r} is not NAME:PROTOCOL")
-            if protocol.upper() != "PLAINTEXT":
-                raise ValueError(self.expected, f"{protocol.upper()}: only PLAINTEXT listeners are supported")
+            if protocol.upper() not in SECURITY_PROTOCOLS:
+                raise ValueError(self.expected, f"{protocol.upper()} is not a security protocol")
         return ",".join(items)
 
 
@@ -415,6 +419,29 @@ KEYS: dict[str, Key] = {
                        "semicolons (`User:admin;User:ANONYMOUS`)."),
     "allow.everyone.if.no.acl.found": Key(Boolean(), False, "With the authorizer: a resource no ACL "
                                           "names is open to everyone (else only to super users)."),
+    "ssl.keystore.type": Key(Choice(("PEM",)), "PEM", "The keystore's format: PEM (Kafka's other "
+                             "formats, JKS and PKCS12, are Java's)."),
+    "ssl.keystore.location": Key(Text(), "", "PEM file with the listener's private key and its "
+                                 "certificate chain (SSL and SASL_SSL listeners)."),
+    "ssl.key.password": Key(Text(), "", "The password of an encrypted private key."),
+    "ssl.truststore.type": Key(Choice(("PEM",)), "PEM", "The truststore's format: PEM."),
+    "ssl.truststore.location": Key(Text(), "", "PEM file with the CA certificates that client "
+                                   "certificates are checked against; empty: the system's."),
+    "ssl.client.auth": Key(Choice(("none", "requested", "required")), "none", "Client certificates: "
+                           "not asked for, asked for, or required (mTLS)."),
+    "ssl.enabled.protocols": Key(ChoiceList(("TLSv1.2", "TLSv1.3")), "TLSv1.2,TLSv1.3",
+                                 "TLS versions the listeners accept."),
+    "ssl.principal.mapping.rules": Key(Text(), "DEFAULT", "How a client certificate's distinguished "
+                                       "name becomes the principal: `RULE:pattern/replacement/[LU]` "
+                                       "rules and `DEFAULT` (the DN itself), comma-separated."),
+    "sasl.enabled.mechanisms": Key(Text(), "GSSAPI", "SASL mechanisms served on SASL listeners: PLAIN, "
+                                   "SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, GSSAPI, is not "
+                                   "served: set this on a broker with a SASL listener)."),
+    "sasl.jaas.config": Key(Text(), "", "JAAS login module entry; on a broker, PlainLoginModule's "
+                            "`user_<name>=\"<password>\"` options are PLAIN's users. Usually set per "
+                            "listener and mechanism: `listener.name.<l>.plain.sasl.jaas.config`."),
+    "sasl.server.max.receive.size": Key(_POSITIVE, 524288, "Largest frame accepted before a SASL "
+                                        "connection is authenticated."),
     "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "
                                                  "(an ABORT marker, as `gregor transactions abort`); "
                                                  "otherwise only report them."),
@@ -464,6 +491,18 @@ class BrokerConfig:
     def inter_broker_listener(self) -> str:
         return str(self.values["inter.broker.listener.name"]).upper() or next(iter(self.listeners))
 
+    def security_protocol(self, listener: str) -> str:
+        """The listener's protocol from `listener.security.protocol.map` (PLAINTEXT if unmapped)."""
+        for item in str(self.values["listener.security.protocol.map"]).split(","):
+            name, _, protocol = item.partition(":")
+            if name.strip().upper() == listener:
+                return protocol.strip().upper()
+        return listener if listener in SECURITY_PROTOCOLS else "PLAINTEXT"  # Kafka: a name is its protocol
+
+    def for_listener(self, listener: str, key: str) -> Any:
+        """`listener.name.<listener>.<key>` when set, else `key` (Kafka's per-listener override)."""
+        return self.values.get(f"{LISTENER_PREFIX}{listener.lower()}.{key}", self.values.get(key))
+
     @property
     def listener(self) -> Listener:
         """The inter-broker listener."""
@@ -488,7 +527,12 @@ def listener_problem(text: str) -> str | None:
         return f"no listener name: write PLAINTEXT://{text}"
     if not _LISTENER_NAME.fullmatch(text.split("://", 1)[0]):
         return f"{text.split('://', 1)[0]!r} is not a listener name"
-    return _port_problem(urlparse(text))
+    return _port_problem(_as_url(text))
+
+
+def _as_url(text: str) -> ParseResult:
+    """The listener as a URL whose scheme urllib accepts (Kafka's names may hold `_`)."""
+    return urlparse("kafka://" + text.split("://", 1)[1])
 
 
 def _port_problem(url: ParseResult) -> str | None:
@@ -528,13 +572,31 @@ def parse_listeners(key: str, text: str) -> dict[str, Listener]:
         problem = listener_problem(item)
         if problem:
             raise ConfigError(f"{key}: {item!r}: {problem}")
-        url = urlparse(item)
+        url = _as_url(item)
         assert url.port is not None
         found[listener_name(item)] = Listener(url.hostname or "0.0.0.0", url.port)
     return found
 
 
+LISTENER_PREFIX = "listener.name."
+PER_LISTENER = ("ssl.", "sasl.enabled.mechanisms", "sasl.server.max.receive.size")
+_MECHANISM_JAAS = re.compile(r"[a-z0-9-]+\.sasl\.jaas\.config")
+
+
+def listener_key(key: str) -> tuple[str, str] | None:
+    """`listener.name.<listener>.<key>`: (LISTENER, key) for a key a listener may override."""
+    if not key.startswith(LISTENER_PREFIX):
+        return None
+    name, _, rest = key[len(LISTENER_PREFIX):].partition(".")
+    if name and (rest in KEYS and rest.startswith(PER_LISTENER) or _MECHANISM_JAAS.fullmatch(rest)):
+        return name.upper(), rest
+    return None
+
+
 def _coerce(key: str, value: Any) -> Any:
+    if (per_listener := listener_key(key)) is not None:
+        inner = per_listener[1]
+        return _coerce(inner, value) if inner in KEYS else Text()(value)
     spec = KEYS.get(key)
     if key in RESERVED:
         raise ConfigError(f"{key} is not supported yet ({RESERVED[key]}); remove it from the config")
@@ -596,9 +658,7 @@ def _check_listeners(config: BrokerConfig) -> None:
     names = list(config.listeners)
     mapped = {item.split(":")[0].upper() for item in str(config["listener.security.protocol.map"]).split(",")}
     for name in names:
-        if name in ("SSL", "SASL_PLAINTEXT", "SASL_SSL") and name not in mapped:
-            raise ConfigError(f"listeners: {name}: only PLAINTEXT listeners are supported")
-        if name != "PLAINTEXT" and name not in mapped:
+        if name not in SECURITY_PROTOCOLS and name not in mapped:
             raise ConfigError(f"listeners: {name} has no protocol in listener.security.protocol.map "
                               f"(add {name}:PLAINTEXT)")
     advertised = config.advertised_listeners
@@ -614,6 +674,29 @@ def _check_listeners(config: BrokerConfig) -> None:
     if inter not in names or inter not in advertised:
         raise ConfigError(f"inter.broker.listener.name: {inter} is not an advertised listener "
                           f"({', '.join(advertised)})")
+    _check_security(config, names)
+
+
+def _check_security(config: BrokerConfig, names: list[str]) -> None:
+    """A TLS listener has a keystore; a SASL listener serves only mechanisms Gregor has;
+    the brokers' own connections are PLAINTEXT so far."""
+    for name in names:
+        protocol = config.security_protocol(name)
+        if protocol in ("SSL", "SASL_SSL") and not config.for_listener(name, "ssl.keystore.location"):
+            raise ConfigError(f"listeners: {name} is {protocol}: set ssl.keystore.location "
+                              f"(or listener.name.{name.lower()}.ssl.keystore.location)")
+        if protocol.startswith("SASL_"):
+            mechanisms = _items(config.for_listener(name, "sasl.enabled.mechanisms")) or []
+            unknown = [m for m in mechanisms if m.upper() not in SASL_MECHANISMS]
+            if unknown or not mechanisms:
+                raise ConfigError(f"sasl.enabled.mechanisms: {', '.join(unknown) or 'none'} on {name}: "
+                                  f"Gregor serves {', '.join(SASL_MECHANISMS)}")
+    inter = config.inter_broker_listener
+    clustered = str(config["metadata.store"]) != "local"
+    if clustered and config.security_protocol(inter) != "PLAINTEXT":
+        raise ConfigError(f"inter.broker.listener.name: {inter} is {config.security_protocol(inter)}; "
+                          "the brokers' own connections speak PLAINTEXT only so far: name a "
+                          "PLAINTEXT listener (e.g. on a private address)")
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

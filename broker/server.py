@@ -37,7 +37,9 @@ from broker.net.listeners import bind_listener, bind_metrics
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.acl_store import ClusterAcls, LocalAcls
 from broker.security.authorizer import STANDARD_AUTHORIZER, AclAuthorizer, AllowAllAuthorizer, super_users
+from broker.security.listener import listener_security
 from broker.security.rules import Policy
+from broker.security.scram_store import cluster_credentials, local_credentials
 from coordinator.producer_ids import ProducerIdManager
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
@@ -86,12 +88,14 @@ class Broker:
         self._coordinators(config)
         self.dynamic_configs.on_change = self._apply_dynamic_configs
         authorizer, acls = self._authorizer(config)
+        scram = cluster_credentials(cluster.store) if cluster is not None else local_credentials(self.store)
+        self._security = {name: listener_security(config, name, scram.lookup) for name in config.listeners}
         self.services = Services(
             partitions=self.replicas, topics=self.topics, cluster=self.view,
             controller=cluster.controller if cluster is not None else None,
             transactions=self.transactions, groups=self.groups, markers=self.markers,
             configs=self.dynamic_configs, producer_ids=self.producer_ids, authorizer=authorizer,
-            api_versions=HANDLER_TABLE, clock=now_ms, acls=acls,
+            api_versions=HANDLER_TABLE, clock=now_ms, acls=acls, scram=scram,
         )
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
@@ -200,7 +204,8 @@ class Broker:
             self.cleaner.start(asyncio.get_running_loop())
         for name, sock in self._sockets.items():
             on_connect = functools.partial(self._on_connect, name)
-            self._servers.append(await asyncio.start_server(on_connect, sock=sock, limit=2**16))
+            tls = self._security[name].tls
+            self._servers.append(await asyncio.start_server(on_connect, sock=sock, limit=2**16, ssl=tls))
         log.info(
             "broker %d serving on %s, cluster %s, data in %s", self.node_id, self._describe_listeners(),
             self.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
@@ -232,7 +237,7 @@ class Broker:
         assert task is not None
         self._connections.add(task)
         metrics.connection_opened()
-        connection = Connection(self.services, reader, writer, listener)
+        connection = Connection(self.services, reader, writer, listener, self._security[listener])
         if connection.debug:
             request_log.opened(connection.peer)
         try:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the fault tests (tests/chaos/) need, from Debian's packages only: iproute2 (`ip netns`,
 # veth, a bridge), iptables (partitions as DROP rules in each namespace) and faketime
-# (libfaketime, clock skew). The machines run as root; a package already there is kept.
+# (libfaketime, clock skew); and openssl, with which the security tests make their certificates.
+# The machines run as root; a package already there is kept.
 #
 # usage: scripts/chaos-deps.sh DEST_DIR   (DEST_DIR/.installed marks the step done)
 set -euo pipefail
@@ -11,6 +12,7 @@ wanted=()
 command -v ip >/dev/null || wanted+=(iproute2)
 command -v iptables >/dev/null || wanted+=(iptables)
 command -v faketime >/dev/null || wanted+=(faketime)
+command -v openssl >/dev/null || wanted+=(openssl)
 if [ ${#wanted[@]} -gt 0 ]; then
     echo "chaos: installing Debian's ${wanted[*]}" >&2
     # A fresh machine has no package lists yet: refresh them once and retry.

@@ -12,6 +12,7 @@ from protocol.headers import RequestHeader
 
 if TYPE_CHECKING:
     from broker.api.services import Services
+    from broker.security.sasl import Authentication
 
 
 class AppendTurn:
@@ -44,6 +45,7 @@ class RequestContext:
     header: RequestHeader
     caller: Caller
     turn: AppendTurn | None = None  # produce requests only
+    auth: Authentication | None = None  # the connection's SASL state, on SASL listeners
 
     @property
     def version(self) -> int:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.replication.replica_manager import Partition
     from broker.security.acl import AclBinding, AclFilter, AclOperation, ResourceType
+    from broker.security.scram import ScramCredential, ScramMechanism
     from coordinator.group import (
         DescribedGroup,
         JoinRequest,
@@ -283,6 +284,19 @@ class Acls(Protocol):
     async def delete(self, filters: Sequence[AclFilter]) -> list[list[AclBinding]]: ...
 
 
+class ScramCredentials(Protocol):
+    """The SCRAM credentials in the metadata store (KIP-554)."""
+
+    def lookup(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None: ...
+
+    def users(self) -> dict[str, list[tuple[ScramMechanism, int]]]: ...
+
+    async def alter(
+        self, upserts: dict[tuple[ScramMechanism, str], ScramCredential],
+        deletes: Iterable[tuple[ScramMechanism, str]],
+    ) -> None: ...
+
+
 class ProducerIds(Protocol):
     def generate(self) -> int: ...
 
@@ -304,3 +318,4 @@ class Services:
     api_versions: Mapping[int, ApiHandler]  # the handler table: dispatch and ApiVersions
     clock: Callable[[], int]
     acls: Acls | None = None  # the ACL store; None when no authorizer is configured
+    scram: ScramCredentials | None = None

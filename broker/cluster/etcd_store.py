@@ -293,6 +293,16 @@ class EtcdMetadataStore:
         if deletes:
             await self._txn([], deletes)
 
+    # -- SCRAM credentials: one key per user and mechanism ---------------------------------------
+
+    async def put_scram(self, puts: dict[str, list[Any]], deletes: list[str]) -> None:
+        """Upsert ("<mechanism>/<user>" -> ScramCredential.to_json()) and delete in one transaction."""
+        tx = self.client.transactions
+        ops = [tx.put(self._key(f"scram/{k}"), json.dumps(v).encode()) for k, v in puts.items()]
+        ops += [tx.delete(self._key(f"scram/{k}")) for k in deletes]
+        if ops:
+            await self._txn([], ops)
+
     # -- membership -----------------------------------------------------------
 
     async def end_own_session(self, registration: BrokerRegistration) -> bool:

@@ -12,6 +12,7 @@ it synchronously. Every record is JSON under a key of the store's layout:
     <root>/partitions/<name>/<index>       PartitionState (leader, epochs, ISR)
     <root>/producer_ids                    the next producer-id block's first id
     <root>/acls/<digest>                   one ACL (AclBinding.to_json(); the digest of its identity)
+    <root>/scram/<mechanism>/<user>        one SCRAM credential (salt, stored key, server key, iterations)
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ class ClusterImage:
     topics: dict[str, TopicRecord] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
     acls: dict[str, list[Any]] = field(default_factory=dict)  # digest -> AclBinding.to_json()
+    scram: dict[str, list[Any]] = field(default_factory=dict)  # "<mechanism>/<user>" -> credential
 
     def apply(self, key: str, value: bytes | None) -> None:
         """One record (None = deleted), its key relative to the store's root."""
@@ -215,6 +217,8 @@ class ClusterImage:
             self._put(self.partitions, (parts[1], int(parts[2])), data, PartitionState.from_json)
         elif kind == "acls" and len(parts) == 2:
             self._put(self.acls, parts[1], data, list)
+        elif kind == "scram" and len(parts) >= 3:
+            self._put(self.scram, "/".join(parts[1:]), data, list)
 
     @staticmethod
     def _put(table: dict[Any, Any], key: Any, data: Any, decode: Any) -> None:

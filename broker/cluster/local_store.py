@@ -77,6 +77,7 @@ class LocalMetadataStore:
         self._next_producer_id = 0
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._acls: list[list[Any]] = []  # AclBinding.to_json() of each ACL
+        self._scram: dict[str, list[Any]] = {}  # "<mechanism>/<user>" -> ScramCredential.to_json()
         self._load()
 
     def _load(self) -> None:
@@ -88,6 +89,7 @@ class LocalMetadataStore:
         self._next_producer_id = int(data.get("next_producer_id_block", 0))
         self._broker_configs = {k: dict(v) for k, v in data.get("broker_configs", {}).items()}
         self._acls = [list(a) for a in data.get("acls", [])]
+        self._scram = {k: list(v) for k, v in data.get("scram", {}).items()}
 
     def _commit(
         self, topics: dict[str, TopicMetadata], next_producer_id: int,
@@ -109,6 +111,8 @@ class LocalMetadataStore:
         }
         if self._acls:
             data["acls"] = self._acls
+        if self._scram:
+            data["scram"] = self._scram
         tmp = self._path.with_suffix(".tmp")
         with open(tmp, "w") as out:
             json.dump(data, out, indent=1)
@@ -163,6 +167,20 @@ class LocalMetadataStore:
 
     def acls(self) -> list[list[Any]]:
         return [list(a) for a in self._acls]
+
+    # -- SCRAM credentials: "<mechanism>/<user>" -> ScramCredential.to_json() -------------------
+
+    def scram_credentials(self) -> dict[str, list[Any]]:
+        return dict(self._scram)
+
+    def set_scram_credentials(self, credentials: dict[str, list[Any]]) -> None:
+        """Replace every SCRAM credential durably; on a failed write the old ones stay."""
+        old, self._scram = self._scram, dict(credentials)
+        try:
+            self._save(self._topics, self._next_producer_id, self._broker_configs)
+        except BaseException:
+            self._scram = old
+            raise
 
     def set_acls(self, acls: list[list[Any]]) -> None:
         """Replace every ACL durably; on a failed write the old ones stay."""

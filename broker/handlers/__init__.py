@@ -16,6 +16,8 @@ from broker.handlers import (
     producers,
     reassignments,
     records,
+    sasl,
+    scram_credentials,
     topics,
     transactions,
     txn_markers,
@@ -25,6 +27,6 @@ HANDLER_TABLE = build_table(
     [
         api_versions, metadata, produce, producers, fetch, list_offsets,
         topics, configs, records, log_dirs, transactions, txn_markers, groups, offsets, elect_leaders,
-        reassignments, acls,
+        reassignments, acls, sasl, scram_credentials,
     ]
 )

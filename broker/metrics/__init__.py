@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from coordinator.transaction import TxnMetadata
 
 __all__ = [
-    "STATS", "authorization_denied", "clock", "connection_opened", "coordinator_loaded", "fetch_failed",
+    "STATS", "authentication_failed", "authorization_denied",
+    "clock", "connection_opened", "coordinator_loaded", "fetch_failed",
     "fetched",
     "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked",
     "txn_transition",
@@ -61,6 +62,11 @@ def _count_errors(api_key: int, response: Any) -> None:
 
 def connection_opened() -> None:
     STATS.connections_created += 1
+
+
+def authentication_failed(listener: str) -> None:
+    """A SASL authentication or a client certificate was refused on `listener`."""
+    STATS.authentication_failures[listener] += 1
 
 
 def authorization_denied(resource_type: Any) -> None:

@@ -158,7 +158,11 @@ class StatsCollector(Collector):
                                       "authorizer denied, by resource type.", labels=["resource_type"])
         for resource_type, n in sorted(s.authorization_denials.items()):
             denials.add_metric([resource_type], n)
-        yield from (flush, load, rebalances, created, shrinks, expands, changes, denials)
+        failures = CounterMetricFamily("gregor_authentication_failures", "SASL authentications and "
+                                       "client certificates refused, by listener", labels=["listener"])
+        for listener, n in sorted(s.authentication_failures.items()):
+            failures.add_metric([listener], n)
+        yield from (flush, load, rebalances, created, shrinks, expands, changes, denials, failures)
         yield from self._hanging()
 
     def _hanging(self) -> Iterator[Metric]:

@@ -124,6 +124,7 @@ class Stats:
         self.topics: dict[str, TopicStats] = {}
         self.connections_created = 0
         self.authorization_denials: defaultdict[str, int] = defaultdict(int)  # by resource type
+        self.authentication_failures: defaultdict[str, int] = defaultdict(int)  # by listener
         self.flush_ms = Histogram()
         self.txn = TxnStats()
         self.load_ms: dict[str, Histogram] = {"transaction": Histogram(), "group": Histogram()}

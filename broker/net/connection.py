@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics
@@ -29,6 +30,9 @@ from broker.faults import fail_point
 from broker.handlers import api_versions
 from broker.metrics import request_log
 from broker.security.forwarded import original_caller
+from broker.security.listener import ListenerSecurity
+from broker.security.sasl import Authentication
+from broker.security.tls import certificate_principal, distinguished_name
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
@@ -49,6 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 100
 PRODUCE = ApiKey.PRODUCE
+BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+PLAINTEXT = ListenerSecurity("PLAINTEXT")
 
 
 class CloseConnection(Exception):
@@ -63,7 +69,7 @@ class Acks0Failed(Exception):
 class Connection:
     def __init__(
         self, services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-        listener: str = "PLAINTEXT",
+        listener: str = "PLAINTEXT", security: ListenerSecurity = PLAINTEXT,
     ) -> None:
         self.services = services
         self.handlers = services.api_versions
@@ -72,6 +78,9 @@ class Connection:
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.caller = Caller(str(peer[0]), listener)  # the listener the client connected to
+        self.security = security
+        # SASL listeners: nothing but ApiVersions and SASL until authenticated
+        self.auth = Authentication(security.sasl) if security.sasl is not None else None
         self.responses: asyncio.Queue[asyncio.Task[list[Any]] | None] = asyncio.Queue(
             MAX_IN_FLIGHT
         )
@@ -90,7 +99,27 @@ class Connection:
             # logs a cancelled connection task as an error with a traceback.
             self.writer.close()
 
+    def _certificate_principal(self) -> bool:
+        """On a TLS listener without SASL, a client certificate names the principal (mapped by
+        `ssl.principal.mapping.rules`); False when no rule applies to it."""
+        if self.security.tls is None or self.auth is not None:
+            return True
+        cert = self.writer.get_extra_info("peercert")
+        if not cert:
+            return True
+        principal = certificate_principal(cert, list(self.security.mapping))
+        if principal is None:
+            metrics.authentication_failed(self.caller.listener)
+            log.warning("closing connection from %s: no ssl.principal.mapping.rules rule applies to %s",
+                        self.peer, distinguished_name(cert))
+            return False
+        self.caller = replace(self.caller, principal=principal)
+        return True
+
     async def _serve(self) -> None:
+        if not self._certificate_principal():
+            self.writer.close()
+            return
         sender = asyncio.create_task(self._send_loop())
         shutdown = False
         try:
@@ -129,11 +158,14 @@ class Connection:
             pass
 
     async def _read_loop(self) -> None:
-        max_size = self.services.configs.config["socket.request.max.bytes"]
+        config = self.services.configs.config
+        max_size = config["socket.request.max.bytes"]
+        unauthenticated_max = config.for_listener(self.caller.listener, "sasl.server.max.receive.size")
         while self.failed is None:
             prefix = await self.reader.readexactly(SIZE_PREFIX)
             try:
-                size = frame_size(prefix, max_size)
+                pending = self.auth is not None and not self.auth.authenticated
+                size = frame_size(prefix, unauthenticated_max if pending else max_size)
             except FrameSizeError as exc:
                 raise CloseConnection(str(exc)) from None
             payload = await self.reader.readexactly(size)
@@ -146,6 +178,7 @@ class Connection:
         header, handler = self._parse_header(payload)
         if handler is None:
             return asyncio.create_task(self._unsupported_api_versions(header))
+        self._check_authenticated(header)
         body = memoryview(payload)[header.size :]
         try:
             request = decode_request(handler.api_key, header.api_version, body)
@@ -158,9 +191,22 @@ class Connection:
         if handler.api_key == PRODUCE:
             turn = self.last_produce = AppendTurn(self.last_produce)
         caller = original_caller(self.services.authorizer, self.caller, header.client_id)
-        ctx = RequestContext(self.services, header, caller, turn)
+        ctx = RequestContext(self.services, header, caller, turn, self.auth)
         answer = not (handler.api_key == PRODUCE and request.acks == 0)  # acks=0: no response
         return asyncio.create_task(self._respond(ctx, handler, request, answer, received))
+
+    def _check_authenticated(self, header: RequestHeader) -> None:
+        """Before SASL completes only ApiVersions and the SASL requests are served (Kafka closes
+        the connection on anything else); once it has, the principal is the caller's."""
+        auth = self.auth
+        if auth is None:
+            return
+        if auth.principal is not None:
+            if self.caller.principal != auth.principal:
+                self.caller = replace(self.caller, principal=auth.principal)
+            return
+        if header.api_key not in BEFORE_AUTHENTICATION:
+            raise CloseConnection(f"{ApiKey(header.api_key).name} request before SASL authentication")
 
     def _parse_header(self, payload: bytes) -> tuple[RequestHeader, ApiHandler | None]:
         try:
@@ -250,6 +296,10 @@ class Connection:
                 await self.writer.drain()
             except ConnectionError:
                 closing = True
+            if self.auth is not None and self.auth.failed:
+                closing = True  # the SASL failure is answered: Kafka closes the connection
+                self.failed = "SASL authentication failed"
+                self.writer.close()
 
 
 def _produce_errors(response: Any) -> str:

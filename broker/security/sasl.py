@@ -1,0 +1,176 @@
+"""SASL on a connection: the mechanisms' servers (PLAIN, SCRAM-SHA-256/512) and the
+per-connection state that SaslHandshake and SaslAuthenticate move forward.
+
+A connection on a SASL listener starts unauthenticated: only ApiVersions, SaslHandshake and
+SaslAuthenticate are served (the connection enforces it). SaslHandshake picks the mechanism;
+SaslAuthenticate carries its tokens until the server is complete, then the principal is
+`User:<authorization id>`. A failed exchange raises AuthenticationFailed with Kafka's message;
+the handler answers SASL_AUTHENTICATION_FAILED and the connection closes after that answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scramp import ScramException
+from scramp import ScramMechanism as ScrampMechanism
+
+from broker.security.scram import ScramCredential, ScramMechanism
+
+PLAIN = "PLAIN"
+SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class AuthenticationFailed(Exception):
+    """Bad credentials or a malformed exchange; the message goes to the client."""
+
+
+class SaslServer(Protocol):
+    def evaluate(self, token: bytes) -> bytes: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    @property
+    def authorization_id(self) -> str: ...
+
+
+class PlainServer:
+    """RFC 4616 against static users (PlainLoginModule's `user_<name>` options)."""
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self._users = users
+        self._user: str | None = None
+
+    def evaluate(self, token: bytes) -> bytes:
+        parts = token.decode("utf-8", "replace").split("\0")
+        if len(parts) != 3:
+            raise AuthenticationFailed("Invalid SASL/PLAIN response: expected 3 tokens")
+        authzid, user, password = parts
+        if not user:
+            raise AuthenticationFailed("Authentication failed: username not specified")
+        if not password:
+            raise AuthenticationFailed("Authentication failed: password not specified")
+        if self._users.get(user) != password:
+            raise AuthenticationFailed("Authentication failed: Invalid username or password")
+        if authzid and authzid != user:
+            raise AuthenticationFailed(
+                "Authentication failed: Client requested an authorization id that is different from username"
+            )
+        self._user = user
+        return b""
+
+    @property
+    def complete(self) -> bool:
+        return self._user is not None
+
+    @property
+    def authorization_id(self) -> str:
+        assert self._user is not None
+        return self._user
+
+
+Lookup = Callable[[ScramMechanism, str], ScramCredential | None]
+
+
+def _sasl_name(name: str) -> str:
+    """RFC 5802's saslname: `=2C` is `,` and `=3D` is `=`."""
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+class ScramServer:
+    """RFC 5802 (scramp) against the stored credentials: client-first, server-first,
+    client-final, server-final."""
+
+    def __init__(self, mechanism: ScramMechanism, lookup: Lookup) -> None:
+        self._mechanism = mechanism
+        self._lookup = lookup
+        self._server = ScrampMechanism(mechanism.mechanism_name).make_server(self._auth_info)
+        self._user: str | None = None
+        self._step = 0
+        self._done = False
+
+    def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        name = _sasl_name(username)
+        found = self._lookup(self._mechanism, name)
+        if found is None:
+            raise AuthenticationFailed(f"Authentication failed during authentication due to invalid "
+                                       f"credentials with SASL mechanism {self._mechanism.mechanism_name}")
+        self._user = name
+        return found.salt, found.stored_key, found.server_key, found.iterations
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            text = token.decode("utf-8")
+            self._step += 1
+            if self._step == 1:
+                self._server.set_client_first(text)
+                return str(self._server.get_server_first()).encode()
+            if self._step == 2:
+                self._server.set_client_final(text)
+                final = str(self._server.get_server_final()).encode()
+                self._done = True
+                return final
+        except (ScramException, UnicodeDecodeError, ValueError) as exc:
+            raise AuthenticationFailed(
+                f"Authentication failed during authentication due to invalid credentials with SASL "
+                f"mechanism {self._mechanism.mechanism_name}"
+            ) from exc
+        raise AuthenticationFailed("Unexpected SASL token after the exchange completed")
+
+    @property
+    def complete(self) -> bool:
+        return self._done
+
+    @property
+    def authorization_id(self) -> str:
+        assert self._user is not None
+        return self._user
+
+
+@dataclass(frozen=True, slots=True)
+class SaslSettings:
+    """One listener's SASL: the enabled mechanisms, PLAIN's users, the SCRAM credentials."""
+
+    mechanisms: tuple[str, ...]
+    plain_users: dict[str, str] = field(default_factory=dict)
+    scram: Lookup = lambda mechanism, user: None
+
+    def server(self, mechanism: str) -> SaslServer:
+        if mechanism == PLAIN:
+            return PlainServer(self.plain_users)
+        scram = ScramMechanism.named(mechanism)
+        assert scram is not None, mechanism
+        return ScramServer(scram, self.scram)
+
+
+class Authentication:
+    """A connection's SASL state: waiting for a handshake, mid-exchange, or done."""
+
+    def __init__(self, settings: SaslSettings) -> None:
+        self.settings = settings
+        self.server: SaslServer | None = None
+        self.principal: str | None = None  # set once authenticated
+        self.failed = False  # the connection closes once the failure is answered
+
+    @property
+    def authenticated(self) -> bool:
+        return self.principal is not None
+
+    def handshake(self, mechanism: str) -> bool:
+        """Start `mechanism`; False when it is not enabled on this listener."""
+        if mechanism not in self.settings.mechanisms:
+            return False
+        self.server = self.settings.server(mechanism)
+        return True
+
+    def authenticate(self, token: bytes) -> bytes:
+        """One token of the exchange; AuthenticationFailed ends it."""
+        if self.server is None:
+            raise AuthenticationFailed("SaslAuthenticate before SaslHandshake")
+        answer = self.server.evaluate(token)
+        if self.server.complete:
+            self.principal = f"User:{self.server.authorization_id}"
+        return answer

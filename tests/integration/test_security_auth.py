@@ -1,0 +1,332 @@
+"""Authentication as Kafka's (issue 21): TLS listeners with PEM keys, mTLS principals, SASL
+PLAIN and SCRAM-SHA-256/512 with credentials stored salted, driven by real clients
+(confluent-kafka, kafka-python, aiokafka, the Java 4.3 client) and by the wire for refusals.
+
+One broker for the module, four listeners: PLAINTEXT (ANONYMOUS, a super user: the tests'
+administration), SASL_PLAINTEXT, SASL_SSL and SSL with client certificates required. With the
+StandardAuthorizer on, the principal a connection authenticated as decides what it may do:
+alice may use the topics and groups prefixed `alice-`, nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import struct
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KTopicPartition
+from kafka.protocol.sasl import SaslHandshakeRequest
+
+from broker.cluster.local_store import STORE_FILE
+from protocol.messages import REQUESTS
+from tests.integration.certs import Pki, make_pki
+from tests.integration.harness import (
+    BrokerFactory,
+    BrokerProcess,
+    free_port,
+    prefixed_json,
+    require_java,
+    run_java,
+    unique_topic,
+)
+from tests.integration.wire import WireClient
+
+STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'user_alice="alice-secret" user_admin="admin-secret";')
+SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM = 58, 33
+
+
+@dataclass
+class Secured:
+    broker: BrokerProcess
+    pki: Pki
+    sasl_plain: int
+    sasl_ssl: int
+    ssl: int
+    metrics: int
+
+    def at(self, port: int) -> str:
+        return f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    base = tmp_path_factory.mktemp("security")
+    pki = make_pki(base / "pki")
+    ports = {name: free_port() for name in ("SASL_PLAINTEXT", "SASL_SSL", "SSL", "metrics")}
+    listeners = ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in ("SASL_PLAINTEXT", "SASL_SSL", "SSL"))
+    plain_port = free_port()
+    overrides: dict[str, Any] = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},{listeners}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                          "SASL_SSL:SASL_SSL,SSL:SSL",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "ssl.keystore.location": str(pki.keystore),
+        "ssl.truststore.location": str(pki.ca),
+        "listener.name.ssl.ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^.*CN=([a-z]+).*$/$1/L,DEFAULT",
+        "authorizer.class.name": STANDARD,
+        "super.users": "User:ANONYMOUS;User:admin",
+        "metrics.listener": f"http://127.0.0.1:{ports['metrics']}",
+        "offsets.topic.num.partitions": 1, "transaction.state.log.num.partitions": 1,
+    }
+    factory = BrokerFactory(base)
+    try:
+        broker = factory(overrides, port=plain_port)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        acls = [AclBinding(rtype, "alice-", ResourcePatternType.PREFIXED, "User:alice", "*", op,
+                           AclPermissionType.ALLOW)
+                for rtype, op in [(ResourceType.TOPIC, AclOperation.ALL),
+                                  (ResourceType.GROUP, AclOperation.ALL),
+                                  (ResourceType.TRANSACTIONAL_ID, AclOperation.ALL)]]
+        for future in admin.create_acls(acls).values():
+            future.result(timeout=30)
+        yield Secured(broker, pki, ports["SASL_PLAINTEXT"], ports["SASL_SSL"], ports["SSL"], ports["metrics"])
+    finally:
+        factory.close()
+
+
+def new_topic(s: Secured, prefix: str) -> str:
+    topic = unique_topic(prefix)
+    admin = AdminClient({"bootstrap.servers": s.broker.bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=30)
+    return topic
+
+
+def add_scram_user(s: Secured, user: str, password: str, mechanism: ScramMechanism) -> None:
+    admin = AdminClient({"bootstrap.servers": s.broker.bootstrap})
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 8192), password.encode())
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+
+
+def sasl(mechanism: str, user: str, password: str, protocol: str, s: Secured) -> dict[str, Any]:
+    conf = {"security.protocol": protocol, "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": password}
+    if protocol == "SASL_SSL":
+        conf["ssl.ca.location"] = str(s.pki.ca)
+    return conf
+
+
+def round_trip(bootstrap: str, topic: str, conf: dict[str, Any], n: int = 5) -> list[bytes]:
+    """Produce n records and read them back with confluent-kafka."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **conf})
+    errors: list[Any] = []
+    for i in range(n):
+        producer.produce(topic, f"v{i}".encode(), on_delivery=lambda err, _m: err and errors.append(err))
+    assert producer.flush(30) == 0 and not errors, errors
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"alice-{topic}",
+                         "auto.offset.reset": "earliest", **conf})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        for _ in range(100):
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            if len(got) == n:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
+def test_plain_over_sasl_plaintext_names_the_principal(secured: Secured) -> None:
+    """PLAIN with the JAAS config's users: alice reads and writes her topics, and her principal
+    (not ANONYMOUS, a super user) is what the authorizer decides on."""
+    conf = sasl("PLAIN", "alice", "alice-secret", "SASL_PLAINTEXT", secured)
+    topic = new_topic(secured, "alice-plain")
+    assert round_trip(secured.at(secured.sasl_plain), topic, conf) == [f"v{i}".encode() for i in range(5)]
+    other = new_topic(secured, "bob-plain")
+    producer = Producer({"bootstrap.servers": secured.at(secured.sasl_plain), "message.timeout.ms": 10000,
+                         **conf})
+    reports: list[Any] = []
+    producer.produce(other, b"x", on_delivery=lambda err, _m: reports.append(err))
+    producer.flush(20)
+    assert reports and reports[0] is not None
+    assert reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_scram_sha_512_over_sasl_ssl_with_stored_credentials(secured: Secured) -> None:
+    """A SCRAM user created with AlterUserScramCredentials (the Admin API) authenticates over TLS;
+    DescribeUserScramCredentials shows its mechanism and iterations, never the password."""
+    add_scram_user(secured, "alice", "pw-512-secret", ScramMechanism.SCRAM_SHA_512)
+    admin = AdminClient({"bootstrap.servers": secured.broker.bootstrap})
+    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(timeout=30)
+    infos = described.scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_512, 8192)]
+    conf = sasl("SCRAM-SHA-512", "alice", "pw-512-secret", "SASL_SSL", secured)
+    topic = new_topic(secured, "alice-sha512")
+    assert len(round_trip(secured.at(secured.sasl_ssl), topic, conf)) == 5
+    stored = secured.broker.data_dir / STORE_FILE
+    assert "scram" in stored.read_text() and "pw-512-secret" not in stored.read_text()
+
+
+def test_kafka_python_and_aiokafka_authenticate_with_scram_and_plain(secured: Secured) -> None:
+    add_scram_user(secured, "alice", "alice-256", ScramMechanism.SCRAM_SHA_256)
+    topic = new_topic(secured, "alice-py")
+    round_trip(secured.at(secured.sasl_plain), topic, sasl("PLAIN", "alice", "alice-secret",
+                                                            "SASL_PLAINTEXT", secured), n=3)
+    context = ssl.create_default_context(cafile=str(secured.pki.ca))
+    consumer = KafkaConsumer(bootstrap_servers=secured.at(secured.sasl_ssl), security_protocol="SASL_SSL",
+                             sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
+                             sasl_plain_password="alice-256", ssl_context=context,
+                             consumer_timeout_ms=10000)
+    try:
+        tp = KTopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        assert [r.value for r in consumer][:3] == [b"v0", b"v1", b"v2"]
+    finally:
+        consumer.close()
+
+    async def aio() -> list[bytes]:
+        conf = {"bootstrap_servers": secured.at(secured.sasl_plain), "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+                "sasl_plain_password": "alice-secret"}
+        producer = AIOKafkaProducer(**conf)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"aio")
+        finally:
+            await producer.stop()
+        reader = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **conf)
+        await reader.start()
+        try:
+            batch = await reader.getmany(timeout_ms=10000, max_records=10)
+            return [r.value for records in batch.values() for r in records]
+        finally:
+            await reader.stop()
+
+    assert b"aio" in asyncio.run(aio())
+
+
+def test_java_transaction_over_sasl_ssl_with_scram(secured: Secured, tmp_path: Path) -> None:
+    require_java("4.3")
+    add_scram_user(secured, "alice", "alice-java", ScramMechanism.SCRAM_SHA_512)
+    props = tmp_path / "client.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+        'username="alice" password="alice-java";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={secured.pki.ca}\n"
+    )
+    topic = new_topic(secured, "alice-java")
+    done = run_java("SecureTxn.java", secured.at(secured.sasl_ssl), str(props), topic, "20", client="4.3")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert prefixed_json(done.stdout) == [{"read": 20}]
+
+
+def test_mtls_principal_comes_from_the_certificate(secured: Secured) -> None:
+    """Under mTLS the client certificate's DN, mapped by ssl.principal.mapping.rules
+    (CN=alice -> alice), is the principal."""
+    conf = {"security.protocol": "SSL", "ssl.ca.location": str(secured.pki.ca),
+            "ssl.certificate.location": str(secured.pki.client_cert),
+            "ssl.key.location": str(secured.pki.client_key)}
+    topic = new_topic(secured, "alice-mtls")
+    assert len(round_trip(secured.at(secured.ssl), topic, conf)) == 5
+    other = new_topic(secured, "bob-mtls")
+    producer = Producer({"bootstrap.servers": secured.at(secured.ssl), "message.timeout.ms": 10000, **conf})
+    reports: list[Any] = []
+    producer.produce(other, b"x", on_delivery=lambda err, _m: reports.append(err))
+    producer.flush(20)
+    assert reports[0] is not None and reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def refused(bootstrap: str, conf: dict[str, Any]) -> list[KafkaError]:
+    """The errors librdkafka reports to the application when it cannot authenticate."""
+    errors: list[KafkaError] = []
+    admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": errors.append, **conf})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)
+    return [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+
+
+def test_bad_credentials_are_refused_and_the_broker_keeps_serving(secured: Secured) -> None:
+    before = failures(secured)
+    wrong = refused(secured.at(secured.sasl_plain), sasl("PLAIN", "alice", "nope", "SASL_PLAINTEXT", secured))
+    unknown = refused(secured.at(secured.sasl_ssl), sasl("SCRAM-SHA-512", "nobody", "x", "SASL_SSL", secured))
+    assert wrong and "Invalid username or password" in wrong[0].str(), wrong
+    assert unknown and "invalid credentials with SASL mechanism SCRAM-SHA-512" in unknown[0].str(), unknown
+    assert failures(secured) >= before + 2
+    with WireClient(secured.sasl_plain) as c:  # SaslAuthenticate answers the reason itself
+        handshake = c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1)
+        assert handshake.error_code == 0
+        body = REQUESTS[36](auth_bytes=b"\0alice\0wrong").encode(version=1)
+        answer = c.raw_call(36, 1, body)
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED
+        assert answer.error_message == "Authentication failed: Invalid username or password"
+        assert c.closed_by_peer()
+    conf = sasl("PLAIN", "alice", "alice-secret", "SASL_PLAINTEXT", secured)
+    assert round_trip(secured.at(secured.sasl_plain), new_topic(secured, "alice-after"), conf, n=1)
+    assert "Traceback" not in secured.broker.log_path.read_text()
+
+
+def test_unknown_mechanism_gets_the_enabled_list(secured: Secured) -> None:
+    with WireClient(secured.sasl_plain) as c:
+        answer = c.call(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
+        assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
+        assert list(answer.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert c.closed_by_peer()
+
+
+def test_a_request_before_authentication_closes_the_connection(secured: Secured) -> None:
+    with WireClient(secured.sasl_plain) as c:
+        assert c.api_versions().error_code == 0  # allowed before authentication
+        c.send_request(3, 1, REQUESTS[3](topics=None).encode(version=1))
+        assert c.closed_by_peer()
+    with WireClient(secured.sasl_plain) as c:  # a frame over sasl.server.max.receive.size
+        c.send_raw(struct.pack(">i", 600_000) + b"\0" * 64)
+        assert c.closed_by_peer()
+
+
+def test_tls_refuses_plaintext_and_certificates_of_another_ca(secured: Secured) -> None:
+    with WireClient(secured.ssl) as c:  # plaintext Kafka to the TLS port
+        c.send_raw(b"\0\0\0\x10" + b"\0" * 16)
+        assert c.closed_by_peer()
+    context = ssl.create_default_context(cafile=str(secured.pki.ca))
+    context.load_cert_chain(str(secured.pki.stranger_cert), str(secured.pki.stranger_key))
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        with socket.create_connection(("127.0.0.1", secured.ssl), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(b"\0\0\0\x10" + b"\0" * 16)
+                if not tls.recv(4):
+                    raise ConnectionError("closed")
+    with WireClient(secured.broker.port) as c:  # still serving
+        assert c.api_versions().error_code == 0
+    assert "Traceback" not in secured.broker.log_path.read_text()
+
+
+def failures(s: Secured) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{s.metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("gregor_authentication_failures_total{"))

@@ -1,0 +1,82 @@
+"""The pure parts of authentication: JAAS entries, certificate principals and their mapping
+rules, SCRAM credentials and the SASL servers' exchanges (issue 21)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from scramp import ScramClient
+
+from broker.security.jaas import JaasError, parse_jaas
+from broker.security.sasl import AuthenticationFailed, PlainServer, ScramServer
+from broker.security.scram import ScramCredential, ScramMechanism, credential_problem
+from broker.security.tls import certificate_principal, distinguished_name, parse_rules
+
+CERT = {"subject": ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
+                    (("commonName", "Alice"),))}
+
+
+def test_jaas_entry_with_quoted_and_bare_values() -> None:
+    entry = parse_jaas('org.apache.kafka.common.security.plain.PlainLoginModule required\n'
+                       '  username="admin" password="a;b=c" user_admin="a;b=c" user_bob=bob-pw;')
+    assert entry.flag == "required"
+    assert entry.options["password"] == "a;b=c"
+    assert entry.users() == {"admin": "a;b=c", "bob": "bob-pw"}
+
+
+@pytest.mark.parametrize("text", ["", "Module required user=x", "Module always;", 'Module required user;'])
+def test_jaas_refuses_what_is_not_an_entry(text: str) -> None:
+    with pytest.raises(JaasError):
+        parse_jaas(text)
+
+
+def test_distinguished_name_is_rfc_2253_last_rdn_first() -> None:
+    assert distinguished_name(CERT) == "CN=Alice,O=Acme\\, Inc,C=US"
+
+
+def test_mapping_rules_apply_in_order_with_case() -> None:
+    rules = parse_rules("RULE:^CN=(.*?),O=(.*?)\\\\, Inc,C=US$/$1@$2/L, DEFAULT")
+    assert certificate_principal(CERT, rules) == "User:alice@acme"
+    assert certificate_principal(CERT, parse_rules("DEFAULT")) == "User:CN=Alice,O=Acme\\, Inc,C=US"
+    assert certificate_principal(CERT, parse_rules("RULE:^CN=Bob.*$/bob/")) is None
+    assert certificate_principal(None, parse_rules("DEFAULT")) is None
+    with pytest.raises(ValueError):
+        parse_rules("RULE:nope")
+
+
+def test_plain_checks_user_password_and_authorization_id() -> None:
+    users = {"alice": "pw"}
+    server = PlainServer(users)
+    server.evaluate(b"\0alice\0pw")
+    assert server.complete and server.authorization_id == "alice"
+    for token, message in [(b"\0alice\0bad", "Invalid username or password"),
+                           (b"bob\0alice\0pw", "authorization id that is different"),
+                           (b"alice\0pw", "expected 3 tokens")]:
+        with pytest.raises(AuthenticationFailed, match=message):
+            PlainServer(users).evaluate(token)
+
+
+@pytest.mark.parametrize("mechanism", [ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512])
+def test_scram_exchange_against_a_stored_credential(mechanism: ScramMechanism) -> None:
+    stored = ScramCredential.from_password(mechanism, "s3cret", os.urandom(32), 4096)
+    assert ScramCredential.from_json(stored.to_json()) == stored
+
+    def attempt(password: str) -> str:
+        server = ScramServer(mechanism, lambda m, user: stored if (m, user) == (mechanism, "a,b") else None)
+        client = ScramClient([mechanism.mechanism_name], "a,b", password)
+        client.set_server_first(server.evaluate(client.get_client_first().encode()).decode())
+        client.set_server_final(server.evaluate(client.get_client_final().encode()).decode())
+        assert server.complete
+        return server.authorization_id
+
+    assert attempt("s3cret") == "a,b"
+    with pytest.raises(AuthenticationFailed):
+        attempt("wrong")
+
+
+def test_credential_bounds_are_kafkas() -> None:
+    assert credential_problem(ScramMechanism.SCRAM_SHA_256, 4096) is None
+    assert credential_problem(ScramMechanism.SCRAM_SHA_256, 4095) is not None
+    assert credential_problem(ScramMechanism.SCRAM_SHA_512, 16385) is not None
+    assert credential_problem(None, 8192) == "Unknown SCRAM mechanism"
