@@ -43,8 +43,10 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
     users = ctx.services.scram.users() if ctx.services.scram is not None else {}
     wanted = [u.name for u in request.users] if request.users else sorted(users)
     twice = {name for name, n in Counter(wanted).items() if n > 1}
+    results = [_described(name, users.get(name), name in twice) for name in dict.fromkeys(wanted)]
+    results.sort(key=lambda r: r.error_code == ErrorCode.NONE)  # Kafka lists the failed ones first
     return D(version=ctx.version, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-             results=[_described(name, users.get(name), name in twice) for name in dict.fromkeys(wanted)])
+             results=results)
 
 
 def _described(name: str, infos: list[tuple[ScramMechanism, int]] | None, twice: bool) -> Any:
@@ -65,53 +67,60 @@ def _described(name: str, infos: list[tuple[ScramMechanism, int]] | None, twice:
 
 
 async def handle_alter(ctx: RequestContext, request: Any) -> Any:
+    """Deletions, then upsertions, each checked in turn as Kafka's controller does: a user's
+    first invalid item is its error (the rest of its items are skipped); a second valid item
+    for a user is DUPLICATE_RESOURCE and nothing of that user is changed."""
     names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
     if not authorize_cluster(ctx, AclOperation.ALTER) or ctx.services.scram is None:
         return _answer(ctx, {n: (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None) for n in names})
-    errors = _request_errors(request, names)
     existing = ctx.services.scram.users()
-    upserts: dict[tuple[ScramMechanism, str], ScramCredential] = {}
-    deletes: list[tuple[ScramMechanism, str]] = []
-    for d in request.deletions:
-        mechanism = _mechanism(d.mechanism)
-        if d.name in errors:
+    errors: dict[str, tuple[ErrorCode, str | None]] = {}
+    valid: dict[str, tuple[tuple[ScramMechanism, str], ScramCredential | None]] = {}
+    items = [(d, None) for d in request.deletions] + [(u, u) for u in request.upsertions]
+    for item, upsertion in items:
+        if item.name in errors:
             continue
-        if mechanism is None:
-            errors[d.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-        elif mechanism not in {m for m, _ in existing.get(d.name, [])}:
-            errors[d.name] = (ErrorCode.RESOURCE_NOT_FOUND,
-                              "Attempt to delete a user credential that does not exist")
+        problem = _item_problem(item, upsertion, existing)
+        if problem is not None:
+            errors[item.name] = problem
+            valid.pop(item.name, None)
+        elif item.name in valid:
+            errors[item.name] = (ErrorCode.DUPLICATE_RESOURCE,
+                                 "A user credential cannot be altered twice in the same request")
+            del valid[item.name]
         else:
-            deletes.append((mechanism, d.name))
-    for u in request.upsertions:
-        if u.name in errors:
-            continue
-        mechanism = _mechanism(u.mechanism)
-        if (problem := credential_problem(mechanism, u.iterations)) is not None:
-            unknown = mechanism is None
-            code = ErrorCode.UNSUPPORTED_SASL_MECHANISM if unknown else ErrorCode.UNACCEPTABLE_CREDENTIAL
-            errors[u.name] = (code, problem)
-            continue
-        assert mechanism is not None
-        upserts[(mechanism, u.name)] = ScramCredential.from_salted_password(
-            mechanism, bytes(u.salt), bytes(u.salted_password), u.iterations
-        )
-    await ctx.services.scram.alter(
-        {k: c for k, c in upserts.items() if k[1] not in errors}, [k for k in deletes if k[1] not in errors]
-    )
+            valid[item.name] = _change(item, upsertion)
+    upserts = {key: credential for key, credential in valid.values() if credential is not None}
+    deletes = [key for key, credential in valid.values() if credential is None]
+    await ctx.services.scram.alter(upserts, deletes)
     return _answer(ctx, {n: errors.get(n, (ErrorCode.NONE, None)) for n in names})
 
 
-def _request_errors(request: Any, names: list[str]) -> dict[str, tuple[ErrorCode, str | None]]:
-    """Empty names and users altered twice in one request fail as a whole."""
-    errors: dict[str, tuple[ErrorCode, str | None]] = {}
-    for name, n in Counter(names).items():
-        if not name:
-            errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-        elif n > 1:
-            errors[name] = (ErrorCode.DUPLICATE_RESOURCE,
-                            "A user credential cannot be altered twice in the same request")
-    return errors
+def _item_problem(
+    item: Any, upsertion: Any, existing: dict[str, list[tuple[ScramMechanism, int]]]
+) -> tuple[ErrorCode, str | None] | None:
+    mechanism = _mechanism(item.mechanism)
+    if not item.name:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    if mechanism is None:
+        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    if upsertion is None:
+        if mechanism not in {m for m, _ in existing.get(item.name, [])}:
+            return ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+        return None
+    problem = credential_problem(mechanism, upsertion.iterations)
+    return (ErrorCode.UNACCEPTABLE_CREDENTIAL, problem) if problem is not None else None
+
+
+def _change(item: Any, upsertion: Any) -> tuple[tuple[ScramMechanism, str], ScramCredential | None]:
+    mechanism = _mechanism(item.mechanism)
+    assert mechanism is not None
+    if upsertion is None:
+        return (mechanism, item.name), None
+    credential = ScramCredential.from_salted_password(
+        mechanism, bytes(upsertion.salt), bytes(upsertion.salted_password), upsertion.iterations
+    )
+    return (mechanism, item.name), credential
 
 
 def _answer(ctx: RequestContext, results: dict[str, tuple[ErrorCode, str | None]]) -> Any:
