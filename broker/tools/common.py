@@ -28,6 +28,9 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
                         help="broker(s) to connect to, comma-separated")
     parser.add_argument("--timeout-ms", type=int, default=30_000, help="request and connect timeout")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="Kafka client properties (security.protocol, sasl.mechanism, "
+                             "sasl.jaas.config, ssl.truststore.location, ...), as Kafka's tools take")
 
 
 def run_command(label: str, client_id: str, command: Command, args: argparse.Namespace,
@@ -35,7 +38,8 @@ def run_command(label: str, client_id: str, command: Command, args: argparse.Nam
     """Connect, run one command, close; a ToolError is one line `gregor <label>: ...` on
     stderr and exit code 1. The process exit code."""
     try:
-        admin = connect(args.bootstrap_server, args.timeout_ms, client_id)
+        security = client_security(args.command_config) if args.command_config else {}
+        admin = connect(args.bootstrap_server, args.timeout_ms, client_id, security)
         try:
             command(admin, args, out)
         finally:
@@ -47,16 +51,67 @@ def run_command(label: str, client_id: str, command: Command, args: argparse.Nam
     return 0
 
 
-def connect(bootstrap: str, timeout_ms: int, client_id: str) -> Any:
+def connect(bootstrap: str, timeout_ms: int, client_id: str, security: dict[str, Any] | None = None) -> Any:
     from kafka.admin import KafkaAdminClient
 
     try:
         return KafkaAdminClient(
             bootstrap_servers=bootstrap.split(","), client_id=client_id,
-            request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms,
+            request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms, **(security or {}),
         )
     except KafkaError as exc:
         raise ToolError(f"cannot connect to {bootstrap}: {describe_error(exc)}") from exc
+
+
+_PROPERTY = re.compile(r"([^=:\s]+)\s*[=:\s]?\s*(.*)")
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java .properties file's `key=value` (or `key: value`) lines; `#`/`!` comments,
+    lines continued with a trailing backslash."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ToolError(f"cannot read --command-config {path}: {exc.strerror}") from None
+    props: dict[str, str] = {}
+    for line in re.sub(r"\\\n\s*", "", text).splitlines():
+        line = line.strip()
+        if line and line[0] not in "#!":
+            key, value = _PROPERTY.fullmatch(line).groups()  # type: ignore[union-attr]
+            props[key] = value
+    return props
+
+
+def client_security(path: str) -> dict[str, Any]:
+    """Kafka client security properties as kafka-python's client settings."""
+    from broker.security.jaas import JaasError, parse_jaas
+
+    props = read_properties(path)
+    settings: dict[str, Any] = {}
+    if "security.protocol" in props:
+        settings["security_protocol"] = props["security.protocol"].upper()
+    if "sasl.mechanism" in props:
+        settings["sasl_mechanism"] = props["sasl.mechanism"].upper()
+    if "sasl.jaas.config" in props:
+        try:
+            options = parse_jaas(props["sasl.jaas.config"]).options
+        except JaasError as exc:
+            raise ToolError(f"--command-config {path}: sasl.jaas.config: {exc}") from None
+        settings["sasl_plain_username"] = options.get("username")
+        settings["sasl_plain_password"] = options.get("password")
+    for key in ("ssl.truststore.type", "ssl.keystore.type"):
+        if props.get(key, "PEM").upper() != "PEM":
+            raise ToolError(f"--command-config {path}: {key}: only PEM files are read")
+    if "ssl.truststore.location" in props:
+        settings["ssl_cafile"] = props["ssl.truststore.location"]
+    if "ssl.keystore.location" in props:  # key and certificate chain in one PEM file
+        settings["ssl_certfile"] = settings["ssl_keyfile"] = props["ssl.keystore.location"]
+    if props.get("ssl.key.password"):
+        settings["ssl_password"] = props["ssl.key.password"]
+    if props.get("ssl.endpoint.identification.algorithm", "https") == "":
+        settings["ssl_check_hostname"] = False
+    return settings
 
 
 def describe_error(exc: BaseException) -> str:

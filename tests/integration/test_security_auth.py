@@ -14,6 +14,7 @@ import asyncio
 import socket
 import ssl
 import struct
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
     free_port,
+    gregor_command,
     prefixed_json,
     require_java,
     run_java,
@@ -330,3 +332,25 @@ def failures(s: Secured) -> float:
         text = r.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("gregor_authentication_failures_total{"))
+
+
+def test_tools_take_kafkas_command_config(secured: Secured, tmp_path: Path) -> None:
+    """`gregor topics --command-config` with Kafka's client properties: SCRAM over TLS as alice,
+    who sees her topics and not the others (Metadata hides what she may not Describe)."""
+    add_scram_user(secured, "alice", "alice-tools", ScramMechanism.SCRAM_SHA_256)
+    mine, other = new_topic(secured, "alice-tools"), new_topic(secured, "bob-tools")
+    props = tmp_path / "alice.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="alice" password="alice-tools";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={secured.pki.ca}\n"
+    )
+    command = [*gregor_command(), "topics", "--bootstrap-server", secured.at(secured.sasl_ssl),
+               "--command-config", str(props), "--list"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert mine in done.stdout.split() and other not in done.stdout.split()
+    props.write_text(props.read_text().replace("alice-tools", "wrong"))
+    done = subprocess.run([*command, "--timeout-ms", "5000"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
