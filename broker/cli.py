@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from broker.tools import acls as acls_tool
 from broker.tools import dump as dump_tool
 from broker.tools import groups as groups_tool
+from broker.tools import storage as storage_tool
 from broker.tools import topics as topics_tool
 from broker.tools import transactions as transactions_tool
 
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     topics_tool.add_parser(sub)
     groups_tool.add_parser(sub)
     acls_tool.add_parser(sub)
+    storage_tool.add_parser(sub)
     return parser
 
 
@@ -147,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return groups_tool.run(args)
     if args.command == "acls":
         return acls_tool.run(args)
+    if args.command == "storage":
+        return storage_tool.run(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(

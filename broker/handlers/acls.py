@@ -44,7 +44,8 @@ def _pattern(ctx: RequestContext, value: int) -> PatternType:
 # -- DescribeAcls ---------------------------------------------------------------------------
 
 
-def _describe_filter(ctx: RequestContext, r: Any) -> AclFilter:
+def _filter(ctx: RequestContext, r: Any) -> AclFilter:
+    """DescribeAcls' request and each of DeleteAcls' filters have the same fields."""
     return AclFilter(
         _enum(ResourceType, r.resource_type_filter), r.resource_name_filter,
         _pattern(ctx, r.pattern_type_filter), r.principal_filter, r.host_filter,
@@ -80,7 +81,7 @@ async def describe(ctx: RequestContext, request: Any) -> Any:
     store = ctx.services.acls
     if store is None:
         return _describe_answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
-    wanted = _describe_filter(ctx, request)
+    wanted = _filter(ctx, request)
     if (problem := wanted.problem()) is not None:
         return _describe_answer(ErrorCode.INVALID_REQUEST, f"The filter has an {problem}")
     return _describe_answer(ErrorCode.NONE, None, tuple(store.describe(wanted)))
@@ -149,14 +150,6 @@ async def _create(ctx: RequestContext, request: Any) -> Any:
 # -- DeleteAcls ------------------------------------------------------------------------------
 
 
-def _delete_filter(ctx: RequestContext, f: Any) -> AclFilter:
-    return AclFilter(
-        _enum(ResourceType, f.resource_type_filter), f.resource_name_filter,
-        _pattern(ctx, f.pattern_type_filter), f.principal_filter, f.host_filter,
-        _enum(AclOperation, f.operation), _enum(Permission, f.permission_type),
-    )
-
-
 def _deleted(acls: list[AclBinding]) -> list[Any]:
     M = DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
     return [
@@ -169,7 +162,7 @@ def _deleted(acls: list[AclBinding]) -> list[Any]:
 
 async def _delete(ctx: RequestContext, request: Any) -> Any:
     R = DeleteAclsResponse
-    filters = [_delete_filter(ctx, f) for f in request.filters]
+    filters = [_filter(ctx, f) for f in request.filters]
 
     def result(error: ErrorCode, message: str | None, acls: list[AclBinding]) -> Any:
         return R.DeleteAclsFilterResult(error_code=error, error_message=message, matching_acls=_deleted(acls))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -354,3 +355,34 @@ def test_tools_take_kafkas_command_config(secured: Secured, tmp_path: Path) -> N
     props.write_text(props.read_text().replace("alice-tools", "wrong"))
     done = subprocess.run([*command, "--timeout-ms", "5000"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_storage_format_bootstraps_scram_users_before_the_first_start(tmp_path: Path) -> None:
+    """`gregor storage format --add-scram` (Kafka's kafka-storage format) stores the first SCRAM
+    user, salted, so that a broker whose only client listener is SASL can be administered."""
+    factory = BrokerFactory(tmp_path)
+    plain, sasl_port = free_port(), free_port()
+    broker = factory({
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    }, start=False, port=plain)
+    broker.config_path.write_text(yaml.safe_dump(broker.config))  # start() writes the same
+    done = subprocess.run([*gregor_command(), "storage", "format", "--config", str(broker.config_path),
+                           "--add-scram", "SCRAM-SHA-512=[name=admin,password=\"adm1n\",iterations=8192]"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Stored SCRAM-SHA-512 credential for admin" in done.stdout
+    bad = subprocess.run([*gregor_command(), "storage", "format", "--config", str(broker.config_path),
+                          "--add-scram", "SCRAM-SHA-512=[name=x,password=y,iterations=10]"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "Too few iterations" in bad.stderr and "Traceback" not in bad.stderr
+    try:
+        broker.start()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl_port}",
+                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                             "sasl.username": "admin", "sasl.password": "adm1n"})
+        assert admin.list_topics(timeout=20).brokers
+        assert "adm1n" not in (broker.data_dir / STORE_FILE).read_text()
+    finally:
+        factory.close()
