@@ -11,6 +11,8 @@ alice may use the topics and groups prefixed `alice-`, nothing else.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import socket
 import ssl
 import struct
@@ -42,6 +44,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.protocol.sasl import SaslHandshakeRequest
 
 from broker.cluster.local_store import STORE_FILE
+from broker.net.connection import BEFORE_AUTHENTICATION
 from protocol.messages import REQUESTS
 from tests.integration.certs import Pki, make_pki
 from tests.integration.harness import (
@@ -54,6 +57,7 @@ from tests.integration.harness import (
     run_java,
     unique_topic,
 )
+from tests.integration.test_fuzz import GOLDEN, Gen, next_frame, served
 from tests.integration.wire import WireClient
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -386,3 +390,31 @@ def test_storage_format_bootstraps_scram_users_before_the_first_start(tmp_path: 
         assert "adm1n" not in (broker.data_dir / STORE_FILE).read_text()
     finally:
         factory.close()
+
+
+def test_no_frame_gets_past_the_sasl_gate(secured: Secured) -> None:
+    """The fuzzer's frames (every served API, schema-walked and mutated, and mutated captures of
+    real clients) sent to the SASL listener before authentication: every one that is not
+    ApiVersions or SASL closes the connection without an answer, and the broker keeps serving."""
+    rng = random.Random(int(os.environ.get("GREGOR_FUZZ_SEED", "21")))
+    gen = Gen(rng, [1000, 1001])  # no real producer ids: nothing is served before authentication
+    golden = [p.read_bytes() for p in sorted(GOLDEN.glob("*/*.bin"))]
+    with WireClient(secured.broker.port) as c:
+        gated = [(k, v) for k, v in served(c) if k not in BEFORE_AUTHENTICATION]
+    sent = 0
+    while sent < 300:
+        api_key, version, body = next_frame(rng, gen, gated, golden)
+        if api_key in BEFORE_AUTHENTICATION:
+            continue
+        sent += 1
+        with WireClient(secured.sasl_plain) as c:
+            c.send_request(api_key, version, body)
+            c.sock.settimeout(10)
+            try:
+                answer = c.sock.recv(4)
+            except ConnectionResetError:
+                answer = b""
+            assert answer == b"", f"API {api_key} v{version} answered before authentication"
+    with WireClient(secured.broker.port) as c:
+        assert c.api_versions().error_code == 0
+    assert "Traceback" not in secured.broker.log_path.read_text()
