@@ -95,15 +95,18 @@ async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     """With `metadata.store: etcd://...`: the cluster id from etcd, before the data dir opens."""
     from broker.cluster.controller import LeaderBalancing
     from broker.cluster.membership import ClusterMembership
+    from broker.security.client import inter_broker_security
 
     if config["metadata.store"] == "local":
         return None
+    security = inter_broker_security(config)  # the controller channel's connections
     return await ClusterMembership.join(
         config["metadata.store"], config.node_id, config["cluster.id"],
         config["broker.session.timeout.ms"], config["metadata.store.connect.attempts"],
         LeaderBalancing(
             config["auto.leader.rebalance.enable"], config["leader.imbalance.check.interval.seconds"]
         ),
+        security,
     )
 
 

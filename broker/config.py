@@ -440,6 +440,13 @@ KEYS: dict[str, Key] = {
     "sasl.jaas.config": Key(Text(), "", "JAAS login module entry; on a broker, PlainLoginModule's "
                             "`user_<name>=\"<password>\"` options are PLAIN's users. Usually set per "
                             "listener and mechanism: `listener.name.<l>.plain.sasl.jaas.config`."),
+    "sasl.mechanism.inter.broker.protocol": Key(Text(), "GSSAPI", "The SASL mechanism brokers use with "
+                                                "each other when the inter-broker listener is SASL; "
+                                                "its credentials are the username and password of that "
+                                                "listener's JAAS entry for the mechanism."),
+    "ssl.endpoint.identification.algorithm": Key(Choice(("https", "")), "https", "https: a broker "
+                                                 "checks the other brokers' certificates name their host; "
+                                                 "empty: it does not."),
     "sasl.server.max.receive.size": Key(_POSITIVE, 524288, "Largest frame accepted before a SASL "
                                         "connection is authenticated."),
     "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "
@@ -692,11 +699,12 @@ def _check_security(config: BrokerConfig, names: list[str]) -> None:
                 raise ConfigError(f"sasl.enabled.mechanisms: {', '.join(unknown) or 'none'} on {name}: "
                                   f"Gregor serves {', '.join(SASL_MECHANISMS)}")
     inter = config.inter_broker_listener
-    clustered = str(config["metadata.store"]) != "local"
-    if clustered and config.security_protocol(inter) != "PLAINTEXT":
-        raise ConfigError(f"inter.broker.listener.name: {inter} is {config.security_protocol(inter)}; "
-                          "the brokers' own connections speak PLAINTEXT only so far: name a "
-                          "PLAINTEXT listener (e.g. on a private address)")
+    if config.security_protocol(inter).startswith("SASL_"):
+        mechanism = str(config["sasl.mechanism.inter.broker.protocol"]).upper()
+        enabled = (_items(config.for_listener(inter, "sasl.enabled.mechanisms")) or [])
+        if mechanism not in [m.upper() for m in enabled]:
+            raise ConfigError(f"sasl.mechanism.inter.broker.protocol: {mechanism} is not enabled on the "
+                              f"inter-broker listener {inter} (sasl.enabled.mechanisms)")
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

@@ -37,6 +37,7 @@ from broker.net.listeners import bind_listener, bind_metrics
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.acl_store import ClusterAcls, LocalAcls
 from broker.security.authorizer import STANDARD_AUTHORIZER, AclAuthorizer, AllowAllAuthorizer, super_users
+from broker.security.client import inter_broker_security
 from broker.security.listener import listener_security
 from broker.security.rules import Policy
 from broker.security.scram_store import cluster_credentials, local_credentials
@@ -54,6 +55,7 @@ class Broker:
         self.config = config
         self.cluster = cluster
         self.node_id = config.node_id
+        self.client_security = inter_broker_security(config)  # the brokers' own connections
         dirs = config.log_dirs
         holder = f"pid={os.getpid()} node.id={config.node_id} listener={config['listeners']}"
         locks = lock_log_dirs(dirs, holder)  # before anything reads or writes the dirs
@@ -117,11 +119,11 @@ class Broker:
             self.replicas, TRANSACTION_STATE_TOPIC, int(config["request.timeout.ms"]) / 1000
         )
         self.transactions = TransactionCoordinator(
-            config, txn_log, self.topics, self.view, self.producer_ids, self.markers
+            config, txn_log, self.topics, self.view, self.producer_ids, self.markers, self.client_security
         )
         self.replicas.leadership_listeners += [self.transactions.on_leadership, self.groups.on_leadership]
         self.hanging = HangingTransactionCheck(
-            config, self.replicas, self.transactions, self.view, self.markers
+            config, self.replicas, self.transactions, self.view, self.markers, self.client_security
         )
 
     def _authorizer(
@@ -170,6 +172,7 @@ class Broker:
             self.cluster.store, self.replicas,
             log_config=lambda record: LogConfig.from_properties(explicit, record.configs),
             now_ms=now_ms, replica_lag_ms=self.config["replica.lag.time.max.ms"],
+            security=self.client_security,
         )
 
     def _metadata_view(self) -> Cluster:

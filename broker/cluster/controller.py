@@ -39,6 +39,7 @@ from broker.cluster.placement import (
     reassigned,
     reverted,
 )
+from broker.security.client import ClientSecurity
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
 from protocol.types import NodeId
@@ -64,12 +65,13 @@ KAFKA_BALANCING = LeaderBalancing()  # Kafka's defaults
 
 class ClusterController:
     def __init__(
-        self, store: EtcdMetadataStore, node_id: NodeId, balancing: LeaderBalancing = KAFKA_BALANCING
+        self, store: EtcdMetadataStore, node_id: NodeId, balancing: LeaderBalancing = KAFKA_BALANCING,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.store = store
         self.node_id = node_id
         self.balancing = balancing
-        self.channel = ControllerChannel(store, node_id)  # to whichever broker is the controller
+        self.channel = ControllerChannel(store, node_id, security)  # to whichever broker is the controller
         self.record: ControllerRecord | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

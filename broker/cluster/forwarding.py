@@ -12,6 +12,7 @@ from typing import Any
 from broker.api.caller import Caller
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.net.client import BrokerClient, BrokerUnreachable
+from broker.security.client import ClientSecurity
 from broker.security.forwarded import forwarding_client_id
 
 FORWARD_TIMEOUT_S = 30.0
@@ -22,9 +23,12 @@ class NoController(BrokerUnreachable):
 
 
 class ControllerChannel:
-    def __init__(self, store: EtcdMetadataStore, node_id: int) -> None:
+    def __init__(
+        self, store: EtcdMetadataStore, node_id: int, security: ClientSecurity | None = None
+    ) -> None:
         self.store = store
         self.node_id = node_id
+        self.security = security
         self._client: BrokerClient | None = None
 
     def _controller_client(self) -> BrokerClient:
@@ -36,7 +40,7 @@ class ControllerChannel:
         client = self._client
         if client is None or (client.host, client.port) != (registration.host, registration.port):
             client = self._client = BrokerClient(
-                registration.host, registration.port, f"gregor-forward-{self.node_id}"
+                registration.host, registration.port, f"gregor-forward-{self.node_id}", security=self.security
             )
         return client
 

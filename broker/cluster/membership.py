@@ -16,6 +16,7 @@ from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import BrokerRegistration, ClusterImage
+from broker.security.client import ClientSecurity
 from protocol.types import NodeId
 from storage.checkpoints import random_kafka_uuid
 
@@ -25,18 +26,19 @@ log = logging.getLogger(__name__)
 class ClusterMembership:
     def __init__(
         self, store: EtcdMetadataStore, node_id: NodeId, cluster_id: str,
-        balancing: LeaderBalancing = KAFKA_BALANCING,
+        balancing: LeaderBalancing = KAFKA_BALANCING, security: ClientSecurity | None = None,
     ) -> None:
         self.store = store
         self.node_id = node_id
         self.cluster_id = cluster_id
-        self.controller = ClusterController(store, node_id, balancing)
+        self.controller = ClusterController(store, node_id, balancing, security)
         self.channel = self.controller.channel
 
     @classmethod
     async def join(
         cls, url: str, node_id: int, configured_cluster_id: str, session_timeout_ms: int,
         connect_attempts: int, balancing: LeaderBalancing = KAFKA_BALANCING,
+        security: ClientSecurity | None = None,
     ) -> ClusterMembership:
         """Open the store (bounded retries) and read or create the cluster id."""
         ttl_s = max(1, math.ceil(session_timeout_ms / 1000))
@@ -49,7 +51,7 @@ class ClusterMembership:
                 f"cluster.id is {configured_cluster_id!r} but the metadata store at {url} "
                 f"holds cluster {cluster_id!r}"
             )
-        return cls(store, NodeId(node_id), cluster_id, balancing)
+        return cls(store, NodeId(node_id), cluster_id, balancing, security)
 
     async def register(
         self, host: str, port: int, rack: str | None, endpoints: tuple[tuple[str, str, int], ...] = (),

@@ -21,6 +21,7 @@ from broker.cluster.image import NO_LEADER, PartitionState, TopicRecord
 from broker.net.client import BrokerClient
 from broker.replication.fetcher import FollowedPartition, ReplicaFetcher
 from broker.replication.replica_manager import Partition, ReplicaManager
+from broker.security.client import ClientSecurity
 from protocol.types import NodeId
 from storage.log_config import LogConfig
 
@@ -31,8 +32,9 @@ class ClusterRoles:
     def __init__(
         self, store: EtcdMetadataStore, replicas: ReplicaManager,
         log_config: Callable[[TopicRecord], LogConfig], now_ms: Callable[[], int],
-        replica_lag_ms: int, fetch_max_wait_ms: int = 500,
+        replica_lag_ms: int, fetch_max_wait_ms: int = 500, security: ClientSecurity | None = None,
     ) -> None:
+        self.security = security
         self.store = store
         self.replicas = replicas
         self.me = NodeId(replicas.node_id)
@@ -139,7 +141,8 @@ class ClusterRoles:
             return fetcher
         if fetcher is not None:
             self._spawn(fetcher.close())
-        client = BrokerClient(registration.host, registration.port, f"replica-{self.me}")
+        client = BrokerClient(registration.host, registration.port, f"replica-{self.me}",
+                              security=self.security)
         fetcher = ReplicaFetcher(self.me, client, self._now_ms, self._fetch_wait_ms,
                                  on_progress=self._on_follower_progress,
                                  write_failures=self.replicas.write_failures)

@@ -27,6 +27,7 @@ from kafka.protocol.producer import WriteTxnMarkersRequest
 from broker.clock import now_ms
 from broker.metrics.stats import STATS
 from broker.net.client import BrokerClientPool, BrokerUnreachable
+from broker.security.client import ClientSecurity
 from broker.tools.transactions import OpenTransaction, candidate_open_transactions, hanging_transactions
 from coordinator.transaction.state import TxnMetadata, TxnState
 from protocol.api_keys import ApiKey
@@ -90,7 +91,7 @@ def _local(
 class HangingTransactionCheck:
     def __init__(
         self, config: BrokerConfig, partitions: Partitions, coordinator: KnownTransactions,
-        cluster: Cluster, markers: Markers,
+        cluster: Cluster, markers: Markers, security: ClientSecurity | None = None,
     ) -> None:
         self.config = config
         self.partitions = partitions
@@ -102,7 +103,7 @@ class HangingTransactionCheck:
         self.threshold_ms = int(config["transaction.max.timeout.ms"]) + margin
         self.auto_abort = bool(config["transaction.hanging.auto.abort.enable"])
         self._reported: set[tuple[str, int, int, int]] = set()
-        self._clients = BrokerClientPool(f"gregor-hanging-check-{cluster.node_id}")
+        self._clients = BrokerClientPool(f"gregor-hanging-check-{cluster.node_id}", security)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -24,6 +24,7 @@ from kafka.protocol.producer import WriteTxnMarkersRequest
 from broker import metrics
 from broker.cluster.view import BrokerInfo
 from broker.net.client import BrokerClient, BrokerUnreachable
+from broker.security.client import ClientSecurity
 from coordinator.transaction import MarkerIntent
 from protocol.errors import ErrorCode
 from protocol.types import TopicPartition
@@ -112,8 +113,9 @@ def _all(m: Any, error: ErrorCode) -> Results:
 class MarkerChannel:
     def __init__(
         self, node_id: int, leader_of: Callable[[str, int], BrokerInfo | None], write_local: Send,
-        on_written: Callable[[str], None],
+        on_written: Callable[[str], None], security: ClientSecurity | None = None,
     ) -> None:
+        self.security = security
         self.node_id = node_id
         self._leader_of = leader_of
         self._write_local = write_local
@@ -173,7 +175,8 @@ class MarkerChannel:
         return found
 
     def _sender(self, broker: BrokerInfo) -> Send:
-        client = BrokerClient(broker.host, broker.port, f"gregor-markers-{self.node_id}")
+        client = BrokerClient(broker.host, broker.port, f"gregor-markers-{self.node_id}",
+                              security=self.security)
         self._clients.append(client)
 
         async def send(request: WriteTxnMarkersRequest) -> Any:

@@ -29,6 +29,7 @@ from broker.coordination.parking import Parking
 from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
 from broker.faults import crash_point
 from broker.net.client import BrokerClientPool, BrokerUnreachable
+from broker.security.client import ClientSecurity
 from coordinator.transaction import (
     TV2,
     ListResult,
@@ -64,7 +65,7 @@ class TransactionCoordinator:
 
     def __init__(
         self, config: BrokerConfig, log: CoordinatorLog, topics: Topics, cluster: Cluster,
-        producer_ids: ProducerIds, markers: Markers,
+        producer_ids: ProducerIds, markers: Markers, security: ClientSecurity | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -85,8 +86,10 @@ class TransactionCoordinator:
         self.runtime = CoordinatorRuntime(log, topics, topic, self)
         self.on_leadership = self.runtime.on_leadership
         self.ensure_topic = self.runtime.ensure_topic
-        self.markers = MarkerChannel(cluster.node_id, self._leader_of, markers.write, self._markers_written)
-        self._clients = BrokerClientPool(f"gregor-txn-verify-{cluster.node_id}")  # to other coordinators
+        self.markers = MarkerChannel(cluster.node_id, self._leader_of, markers.write, self._markers_written,
+                                     security)
+        # to other coordinators
+        self._clients = BrokerClientPool(f"gregor-txn-verify-{cluster.node_id}", security)
         self._parking = Parking()
         self._wait_ms = int(config["transaction.completion.wait.ms"])
         self._timer: asyncio.Task[None] | None = None

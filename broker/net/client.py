@@ -16,6 +16,7 @@ import logging
 import struct
 from typing import Any
 
+from broker.security.client import ClientSecurity
 from protocol.client_codec import decode_response, encode_request, peek_correlation_id
 from protocol.framing import frame
 
@@ -30,9 +31,13 @@ class BrokerUnreachable(ConnectionError):
 
 
 class BrokerClient:
-    def __init__(self, host: str, port: int, client_id: str, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, connect_timeout_s: float = 5.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
+        self.security = security  # the inter-broker listener's TLS and SASL; None: PLAINTEXT
         self._connect_timeout = connect_timeout_s
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
@@ -64,13 +69,25 @@ class BrokerClient:
 
     async def _open(self) -> None:
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self._connect_timeout
-            )
-        except (TimeoutError, OSError) as exc:
+            reader, writer = await asyncio.wait_for(self._connect(), self._connect_timeout)
+        except (TimeoutError, OSError) as exc:  # AuthenticationError is a ConnectionError
             raise BrokerUnreachable(f"{self.host}:{self.port}: {exc or type(exc).__name__}") from None
         self._writer = writer
         self._reader_task = asyncio.create_task(self._read_responses(reader))
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        security = self.security
+        if security is None:
+            return await asyncio.open_connection(self.host, self.port)
+        reader, writer = await asyncio.open_connection(
+            self.host, self.port, ssl=security.tls, server_hostname=self.host if security.tls else None
+        )
+        try:
+            await security.authenticate(reader, writer, self.client_id)
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:
         cause: Exception = BrokerUnreachable(f"{self.host}:{self.port} closed the connection")
@@ -115,14 +132,17 @@ class BrokerClient:
 class BrokerClientPool:
     """One client per broker address, made on first use, all closed together."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
+        self.security = security
         self._clients: dict[tuple[str, int], BrokerClient] = {}
 
     def get(self, host: str, port: int) -> BrokerClient:
         client = self._clients.get((host, port))
         if client is None:
-            client = self._clients[(host, port)] = BrokerClient(host, port, self.client_id)
+            client = self._clients[(host, port)] = BrokerClient(
+                host, port, self.client_id, security=self.security
+            )
         return client
 
     async def close(self) -> None:

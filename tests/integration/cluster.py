@@ -33,8 +33,10 @@ class Cluster:
     def __init__(
         self, base: Path, size: int = 3, overrides: dict[str, Any] | None = None,
         per_broker: Callable[[int], dict[str, Any]] | None = None, crash_points: bool = False,
+        ports: dict[int, int] | None = None,
     ) -> None:
-        """`per_broker(node_id)`: overrides of one broker (e.g. its own metrics port)."""
+        """`per_broker(node_id)`: overrides of one broker (e.g. its own metrics port);
+        `ports`: a broker's client port when `per_broker` names it in its own `listeners`."""
         self.etcd = EtcdProcess(base / "etcd").start()
         self.url = f"{self.etcd.url}/c-{uuid.uuid4().hex[:8]}"
         self.factory = BrokerFactory(base)
@@ -50,7 +52,8 @@ class Cluster:
             **(overrides or {}),
         }
         self.brokers = [
-            self.factory({**common, **(per_broker(n) if per_broker else {})}, start=False, node_id=n)
+            self.factory({**common, **(per_broker(n) if per_broker else {})}, start=False, node_id=n,
+                         port=(ports or {}).get(n))
             for n in range(1, size + 1)
         ]
         for b in self.brokers:
