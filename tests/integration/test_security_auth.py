@@ -334,6 +334,35 @@ def failures(s: Secured) -> float:
                if line.startswith("gregor_authentication_failures_total{"))
 
 
+def by_listener(s: Secured, name: str) -> dict[tuple[str, str], float]:
+    """A metric's samples by (listener, security_protocol)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{s.metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels = dict(kv.split("=", 1) for kv in line[len(name) + 1:line.index("}")].split(","))
+            key = (labels["listener"].strip('"'), labels["security_protocol"].strip('"'))
+            found[key] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_connections_are_counted_by_listener_and_security_protocol(secured: Secured) -> None:
+    before = by_listener(secured, "gregor_connections_created_total")
+    with WireClient(secured.sasl_plain) as c, WireClient(secured.sasl_plain):
+        assert c.api_versions().error_code == 0
+        open_now = by_listener(secured, "gregor_connections")
+        assert open_now.get(("SASL_PLAINTEXT", "SASL_PLAINTEXT"), 0) >= 2, open_now
+    created = by_listener(secured, "gregor_connections_created_total")
+    key = ("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+    assert created[key] >= before.get(key, 0) + 2, created
+    conf = sasl("SCRAM-SHA-512", "admin", "admin-secret", "SASL_SSL", secured)
+    add_scram_user(secured, "admin", "admin-secret", ScramMechanism.SCRAM_SHA_512)
+    assert round_trip(secured.at(secured.sasl_ssl), new_topic(secured, "alice-count"), conf, n=1)
+    assert by_listener(secured, "gregor_connections_created_total")[("SASL_SSL", "SASL_SSL")] >= 1
+    assert ("PLAINTEXT", "PLAINTEXT") in created  # the tests' admin connections
+
+
 def test_tools_take_kafkas_command_config(secured: Secured, tmp_path: Path) -> None:
     """`gregor topics --command-config` with Kafka's client properties: SCRAM over TLS as alice,
     who sees her topics and not the others (Metadata hides what she may not Describe)."""
