@@ -8,13 +8,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from kafka.protocol.sasl import SaslHandshakeRequest
 
 from protocol.messages import REQUESTS
-from tests.integration.harness import BrokerFactory, BrokerProcess, free_port
-from tests.integration.wire import WireClient, encode_body, metadata_request
+from tests.integration.harness import (
+    BrokerFactory,
+    BrokerProcess,
+    free_port,
+    prefixed_json,
+    require_java,
+    run_java,
+    unique_topic,
+)
+from tests.integration.wire import WireClient, create_topic, encode_body, metadata_request
 
 LIFETIME_MS = 2000
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
@@ -96,3 +105,26 @@ def test_without_the_key_a_session_has_no_end(listeners: Listeners) -> None:
         assert authenticate(c, "alice", "alice-secret")[0] == 0
         assert c.metadata([]).brokers
     assert "Traceback" not in listeners.broker.log_text()
+
+
+def test_java_client_reauthenticates_transparently(listeners: Listeners, tmp_path: Path) -> None:
+    """The Java 4.3 producer outlives three sessions on one connection: it re-authenticates
+    before each ends, so the broker never closes it for an expired session."""
+    require_java("4.3")
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+                     'required username="alice" password="alice-secret";\n')
+    topic = unique_topic("reauth-java")
+    with WireClient(listeners.broker.port) as c:
+        create_topic(c, topic)
+    log_start = len(listeners.broker.log_text())
+    seconds = 3 * LIFETIME_MS // 1000 + 1
+    done = run_java("ReauthProduce.java", f"127.0.0.1:{listeners.expiring}", str(props), topic,
+                    str(seconds), client="4.3")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert prefixed_json(done.stdout)[0]["sent"] >= seconds * 3
+    with WireClient(listeners.broker.port) as c:
+        assert c.log_end_offset(topic) == prefixed_json(done.stdout)[0]["sent"]
+    log = listeners.broker.log_text()[log_start:]
+    assert "expired (connections.max.reauth.ms)" not in log and "Traceback" not in log, log[-3000:]
