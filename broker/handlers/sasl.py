@@ -26,8 +26,7 @@ async def handle_handshake(ctx: RequestContext, request: Any) -> Any:
     if auth is None or auth.server is not None:
         return SaslHandshakeResponse(version=ctx.version, error_code=ErrorCode.ILLEGAL_SASL_STATE,
                                      mechanisms=[])
-    # a re-authentication may only use the session's mechanism
-    enabled = [auth.mechanism] if auth.authenticated and auth.mechanism else list(auth.settings.mechanisms)
+    enabled = list(auth.settings.mechanisms)
     if not auth.handshake(request.mechanism):
         auth.failed = True
         return SaslHandshakeResponse(version=ctx.version, error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,

@@ -73,6 +73,24 @@ class PlainServer:
         return self._user
 
 
+class RefusedServer:
+    """A re-authentication that asked for another mechanism: its first token fails."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+
+    def evaluate(self, token: bytes) -> bytes:
+        raise AuthenticationFailed(self._message)
+
+    @property
+    def complete(self) -> bool:
+        return False
+
+    @property
+    def authorization_id(self) -> str:
+        raise AssertionError("never complete")
+
+
 Lookup = Callable[[ScramMechanism, str], ScramCredential | None]
 
 
@@ -172,7 +190,10 @@ class Authentication:
         if mechanism not in self.settings.mechanisms:
             return False
         if self.authenticated and mechanism != self.mechanism:
-            return False  # a re-authentication keeps the mechanism
+            # as Kafka: the handshake succeeds, the SaslAuthenticate after it fails
+            self.server = RefusedServer(f"SASL mechanism '{mechanism}' requested by client is not "
+                                        f"supported for re-authentication of mechanism '{self.mechanism}'")
+            return True
         self.server = self.settings.server(mechanism)
         self.mechanism = mechanism
         return True
