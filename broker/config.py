@@ -447,6 +447,9 @@ KEYS: dict[str, Key] = {
     "ssl.endpoint.identification.algorithm": Key(Choice(("https", "")), "https", "https: a broker "
                                                  "checks the other brokers' certificates name their host; "
                                                  "empty: it does not."),
+    "connections.max.reauth.ms": Key(_long(0), 0, "Lifetime of a SASL session (KIP-368): a client "
+                                     "re-authenticates before it ends; past it a connection is "
+                                     "served nothing but a re-authentication. 0: sessions never end."),
     "sasl.server.max.receive.size": Key(_POSITIVE, 524288, "Largest frame accepted before a SASL "
                                         "connection is authenticated."),
     "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "
@@ -586,7 +589,8 @@ def parse_listeners(key: str, text: str) -> dict[str, Listener]:
 
 
 LISTENER_PREFIX = "listener.name."
-PER_LISTENER = ("ssl.", "sasl.enabled.mechanisms", "sasl.server.max.receive.size")
+PER_LISTENER = ("ssl.", "sasl.enabled.mechanisms", "sasl.server.max.receive.size",
+                "connections.max.reauth.ms")
 _MECHANISM_JAAS = re.compile(r"[a-z0-9-]+\.sasl\.jaas\.config")
 
 

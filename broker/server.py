@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import signal
+from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
 
@@ -101,7 +102,7 @@ class Broker:
         )
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], str] = {}  # open connection -> its listener
         self.metrics = BrokerMetrics(
             metrics_socket, self._state_sources(), lambda topic: self.topics.get(topic) is not None,
             config["metrics.listener"],
@@ -142,6 +143,7 @@ class Broker:
         cluster = self.cluster
         return StateSources(
             partitions=self.replicas.all_partitions, connections=lambda: len(self._connections),
+            connections_by_listener=self._connections_by_listener,
             transactions=self.transactions.transactions, group_states=self.groups.group_states,
             controller=lambda: controller_status(cluster),
         )
@@ -224,6 +226,10 @@ class Broker:
             parts.append(shown if len(listeners) == 1 else f"{name} {shown}")
         return ", ".join(parts)
 
+    def _connections_by_listener(self) -> dict[tuple[str, str], int]:
+        """Open connections by (listener, security protocol), for the metrics."""
+        return dict(Counter((name, self._security[name].protocol) for name in self._connections.values()))
+
     async def _join_cluster(self, cluster: ClusterMembership) -> None:
         """Register, reserve producer ids, then take the partitions the image gives this broker."""
         advertised = self.config.advertised
@@ -238,8 +244,8 @@ class Broker:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
-        metrics.connection_opened()
+        self._connections[task] = listener
+        metrics.connection_opened(listener, self._security[listener].protocol)
         connection = Connection(self.services, reader, writer, listener, self._security[listener])
         if connection.debug:
             request_log.opened(connection.peer)
@@ -248,7 +254,7 @@ class Broker:
         except asyncio.CancelledError:
             pass  # shutdown closes open connections; nothing to report
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             if connection.debug:
                 request_log.closed(connection.peer, connection.requests)
 

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 async def handle_handshake(ctx: RequestContext, request: Any) -> Any:
     auth = ctx.auth
-    if auth is None or auth.authenticated or auth.server is not None:
+    if auth is None or auth.server is not None:
         return SaslHandshakeResponse(version=ctx.version, error_code=ErrorCode.ILLEGAL_SASL_STATE,
                                      mechanisms=[])
     enabled = list(auth.settings.mechanisms)
@@ -36,7 +36,7 @@ async def handle_handshake(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
     auth = ctx.auth
-    if auth is None or auth.authenticated or auth.server is None:
+    if auth is None or auth.server is None:
         return _authenticated(ctx, ErrorCode.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request")
     try:
         token = auth.authenticate(bytes(request.auth_bytes))
@@ -46,13 +46,15 @@ async def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
         log.info("authentication failed from %s on %s: %s", ctx.caller.host, ctx.caller.listener, exc)
         log.debug("authentication failure's cause: %r", exc.__cause__)
         return _authenticated(ctx, ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc))
-    return _authenticated(ctx, ErrorCode.NONE, None, token)
+    return _authenticated(ctx, ErrorCode.NONE, None, token, auth.session_lifetime_ms)
 
 
-def _authenticated(ctx: RequestContext, error: ErrorCode, message: str | None, token: bytes = b"") -> Any:
+def _authenticated(
+    ctx: RequestContext, error: ErrorCode, message: str | None, token: bytes = b"", lifetime_ms: int = 0
+) -> Any:
     return SaslAuthenticateResponse(
         version=ctx.version, error_code=error, error_message=message, auth_bytes=token,
-        session_lifetime_ms=0,
+        session_lifetime_ms=lifetime_ms,
     )
 
 

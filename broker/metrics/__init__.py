@@ -60,8 +60,10 @@ def _count_errors(api_key: int, response: Any) -> None:
             errors[(api_key, code)] += n
 
 
-def connection_opened() -> None:
+def connection_opened(listener: str, protocol: str) -> None:
+    """A client connected to `listener`, whose security protocol is `protocol`."""
     STATS.connections_created += 1
+    STATS.connections_by_listener[(listener, protocol)] += 1
 
 
 def authentication_failed(listener: str) -> None:

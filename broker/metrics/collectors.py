@@ -162,7 +162,13 @@ class StatsCollector(Collector):
                                        "client certificates refused, by listener", labels=["listener"])
         for listener, n in sorted(s.authentication_failures.items()):
             failures.add_metric([listener], n)
-        yield from (flush, load, rebalances, created, shrinks, expands, changes, denials, failures)
+        by_listener = CounterMetricFamily("gregor_connections_created", "Client connections "
+                                          "accepted, by listener and security protocol.",
+                                          labels=["listener", "security_protocol"])
+        for (listener, protocol), n in sorted(s.connections_by_listener.items()):
+            by_listener.add_metric([listener, protocol], n)
+        yield from (flush, load, rebalances, created, by_listener, shrinks, expands, changes, denials,
+                    failures)
         yield from self._hanging()
 
     def _hanging(self) -> Iterator[Metric]:
@@ -197,6 +203,7 @@ class StateSources:
     transactions: Callable[[], Mapping[str, TxnMetadata]]
     group_states: Callable[[], Iterable[str]]
     controller: Callable[[], ControllerStatus]
+    connections_by_listener: Callable[[], Mapping[tuple[str, str], int]]
 
 
 class BrokerStateCollector(Collector):
@@ -212,6 +219,11 @@ class BrokerStateCollector(Collector):
         yield from self._cluster()
         yield GaugeMetricFamily("kafka_server_socket_server_metrics_connection_count",
                                 "Open client connections.", value=self.sources.connections())
+        by_listener = GaugeMetricFamily("gregor_connections", "Open client connections, by listener "
+                                        "and security protocol.", labels=["listener", "security_protocol"])
+        for (listener, protocol), n in sorted(self.sources.connections_by_listener().items()):
+            by_listener.add_metric([listener, protocol], n)
+        yield by_listener
 
     def _partitions(self, parts: list[Partition]) -> Iterator[Metric]:
         labels = ["topic", "partition"]

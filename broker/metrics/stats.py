@@ -123,6 +123,7 @@ class Stats:
         self.errors: defaultdict[tuple[int, int], int] = defaultdict(int)  # (api key, error code)
         self.topics: dict[str, TopicStats] = {}
         self.connections_created = 0
+        self.connections_by_listener: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.authorization_denials: defaultdict[str, int] = defaultdict(int)  # by resource type
         self.authentication_failures: defaultdict[str, int] = defaultdict(int)  # by listener
         self.flush_ms = Histogram()

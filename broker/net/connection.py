@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 100
 PRODUCE = ApiKey.PRODUCE
 BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+REAUTHENTICATION = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 PLAINTEXT = ListenerSecurity("PLAINTEXT")
 
 
@@ -202,6 +203,9 @@ class Connection:
         if auth is None:
             return
         if auth.principal is not None:
+            if auth.expired(time.monotonic()) and header.api_key not in REAUTHENTICATION:
+                raise CloseConnection(f"{ApiKey(header.api_key).name} request after the SASL session "
+                                      f"of {auth.principal} expired (connections.max.reauth.ms)")
             if self.caller.principal != auth.principal:
                 self.caller = replace(self.caller, principal=auth.principal)
             return

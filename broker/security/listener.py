@@ -59,4 +59,5 @@ def _sasl(config: BrokerConfig, listener: str, scram: Lookup) -> SaslSettings:
         if entry is None or entry.module != PLAIN_MODULE:
             raise ConfigError(f"{key}: PLAIN on {listener} needs {PLAIN_MODULE} with user_<name> options")
         users = entry.users()
-    return SaslSettings(mechanisms, users, scram)
+    lifetime = int(config.for_listener(listener, "connections.max.reauth.ms"))
+    return SaslSettings(mechanisms, users, scram, lifetime)

@@ -10,6 +10,7 @@ the handler answers SASL_AUTHENTICATION_FAILED and the connection closes after t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -70,6 +71,24 @@ class PlainServer:
     def authorization_id(self) -> str:
         assert self._user is not None
         return self._user
+
+
+class RefusedServer:
+    """A re-authentication that asked for another mechanism: its first token fails."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+
+    def evaluate(self, token: bytes) -> bytes:
+        raise AuthenticationFailed(self._message)
+
+    @property
+    def complete(self) -> bool:
+        return False
+
+    @property
+    def authorization_id(self) -> str:
+        raise AssertionError("never complete")
 
 
 Lookup = Callable[[ScramMechanism, str], ScramCredential | None]
@@ -137,6 +156,7 @@ class SaslSettings:
     mechanisms: tuple[str, ...]
     plain_users: dict[str, str] = field(default_factory=dict)
     scram: Lookup = lambda mechanism, user: None
+    max_reauth_ms: int = 0  # connections.max.reauth.ms: a session's lifetime, 0 unlimited
 
     def server(self, mechanism: str) -> SaslServer:
         if mechanism == PLAIN:
@@ -147,13 +167,19 @@ class SaslSettings:
 
 
 class Authentication:
-    """A connection's SASL state: waiting for a handshake, mid-exchange, or done."""
+    """A connection's SASL state: waiting for a handshake, mid-exchange, or done; once done,
+    a new handshake of the same mechanism re-authenticates it (KIP-368)."""
 
     def __init__(self, settings: SaslSettings) -> None:
         self.settings = settings
-        self.server: SaslServer | None = None
+        self.server: SaslServer | None = None  # an exchange under way
+        self.mechanism: str | None = None
         self.principal: str | None = None  # set once authenticated
+        self.expires_at: float | None = None  # monotonic end of the session, None: no end
         self.failed = False  # the connection closes once the failure is answered
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     @property
     def authenticated(self) -> bool:
@@ -163,7 +189,13 @@ class Authentication:
         """Start `mechanism`; False when it is not enabled on this listener."""
         if mechanism not in self.settings.mechanisms:
             return False
+        if self.authenticated and mechanism != self.mechanism:
+            # as Kafka: the handshake succeeds, the SaslAuthenticate after it fails
+            self.server = RefusedServer(f"SASL mechanism '{mechanism}' requested by client is not "
+                                        f"supported for re-authentication of mechanism '{self.mechanism}'")
+            return True
         self.server = self.settings.server(mechanism)
+        self.mechanism = mechanism
         return True
 
     def authenticate(self, token: bytes) -> bytes:
@@ -172,5 +204,18 @@ class Authentication:
             raise AuthenticationFailed("SaslAuthenticate before SaslHandshake")
         answer = self.server.evaluate(token)
         if self.server.complete:
-            self.principal = f"User:{self.server.authorization_id}"
+            principal = f"User:{self.server.authorization_id}"
+            self.server = None
+            if self.principal is not None and principal != self.principal:
+                raise AuthenticationFailed("Cannot change principals during re-authentication from "
+                                           f"{self.principal.replace(':', '.', 1)}: "
+                                           f"{principal.replace(':', '.', 1)}")
+            self.principal = principal
+            lifetime = self.settings.max_reauth_ms
+            self.expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
         return answer
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        """What SaslAuthenticate v1+ tells the client once authenticated (0: no end)."""
+        return self.settings.max_reauth_ms if self.authenticated and self.server is None else 0

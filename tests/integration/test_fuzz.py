@@ -10,6 +10,10 @@ Frames come from two sources, from one seeded RNG (GREGOR_FUZZ_SEED):
   negative and huge lengths, counts and ids, real and broken record batches,
   then, for half of them, mutated the same way.
 
+A second test sends such frames to a SASL_PLAINTEXT listener before authentication
+(after zero to two SASL frames, well-formed or not): none but ApiVersions and the
+SASL requests may be answered; every other frame closes the connection.
+
 Each frame goes on its own connection, followed by an ApiVersions probe. For
 every frame the broker must answer (the probe's answer proves the connection
 is still in order; acks=0 produce has no answer of its own) or close the
@@ -38,12 +42,13 @@ from typing import Any
 import pytest
 
 from protocol.messages import REQUESTS, RESPONSES, RequestDecodeError, decode_request
-from tests.integration.harness import BrokerProcess, started_broker, wait_until
+from tests.integration.harness import BrokerFactory, BrokerProcess, free_port, started_broker, wait_until
 from tests.integration.wire import (
     PeerClosed,
     WireClient,
     build_batch,
     create_topic,
+    encode_body,
     fix_crc,
     frame,
     partition_errors,
@@ -380,3 +385,92 @@ def next_frame(
     if rng.random() < 0.5:
         body = mutate(rng, body)
     return api_key, version, body
+
+
+# -- before authentication -------------------------------------------------------------
+
+PRE_AUTH_APIS = {17, 18, 36}  # SaslHandshake, ApiVersions, SaslAuthenticate
+PRE_AUTH_FRAMES = int(os.environ.get("GREGOR_FUZZ_PRE_AUTH_FRAMES", "1000"))
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'user_alice="alice-secret";')
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
+    sasl_port, plain_port = free_port(), free_port()
+    overrides = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+    }
+    factory = BrokerFactory(tmp_path_factory.mktemp("fuzz-sasl"))
+    try:
+        yield factory(overrides, port=plain_port), sasl_port
+    finally:
+        factory.close()
+
+
+def sasl_prelude(rng: random.Random, gen: Gen) -> bytes:
+    """Zero to two frames of the SASL exchange, well-formed or not, with correlation ids 1-2:
+    they may leave the connection before, in the middle of or after a failed handshake."""
+    frames = b""
+    for cid in range(1, 1 + rng.randint(0, 2)):
+        if rng.random() < 0.5:
+            body = encode_body(REQUESTS[17](mechanism=rng.choice(["PLAIN", "SCRAM-SHA-512", "X"])), 1)
+            frames += frame(request_header(17, 1, cid) + body)
+        else:
+            body = gen.message(36, rng.randint(0, 2))
+            frames += frame(request_header(36, rng.randint(0, 2), cid) + mutate(rng, body))
+    return frames
+
+
+def pre_auth_exchange(port: int, prelude: bytes, api_key: int, version: int, body: bytes) -> str:
+    """The prelude, one frame (correlation id 7), an ApiVersions probe: whether the frame
+    was served. A frame of an API other than ApiVersions/SASL must never be answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as s:
+        c = WireClient.__new__(WireClient)
+        c.sock = s
+        try:
+            s.sendall(prelude + frame(request_header(api_key, version, 7) + body)
+                      + frame(request_header(18, 0, 8)))
+        except OSError:
+            return Outcome.CLOSED  # closed while the frames were still being sent
+        try:
+            while True:
+                (cid,) = struct.unpack_from(">i", c.recv_frame())
+                assert cid != 7 or api_key in PRE_AUTH_APIS, f"api {api_key} served before auth"
+                if cid == 8:
+                    assert api_key in PRE_AUTH_APIS, f"connection kept after api {api_key}"
+                    return Outcome.ANSWERED
+        except (PeerClosed, ConnectionResetError):
+            return Outcome.CLOSED
+
+
+def test_fuzz_before_authentication_serves_only_sasl(sasl_broker: tuple[BrokerProcess, int]) -> None:
+    broker, port = sasl_broker
+    rng = random.Random(SEED + 1)
+    golden = [p.read_bytes() for p in sorted(GOLDEN.glob("*/*.bin"))]
+    with WireClient(broker.port) as c:
+        create_topic(c, "fz-a", partitions=2)
+        create_topic(c, "fz-b")
+        apis = served(c)
+        gen = Gen(rng, [init_producer_id(c, None)])
+    sizes = log_sizes(broker.data_dir)
+    counts = {Outcome.ANSWERED: 0, Outcome.CLOSED: 0}
+    for n in range(PRE_AUTH_FRAMES):
+        prelude = sasl_prelude(rng, gen)
+        api_key, version, body = next_frame(rng, gen, apis, golden)
+        what = f"frame {n} (seed {SEED + 1}): api {api_key} v{version} body {body[:200].hex()}"
+        try:
+            counts[pre_auth_exchange(port, prelude, api_key, version, body)] += 1
+        except AssertionError as exc:
+            raise AssertionError(f"{what}: {exc}\n{broker.log_tail(40)}") from None
+        assert broker.running, f"{what}: the broker exited\n{broker.log_tail(60)}"
+    print(f"fuzz before authentication: {PRE_AUTH_FRAMES} frames: {counts}")
+    assert counts[Outcome.CLOSED] > PRE_AUTH_FRAMES // 2, counts
+    assert not data_stored(broker.data_dir, sizes, log_sizes(broker.data_dir))
+    assert "Traceback" not in broker.log_text()
+    with WireClient(port) as c:  # the listener still serves a well-behaved client
+        assert c.api_versions().error_code == 0

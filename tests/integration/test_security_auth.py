@@ -11,8 +11,6 @@ alice may use the topics and groups prefixed `alice-`, nothing else.
 from __future__ import annotations
 
 import asyncio
-import os
-import random
 import socket
 import ssl
 import struct
@@ -44,7 +42,6 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.protocol.sasl import SaslHandshakeRequest
 
 from broker.cluster.local_store import STORE_FILE
-from broker.net.connection import BEFORE_AUTHENTICATION
 from protocol.messages import REQUESTS
 from tests.integration.certs import Pki, make_pki
 from tests.integration.harness import (
@@ -57,7 +54,6 @@ from tests.integration.harness import (
     run_java,
     unique_topic,
 )
-from tests.integration.test_fuzz import GOLDEN, Gen, next_frame, served
 from tests.integration.wire import WireClient
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -339,6 +335,35 @@ def failures(s: Secured) -> float:
                if line.startswith("gregor_authentication_failures_total{"))
 
 
+def by_listener(s: Secured, name: str) -> dict[tuple[str, str], float]:
+    """A metric's samples by (listener, security_protocol)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{s.metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels = dict(kv.split("=", 1) for kv in line[len(name) + 1:line.index("}")].split(","))
+            key = (labels["listener"].strip('"'), labels["security_protocol"].strip('"'))
+            found[key] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_connections_are_counted_by_listener_and_security_protocol(secured: Secured) -> None:
+    before = by_listener(secured, "gregor_connections_created_total")
+    with WireClient(secured.sasl_plain) as c, WireClient(secured.sasl_plain):
+        assert c.api_versions().error_code == 0
+        open_now = by_listener(secured, "gregor_connections")
+        assert open_now.get(("SASL_PLAINTEXT", "SASL_PLAINTEXT"), 0) >= 2, open_now
+    created = by_listener(secured, "gregor_connections_created_total")
+    key = ("SASL_PLAINTEXT", "SASL_PLAINTEXT")
+    assert created[key] >= before.get(key, 0) + 2, created
+    conf = sasl("SCRAM-SHA-512", "admin", "admin-secret", "SASL_SSL", secured)
+    add_scram_user(secured, "admin", "admin-secret", ScramMechanism.SCRAM_SHA_512)
+    assert round_trip(secured.at(secured.sasl_ssl), new_topic(secured, "alice-count"), conf, n=1)
+    assert by_listener(secured, "gregor_connections_created_total")[("SASL_SSL", "SASL_SSL")] >= 1
+    assert ("PLAINTEXT", "PLAINTEXT") in created  # the tests' admin connections
+
+
 def test_tools_take_kafkas_command_config(secured: Secured, tmp_path: Path) -> None:
     """`gregor topics --command-config` with Kafka's client properties: SCRAM over TLS as alice,
     who sees her topics and not the others (Metadata hides what she may not Describe)."""
@@ -390,31 +415,3 @@ def test_storage_format_bootstraps_scram_users_before_the_first_start(tmp_path: 
         assert "adm1n" not in (broker.data_dir / STORE_FILE).read_text()
     finally:
         factory.close()
-
-
-def test_no_frame_gets_past_the_sasl_gate(secured: Secured) -> None:
-    """The fuzzer's frames (every served API, schema-walked and mutated, and mutated captures of
-    real clients) sent to the SASL listener before authentication: every one that is not
-    ApiVersions or SASL closes the connection without an answer, and the broker keeps serving."""
-    rng = random.Random(int(os.environ.get("GREGOR_FUZZ_SEED", "21")))
-    gen = Gen(rng, [1000, 1001])  # no real producer ids: nothing is served before authentication
-    golden = [p.read_bytes() for p in sorted(GOLDEN.glob("*/*.bin"))]
-    with WireClient(secured.broker.port) as c:
-        gated = [(k, v) for k, v in served(c) if k not in BEFORE_AUTHENTICATION]
-    sent = 0
-    while sent < 300:
-        api_key, version, body = next_frame(rng, gen, gated, golden)
-        if api_key in BEFORE_AUTHENTICATION:
-            continue
-        sent += 1
-        with WireClient(secured.sasl_plain) as c:
-            c.send_request(api_key, version, body)
-            c.sock.settimeout(10)
-            try:
-                answer = c.sock.recv(4)
-            except ConnectionResetError:
-                answer = b""
-            assert answer == b"", f"API {api_key} v{version} answered before authentication"
-    with WireClient(secured.broker.port) as c:
-        assert c.api_versions().error_code == 0
-    assert "Traceback" not in secured.broker.log_path.read_text()
