@@ -288,6 +288,11 @@ class GroupCoordinator:
     def offset_fetch(
         self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool
     ) -> OffsetFetchResult:
+        """NOT_COORDINATOR once this broker's registration may have lapsed: another broker
+        may lead the group's partition by now and hold newer commits than this memory does
+        (a consumer rewinding to such a stale offset reprocesses committed input)."""
+        if not self.log.replicas.may_lead():
+            return OffsetFetchResult(group_id, ErrorCode.NOT_COORDINATOR)
         return self.machine.offset_fetch(group_id, partitions, require_stable)
 
     async def offset_delete(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:

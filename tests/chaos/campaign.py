@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.chaos.checker import Verdict, check
+from tests.chaos.evidence import describe, duplicates
 from tests.chaos.history import Fault, History
 from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
 from tests.chaos.netns import sweep
 from tests.chaos.report import write_report
 from tests.chaos.transactions import JAVA_WORKLOADS, java_missing
-from tests.chaos.workload import WORKLOADS
+from tests.chaos.workload import QUEUE, WORKLOADS
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class Options:
     heal_s: float = 4.0
     out: Path = Path("chaos-report")
     run_id: int = 1  # the third byte of the hosts' addresses, namespaces gch<run_id>-*
+    keep_data: bool = False  # data dirs copied to <out>/data, values stored twice to stored-twice.txt
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,8 @@ def run(options: Options) -> Result:
             history, code = _drive(cluster, options, Path(base))
         finally:
             _keep_logs(cluster, options.out)
+            if options.keep_data:
+                _keep_data(cluster, Path(base), options.out)
             cluster.close()
     verdict = check(history)
     result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
@@ -117,6 +122,19 @@ def _keep_logs(cluster: ChaosCluster, out: Path) -> None:
         (out / f"{name}.log").write_text(broker.log_text())
 
 
+def _keep_data(cluster: ChaosCluster, base: Path, out: Path) -> None:
+    """The data dirs as the brokers left them (copied after they stopped, before the tmpfs go)."""
+    for broker in cluster.brokers.values():
+        broker.close()
+    lines = []
+    for disk in sorted(base.glob("*-disk")):
+        target = out / "data" / disk.name.removesuffix("-disk")
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(disk / "data", target, dirs_exist_ok=True)
+        lines += [f"{target.name} {line}" for line in describe(duplicates(target, QUEUE))]
+    (out / "stored-twice.txt").write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -129,6 +147,7 @@ def main() -> int:
     parser.add_argument("--heal-seconds", type=float, default=4.0)
     parser.add_argument("--out", type=Path, default=Path("chaos-report"))
     parser.add_argument("--run-id", type=int, default=1, help="1-250: hosts 10.222.ID.*, namespaces gchID-*")
+    parser.add_argument("--keep-data", action="store_true", help="copy the brokers' data dirs to OUT/data")
     args = parser.parse_args()
     names = tuple(NEMESES) if args.nemeses == "all" else tuple(args.nemeses.split(","))
     unknown = [n for n in names if n not in NEMESES]
@@ -136,7 +155,7 @@ def main() -> int:
         parser.error(f"unknown nemeses {unknown}; known: {', '.join(NEMESES)}")
     workloads = WORKLOADS if args.workload == "all" else tuple(args.workload.split(","))
     result = run(Options(args.seconds, names, workloads, args.seed,
-                         args.fault_seconds, args.heal_seconds, args.out, args.run_id))
+                         args.fault_seconds, args.heal_seconds, args.out, args.run_id, args.keep_data))
     print((result.report / "summary.txt").read_text())
     return 0 if result.verdict.valid else 1
 

@@ -1,0 +1,79 @@
+"""What the brokers' kept data dirs (`campaign --keep-data`) say about values stored twice:
+for each value at two offsets of one partition, both copies' producer id, producer epoch,
+record sequence and partition leader epoch, as `gregor dump --json` reads them. The same
+producer epoch and sequence at both offsets is a deduplication the broker missed; a new
+epoch (sequences restarted) is the client re-sending after bumping its epoch (KIP-360).
+
+    python -m tests.chaos.evidence OUT/data/n1 [--topic queue]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    offset: int
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+    leader_epoch: int
+    batch_base: int
+
+
+def copies(partition_dir: Path) -> dict[str, list[Copy]]:
+    """Every value of one partition dir with the copies of it the log holds."""
+    done = subprocess.run([sys.executable, "-m", "broker.cli", "dump", "--print-data", "--json",
+                           str(partition_dir)], capture_output=True, text=True, check=True)
+    found: dict[str, list[Copy]] = defaultdict(list)
+    batch: dict[str, Any] = {}
+    for document in json.loads(done.stdout):
+        for entry in document.get("entries", []):
+            if "baseOffset" in entry:
+                batch = entry
+            elif "record" in entry and not batch.get("isControl"):
+                r = entry["record"]
+                found[str(r["payload"])].append(Copy(
+                    r["offset"], batch["producerId"], batch["producerEpoch"], r["sequence"],
+                    batch["partitionLeaderEpoch"], batch["baseOffset"]))
+    return found
+
+
+def duplicates(data_dir: Path, topic: str) -> dict[str, dict[str, list[Copy]]]:
+    """Partition -> value -> its copies, for the values stored more than once."""
+    return {p.name: {v: c for v, c in copies(p).items() if len(c) > 1}
+            for p in sorted(data_dir.glob(f"{topic}-*")) if p.is_dir()}
+
+
+def describe(found: dict[str, dict[str, list[Copy]]]) -> list[str]:
+    lines = []
+    for partition, values in found.items():
+        same = sum(1 for c in values.values() if len({(x.producer_epoch, x.sequence) for x in c}) == 1)
+        lines.append(f"{partition}: {len(values)} values stored twice, {same} of them with the same "
+                     f"producer epoch and sequence at both offsets")
+        lines += [f"  {v}: " + "; ".join(f"@{x.offset} pid {x.producer_id} epoch {x.producer_epoch} "
+                                        f"seq {x.sequence} leader epoch {x.leader_epoch}" for x in c)
+                  for v, c in sorted(values.items(), key=lambda kv: kv[1][0].offset)]
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--topic", default="queue")
+    args = parser.parse_args()
+    print("\n".join(describe(duplicates(args.data_dir, args.topic))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

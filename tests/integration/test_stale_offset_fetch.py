@@ -1,0 +1,72 @@
+"""A group coordinator whose etcd registration may have lapsed must not answer OffsetFetch
+from memory (issue 22's "reprocessed"): by then another broker may lead the group's
+`__consumer_offsets` partition and hold newer commits, and a consume-transform-produce
+process that rewinds to the stale offset commits the same input twice. Etcd is paused for
+real (SIGSTOP) beyond the session timeout: every broker's lease may have lapsed; OffsetFetch
+is NOT_COORDINATOR (the client looks the coordinator up again and retries), and the
+committed offset comes back once the registrations are renewed."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from coordinator.hashing import coordinator_partition
+from protocol.errors import ErrorCode
+from tests.integration.cluster import SESSION_MS, Cluster, running_cluster
+from tests.integration.harness import wait_until
+from tests.integration.test_eos_zombie_wire import offset_fetch
+from tests.integration.wire import WireClient
+
+PARTITIONS = 3
+OVERRIDES = {"offsets.topic.num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("stale-fetch"), overrides=OVERRIDES) as c:
+        yield c
+
+
+def committed(cluster: Cluster, group: str, topic: str, offset: int) -> None:
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def coordinator_port(cluster: Cluster, group: str) -> int:
+    tp = ("__consumer_offsets", coordinator_partition(group, PARTITIONS))
+    image = cluster.wait_for(lambda i: tp in i.partitions and i.partitions[tp].leader > 0)
+    return cluster.broker(image.partitions[tp].leader).port
+
+
+def fetched_by_coordinator(
+    cluster: Cluster, group: str, topic: str
+) -> tuple[int, dict[int, tuple[int, int]]]:
+    with WireClient(coordinator_port(cluster, group)) as c:
+        return offset_fetch(c, group, topic, [0], True)
+
+
+def test_a_coordinator_without_a_live_registration_answers_offset_fetch_not_coordinator(
+    cluster: Cluster,
+) -> None:
+    topic, group = cluster.create_topic(partitions=1), f"stale-{uuid.uuid4().hex[:8]}"
+    committed(cluster, group, topic, 42)
+    stored = (ErrorCode.NONE, {0: (42, ErrorCode.NONE)})
+    with WireClient(coordinator_port(cluster, group)) as c:
+        assert offset_fetch(c, group, topic, [0], True) == stored
+        cluster.etcd.pause()
+        try:
+            time.sleep(SESSION_MS / 1000 * 1.5)
+            error, _ = offset_fetch(c, group, topic, [0], True)
+            assert error == ErrorCode.NOT_COORDINATOR
+        finally:
+            cluster.etcd.resume()
+    # registrations renewed: the group's coordinator (the same broker or a successor) answers
+    wait_until(lambda: fetched_by_coordinator(cluster, group, topic) == stored, timeout=30)
