@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.tools import acls as acls_tool
+from broker.tools import configs as configs_tool
 from broker.tools import dump as dump_tool
 from broker.tools import groups as groups_tool
 from broker.tools import storage as storage_tool
@@ -71,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     topics_tool.add_parser(sub)
     groups_tool.add_parser(sub)
     acls_tool.add_parser(sub)
+    configs_tool.add_parser(sub)
     storage_tool.add_parser(sub)
     return parser
 
@@ -154,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         return acls_tool.run(args)
     if args.command == "storage":
         return storage_tool.run(args)
+    if args.command == "configs":
+        return configs_tool.run(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(

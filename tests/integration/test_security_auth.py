@@ -415,3 +415,38 @@ def test_storage_format_bootstraps_scram_users_before_the_first_start(tmp_path: 
         assert "adm1n" not in (broker.data_dir / STORE_FILE).read_text()
     finally:
         factory.close()
+
+
+def test_configs_manages_scram_users_as_kafka_configs(secured: Secured, tmp_path: Path) -> None:
+    """`gregor configs --entity-type users` (kafka-configs.sh) as admin over SASL_SSL: the
+    credential it adds authenticates a client, --describe lists it, --delete-config removes it."""
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={secured.pki.ca}\n"
+    )
+    base = [*gregor_command(), "configs", "--bootstrap-server", secured.at(secured.sasl_ssl),
+            "--command-config", str(props), "--entity-type", "users"]
+
+    def configs(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *options], capture_output=True, text=True, timeout=60)
+
+    added = configs("--entity-name", "alice", "--alter", "--add-config",
+                    "SCRAM-SHA-512=[iterations=8192,password=alice-configs],SCRAM-SHA-256=[password=x256]")
+    assert added.returncode == 0 and added.stdout == "Completed updating config for user alice.\n", added
+    described = configs("--entity-name", "alice", "--describe")
+    assert described.stdout == ("SCRAM credential configs for user-principal 'alice' are "
+                                "SCRAM-SHA-256=iterations=4096, SCRAM-SHA-512=iterations=8192\n"), described
+    conf = sasl("SCRAM-SHA-512", "alice", "alice-configs", "SASL_SSL", secured)
+    assert round_trip(secured.at(secured.sasl_ssl), new_topic(secured, "alice-configs"), conf, n=2)
+    deleted = configs("--entity-name", "alice", "--alter", "--delete-config", "SCRAM-SHA-256")
+    assert deleted.returncode == 0, deleted
+    assert configs("--entity-name", "alice", "--describe").stdout.endswith(
+        "are SCRAM-SHA-512=iterations=8192\n")
+    low = configs("--entity-name", "alice", "--alter", "--add-config",
+                  "SCRAM-SHA-256=[iterations=100,password=p]")
+    assert low.returncode == 1 and "Traceback" not in low.stderr
+    assert "gregor configs: Error while executing config command for user alice:" in low.stderr, low.stderr
+    assert "iterations" in low.stderr.lower(), low.stderr

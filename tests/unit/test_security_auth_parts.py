@@ -12,6 +12,8 @@ from broker.security.jaas import JaasError, parse_jaas
 from broker.security.sasl import AuthenticationFailed, PlainServer, ScramServer
 from broker.security.scram import ScramCredential, ScramMechanism, credential_problem
 from broker.security.tls import certificate_principal, distinguished_name, parse_rules
+from broker.tools.common import ToolError
+from broker.tools.configs import parse_add_config
 
 CERT = {"subject": ((("countryName", "US"),), (("organizationName", "Acme, Inc"),),
                     (("commonName", "Alice"),))}
@@ -80,3 +82,13 @@ def test_credential_bounds_are_kafkas() -> None:
     assert credential_problem(ScramMechanism.SCRAM_SHA_256, 4095) is not None
     assert credential_problem(ScramMechanism.SCRAM_SHA_512, 16385) is not None
     assert credential_problem(None, 8192) == "Unknown SCRAM mechanism"
+
+
+def test_configs_add_config_is_kafka_configs_scram_syntax() -> None:
+    assert parse_add_config('SCRAM-SHA-256=[iterations=8192,password=pw],SCRAM-SHA-512=[password="x"]') == [
+        ("SCRAM-SHA-256", "pw", 8192), ("SCRAM-SHA-512", "x", 4096)]
+    for bad in ("SCRAM-SHA-1=[password=x]", "SCRAM-SHA-256=[iterations=9]",
+                "SCRAM-SHA-256=[salt=s,password=p]",
+                "SCRAM-SHA-256=[iterations=many,password=p]", "SCRAM-SHA-256=[password=a,b]"):
+        with pytest.raises(ToolError):
+            parse_add_config(bad)
