@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from pyspark import TaskContext
@@ -178,12 +178,23 @@ def _commit_partition(opts: SinkOptions, commit_key: str) -> int:
     return zlib.crc32(commit_key.encode()) % _commit_partition_count(opts)
 
 
+_NOT_YET_KNOWN = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE)
+
+
 def _commit_partition_count(opts: SinkOptions) -> int:
+    """The commit topic's partition count. A topic just created may not be in every broker's
+    metadata yet (Apache Kafka answers UNKNOWN_TOPIC_OR_PART until it is): retried until
+    `kafka.TIMEOUT_S`."""
     admin = AdminClient(kafka.kafka_config(opts.options))
-    meta = admin.list_topics(opts.commit_topic, timeout=kafka.TIMEOUT_S).topics[opts.commit_topic]
-    if meta.error is not None or not meta.partitions:
-        raise KafkaException(meta.error)
-    return len(meta.partitions)
+    deadline = time.monotonic() + kafka.TIMEOUT_S
+    while True:
+        meta = admin.list_topics(opts.commit_topic, timeout=kafka.TIMEOUT_S).topics[opts.commit_topic]
+        if meta.error is None and meta.partitions:
+            return len(meta.partitions)
+        settling = meta.error is None or meta.error.code() in _NOT_YET_KNOWN
+        if time.monotonic() > deadline or not settling:
+            raise KafkaException(meta.error or f"commit topic {opts.commit_topic} has no partitions")
+        time.sleep(0.1)
 
 
 def ensure_commit_topic(opts: SinkOptions) -> None:

@@ -61,6 +61,7 @@ LIST_KEYS = (
     "broker_id",
     "log_dir",
     "producer_id",
+    "user",  # DescribeUserScramCredentials: Kafka lists users in its HashMap's order
 )
 
 
