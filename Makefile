@@ -100,7 +100,7 @@ cluster-stop:
 	bash scripts/cluster.sh stop $(VENV) .deps/etcd/etcd
 
 test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
