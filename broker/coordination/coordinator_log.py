@@ -50,6 +50,13 @@ class CoordinatorLog:
         self.topic = topic
         self.timeout_s = timeout_s
 
+    def current(self) -> bool:
+        """Whether this broker's coordinator state may be read: not once its cluster registration
+        may have lapsed, when another broker may lead the partitions by now and hold newer state
+        than this memory does (a reader acting on it, e.g. a consumer rewinding to a stale
+        committed offset, would undo what the successor accepted)."""
+        return self.replicas.may_lead()
+
     def leader(self, index: int) -> Partition | None:
         """The partition if this broker leads it and may act as its leader."""
         part = self.replicas.led_partition(self.topic, index)

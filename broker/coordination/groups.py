@@ -260,9 +260,13 @@ class GroupCoordinator:
         return _response(result)
 
     def describe_groups(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
+        if not self.log.current():
+            return [DescribedGroup(g, ErrorCode.NOT_COORDINATOR, "") for g in group_ids]
         return self.machine.describe_groups(group_ids)
 
     def list_groups(self, states: Iterable[str]) -> tuple[ErrorCode, list[ListedGroup]]:
+        if not self.log.current():
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
         return self.machine.list_groups(states)
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
@@ -288,10 +292,7 @@ class GroupCoordinator:
     def offset_fetch(
         self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool
     ) -> OffsetFetchResult:
-        """NOT_COORDINATOR once this broker's registration may have lapsed: another broker
-        may lead the group's partition by now and hold newer commits than this memory does
-        (a consumer rewinding to such a stale offset reprocesses committed input)."""
-        if not self.log.replicas.may_lead():
+        if not self.log.current():
             return OffsetFetchResult(group_id, ErrorCode.NOT_COORDINATOR)
         return self.machine.offset_fetch(group_id, partitions, require_stable)
 

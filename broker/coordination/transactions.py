@@ -319,11 +319,15 @@ class TransactionCoordinator:
         return write_check_error(outcome.partition_errors.get(tp, outcome.error), operation)
 
     def describe(self, tid: str) -> tuple[ErrorCode, TxnMetadata | None]:
+        if not self.log.current():
+            return ErrorCode.NOT_COORDINATOR, None
         return self.machine.describe(tid)
 
     def list_transactions(
         self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int
     ) -> ListResult:
+        if not self.log.current():
+            return ListResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return self.machine.list_transactions(now_ms(), states, producer_ids, duration_ms)
 
     # -- completion, timeouts, expiration ----------------------------------------------

@@ -22,7 +22,7 @@ from tests.chaos.workload import WORKLOADS
 # Anomalies the campaigns found whose cause is not yet established (README, "Fault testing"):
 # an idempotent producer's retry appended again after a kill or a pause ("duplicate"). It is
 # reported in the summary; any other anomaly fails the run. ("reprocessed" was a deposed group
-# coordinator answering OffsetFetch from memory: fixed, tests/integration/test_stale_offset_fetch.py.)
+# coordinator answering OffsetFetch from memory: fixed, tests/integration/test_stale_coordinator_reads.py.)
 OPEN_BUGS = frozenset({"duplicate"})
 
 
