@@ -5,6 +5,9 @@
     gregor dump [--print-data] [--decode-internal] [--json] PATH ...
     gregor topics --bootstrap-server HOST:PORT --create|--list|--describe|--alter|--delete ...
     gregor groups --bootstrap-server HOST:PORT --list|--describe|--reset-offsets|--delete ...
+    gregor acls --bootstrap-server HOST:PORT --add|--remove|--list ...
+    gregor configs --bootstrap-server HOST:PORT --entity-type users --describe|--alter ...
+    gregor storage format --config FILE [--add-scram 'SCRAM-SHA-512=[name=...,password=...]']
     gregor config-docs [--readme README.md]
     gregor --version
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +37,17 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 # The broker's own modules are imported where they are used, so the tools start quickly.
+
+# `gregor <command>` for each tool: the parsed arguments in, the exit code out.
+TOOLS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "transactions": transactions_tool.run,
+    "dump": dump_tool.run,
+    "topics": topics_tool.run,
+    "groups": groups_tool.run,
+    "acls": acls_tool.run,
+    "configs": configs_tool.run,
+    "storage": storage_tool.run,
+}
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 START_UP_FAILED = 2
@@ -144,20 +159,9 @@ def _start_up_error(exc: Exception) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "transactions":
-        return transactions_tool.run(args)
-    if args.command == "dump":
-        return dump_tool.run(args)
-    if args.command == "topics":
-        return topics_tool.run(args)
-    if args.command == "groups":
-        return groups_tool.run(args)
-    if args.command == "acls":
-        return acls_tool.run(args)
-    if args.command == "storage":
-        return storage_tool.run(args)
-    if args.command == "configs":
-        return configs_tool.run(args)
+    tool = TOOLS.get(args.command)
+    if tool is not None:
+        return tool(args)
     if args.command == "config-docs":
         return _config_docs(args.readme)
     logging.basicConfig(
