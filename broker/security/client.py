@@ -36,36 +36,39 @@ class ClientSecurity:
     password: str = ""
 
     async def authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           client_id: str) -> None:
-        """The SASL exchange on a fresh connection, before any other request."""
+                           client_id: str) -> int:
+        """The SASL exchange on a fresh connection, before any other request; the session's
+        lifetime in ms the other broker granted (0: unlimited)."""
         if self.mechanism is None:
-            return
+            return 0
         handshake = await _call(reader, writer, SaslHandshakeRequest(mechanism=self.mechanism),
                                 HANDSHAKE_VERSION, client_id)
         if handshake.error_code != 0:
             raise AuthenticationError(f"SASL mechanism {self.mechanism} refused "
                                       f"(enabled: {', '.join(handshake.mechanisms)})")
         if self.mechanism == "PLAIN":
-            await _step(reader, writer, client_id, f"\0{self.username}\0{self.password}".encode())
-            return
+            plain = await _step(reader, writer, client_id, f"\0{self.username}\0{self.password}".encode())
+            return int(plain.session_lifetime_ms)
         scram = ScramClient([self.mechanism], self.username, self.password)
         server_first = await _step(reader, writer, client_id, scram.get_client_first().encode())
         try:
-            scram.set_server_first(server_first.decode())
+            scram.set_server_first(bytes(server_first.auth_bytes).decode())
             server_final = await _step(reader, writer, client_id, scram.get_client_final().encode())
-            scram.set_server_final(server_final.decode())
+            scram.set_server_final(bytes(server_final.auth_bytes).decode())
         except (ScramException, UnicodeDecodeError) as exc:
             raise AuthenticationError(f"SCRAM exchange with the other broker failed: {exc}") from None
+        return int(server_final.session_lifetime_ms)
 
 
 async def _step(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str, token: bytes
-) -> bytes:
+) -> Any:
+    """One SaslAuthenticate exchange: the answer (its token and session lifetime)."""
     request = SaslAuthenticateRequest(auth_bytes=token)
     answer = await _call(reader, writer, request, AUTHENTICATE_VERSION, client_id)
     if answer.error_code != 0:
         raise AuthenticationError(answer.error_message or "SASL authentication failed")
-    return bytes(answer.auth_bytes)
+    return answer
 
 
 async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: object, version: int,

@@ -7,6 +7,7 @@ SASL_SSL one with SCRAM credentials created on another broker."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,8 @@ STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
         'password="broker-secret" user_broker="broker-secret";')
 TOPIC_AUTHORIZATION_FAILED = 29
+REAUTH_MS = 5000  # the inter-broker listener's SASL sessions (KIP-368)
+EXPIRED = "expired (connections.max.reauth.ms)"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "listener.name.internal.plain.sasl.jaas.config": JAAS,
+        "listener.name.internal.connections.max.reauth.ms": REAUTH_MS,
         "ssl.keystore.location": str(pki.keystore), "ssl.truststore.location": str(pki.ca),
         "authorizer.class.name": STANDARD, "super.users": "User:broker",
         "allow.everyone.if.no.acl.found": True,  # until the first ACLs (anonymous_may_manage)
@@ -101,10 +105,28 @@ def test_replication_and_transactions_over_sasl_ssl_between_brokers(
     finally:
         consumer.close()
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(30))
-    image = cluster.image()
-    assert all(len(image.partitions[(topic, p)].isr) == 3 for p in range(3))
+    cluster.wait_for(lambda i: all(len(i.partitions[(topic, p)].isr) == 3 for p in range(3)))
     for b in cluster.brokers:
         assert "Traceback" not in b.log_text()
+
+
+def test_brokers_renew_their_sessions_before_they_expire(secured: tuple[Cluster, Pki, dict[int, int]]) -> None:
+    """The inter-broker listener's sessions last REAUTH_MS: the brokers' own connections
+    (follower fetches, markers, forwarding) are renewed before that, so none of their requests
+    arrives after its session expired (which the other broker answers by closing it)."""
+    cluster, _pki, _internal = secured
+    anonymous_may_manage(cluster)
+    topic = cluster.create_topic(partitions=1, rf=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions(30)
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5 * REAUTH_MS / 1000:  # past the first sessions' end
+        producer.begin_transaction()
+        producer.produce(topic, b"v", partition=0)
+        producer.commit_transaction(30)
+    assert len(cluster.image().partitions[(topic, 0)].isr) == 3
+    for b in cluster.brokers:
+        assert EXPIRED not in b.log_text()
 
 
 def test_cluster_action_is_the_brokers_alone(secured: tuple[Cluster, Pki, dict[int, int]]) -> None:
