@@ -40,6 +40,7 @@ from confluent_kafka.admin import (
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.protocol.sasl import SaslHandshakeRequest
+from scramp import ScramClient
 
 from broker.cluster.local_store import STORE_FILE
 from protocol.messages import REQUESTS
@@ -326,6 +327,67 @@ def test_tls_refuses_plaintext_and_certificates_of_another_ca(secured: Secured) 
     with WireClient(secured.broker.port) as c:  # still serving
         assert c.api_versions().error_code == 0
     assert "Traceback" not in secured.broker.log_path.read_text()
+
+
+def bare_exchange(c: WireClient, mechanism: str, user: str, password: str) -> None:
+    """A SASL exchange after SaslHandshake v0: the tokens as bare size-prefixed frames, answered
+    so (PLAIN by an empty frame; SCRAM's server-final is checked against the password)."""
+    if mechanism == "PLAIN":
+        c.send_frame(f"\0{user}\0{password}".encode())
+        assert c.recv_frame() == b""
+        return
+    scram = ScramClient([mechanism], user, password)
+    c.send_frame(scram.get_client_first().encode())
+    scram.set_server_first(c.recv_frame().decode())
+    c.send_frame(scram.get_client_final().encode())
+    scram.set_server_final(c.recv_frame().decode())
+
+
+def closed_unanswered(c: WireClient) -> bool:
+    """The broker closes the connection without sending a byte."""
+    c.sock.settimeout(5)
+    try:
+        return c.sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_sasl_handshake_v0_takes_bare_tokens(secured: Secured, mechanism: str) -> None:
+    """SaslHandshake v0 (older clients): the SASL tokens follow as bare frames without a request
+    header, answered as bare frames; then requests are served as the principal. A refused bare
+    token closes the connection unanswered (v0 has no error answer) and counts as a failed
+    authentication, as Kafka's SaslServerAuthenticator does."""
+    password = "alice-secret"
+    if mechanism != "PLAIN":
+        password = "alice-v0"
+        add_scram_user(secured, "alice", password, ScramMechanism.SCRAM_SHA_256)
+    with WireClient(secured.sasl_plain) as c:
+        assert c.api_versions().error_code == 0
+        answer = c.call(SaslHandshakeRequest(mechanism=mechanism), 0)
+        assert answer.error_code == 0
+        assert list(answer.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        bare_exchange(c, mechanism, "alice", password)
+        assert c.metadata(None).brokers
+        assert c.metadata(None).brokers  # requests again, not tokens
+    before = failures(secured)
+    with WireClient(secured.sasl_plain) as c:
+        assert c.call(SaslHandshakeRequest(mechanism=mechanism), 0).error_code == 0
+        if mechanism == "PLAIN":
+            c.send_frame(b"\0alice\0wrong")
+        else:
+            scram = ScramClient([mechanism], "alice", "wrong")
+            c.send_frame(scram.get_client_first().encode())
+            scram.set_server_first(c.recv_frame().decode())
+            c.send_frame(scram.get_client_final().encode())
+        assert closed_unanswered(c)
+    assert failures(secured) == before + 1
+    with WireClient(secured.sasl_plain) as c:  # a Kafka request where a token belongs is a token
+        assert c.call(SaslHandshakeRequest(mechanism=mechanism), 0).error_code == 0
+        c.send_request(3, 1, REQUESTS[3](topics=None).encode(version=1))
+        assert closed_unanswered(c)
+    log = secured.broker.log_path.read_text()
+    assert "SASL authentication on SASL_PLAINTEXT failed" in log and "Traceback" not in log
 
 
 def failures(s: Secured) -> float:

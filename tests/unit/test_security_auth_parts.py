@@ -9,7 +9,7 @@ import pytest
 from scramp import ScramClient
 
 from broker.security.jaas import JaasError, parse_jaas
-from broker.security.sasl import AuthenticationFailed, PlainServer, ScramServer
+from broker.security.sasl import Authentication, AuthenticationFailed, PlainServer, SaslSettings, ScramServer
 from broker.security.scram import ScramCredential, ScramMechanism, credential_problem
 from broker.security.tls import certificate_principal, distinguished_name, parse_rules
 from broker.tools.common import ToolError
@@ -57,6 +57,15 @@ def test_plain_checks_user_password_and_authorization_id() -> None:
                            (b"alice\0pw", "expected 3 tokens")]:
         with pytest.raises(AuthenticationFailed, match=message):
             PlainServer(users).evaluate(token)
+
+
+def test_bare_tokens_last_from_a_v0_handshake_to_the_end_of_its_exchange() -> None:
+    auth = Authentication(SaslSettings(("PLAIN",), {"alice": "pw"}))
+    assert not auth.handshake("GSSAPI", bare_tokens=True) and not auth.bare_tokens
+    assert auth.handshake("PLAIN", bare_tokens=True) and auth.bare_tokens
+    assert auth.authenticate(b"\0alice\0pw") == b""
+    assert auth.principal == "User:alice" and not auth.bare_tokens  # requests from here on
+    assert auth.handshake("PLAIN") and not auth.bare_tokens  # a v1 re-authentication
 
 
 @pytest.mark.parametrize("mechanism", [ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512])
