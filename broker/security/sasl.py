@@ -130,6 +130,7 @@ class ScramServer:
                 self._server.set_client_first(text)
                 return str(self._server.get_server_first()).encode()
             if self._step == 2:
+                self._accept_repeated_client_nonce(text)
                 self._server.set_client_final(text)
                 final = str(self._server.get_server_final()).encode()
                 self._done = True
@@ -140,6 +141,15 @@ class ScramServer:
                 f"mechanism {self._mechanism.mechanism_name}"
             ) from exc
         raise AuthenticationFailed("Unexpected SASL token after the exchange completed")
+
+    def _accept_repeated_client_nonce(self, client_final: str) -> None:
+        """Kafka takes a client-final nonce that ends with the server-first one (ScramSaslServer's
+        `endsWith`): librdkafka before 2.6.1, Debian's kcat among them, sends its own nonce again
+        in front. The proof is still checked, over the message as the client sent it."""
+        sent = next((part[2:] for part in client_final.split(",") if part.startswith("r=")), None)
+        expected = self._server.nonce
+        if sent is not None and sent != str(expected) and sent.endswith(str(expected)):
+            self._server.nonce = type(expected)(sent)  # scramp compares its nonce with the sent one
 
     @property
     def complete(self) -> bool:
