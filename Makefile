@@ -66,7 +66,7 @@ $(DOCKER_DEPS): scripts/docker-engine.sh | $(STAMP)
 docker-deps: $(STAMP) $(DOCKER_DEPS)
 
 # The fault tests (tests/chaos, tests/integration/test_faults.py): Debian's iproute2, iptables
-# and faketime (scripts/chaos-deps.sh).
+# and faketime; openssl and kcat for the security tests (scripts/chaos-deps.sh).
 $(CHAOS_DEPS): scripts/chaos-deps.sh
 	bash scripts/chaos-deps.sh .deps/chaos
 

@@ -1,7 +1,9 @@
 """SaslHandshake (17) and SaslAuthenticate (36), as Kafka's SaslServerAuthenticator answers
 them. Only a connection on a SASL listener has an `Authentication`; until it completes, the
 connection serves nothing but these two and ApiVersions. A failed authentication is answered
-SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection closes."""
+SASL_AUTHENTICATION_FAILED with Kafka's message, then the connection closes. After a v0
+handshake the tokens come as bare frames, which the connection hands to the `Authentication`
+itself (v0 has no SaslAuthenticate)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ async def handle_handshake(ctx: RequestContext, request: Any) -> Any:
         return SaslHandshakeResponse(version=ctx.version, error_code=ErrorCode.ILLEGAL_SASL_STATE,
                                      mechanisms=[])
     enabled = list(auth.settings.mechanisms)
-    if not auth.handshake(request.mechanism):
+    if not auth.handshake(request.mechanism, bare_tokens=ctx.version == 0):
         auth.failed = True
         return SaslHandshakeResponse(version=ctx.version, error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                                      mechanisms=enabled)
@@ -58,5 +60,5 @@ def _authenticated(
     )
 
 
-VERSIONS = {ApiKey.SASL_HANDSHAKE: (1, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
+VERSIONS = {ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
 HANDLERS = {ApiKey.SASL_HANDSHAKE: handle_handshake, ApiKey.SASL_AUTHENTICATE: handle_authenticate}

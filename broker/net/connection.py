@@ -12,6 +12,11 @@ before waiting on anything has run alone: every request behind it sees the
 failure and does nothing; one that fails after waiting stops those not yet
 started. Produce requests append in request order even when one waits on a
 transaction check (AppendTurn), as a producer's sequence numbers require.
+
+After a SaslHandshake v0 the SASL tokens come as bare size-prefixed frames, without a request
+header, until the exchange completes; each is answered by a bare frame, and a refused one
+closes the connection unanswered (Kafka's SaslServerAuthenticator). Which kind the next frame
+is depends on the answer before it, so the reader waits for those answers.
 """
 
 from __future__ import annotations
@@ -31,11 +36,11 @@ from broker.handlers import api_versions
 from broker.metrics import request_log
 from broker.security.forwarded import original_caller
 from broker.security.listener import ListenerSecurity
-from broker.security.sasl import Authentication
+from broker.security.sasl import Authentication, AuthenticationFailed
 from broker.security.tls import certificate_principal, distinguished_name
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-from protocol.framing import SIZE_PREFIX, FrameSizeError, frame_parts, frame_size
+from protocol.framing import SIZE_PREFIX, FrameSizeError, frame, frame_parts, frame_size
 from protocol.headers import (
     API_VERSIONS_KEY,
     HeaderDecodeError,
@@ -62,9 +67,17 @@ class CloseConnection(Exception):
     """The peer sent something we cannot answer; the reason is logged."""
 
 
-class Acks0Failed(Exception):
+class QuietClose(Exception):
+    """An expected end: the connection closes after the answers before this one, logged as info."""
+
+
+class Acks0Failed(QuietClose):
     """An acks=0 produce had an error: closing the connection is the only way to tell
     the producer (Kafka's rule), so it refreshes its metadata."""
+
+
+class BareTokenRefused(QuietClose):
+    """A SASL token after SaslHandshake v0 failed: v0 has no error answer, so Kafka closes."""
 
 
 class Connection:
@@ -91,6 +104,8 @@ class Connection:
         self.failed: str | None = None
         # The newest produce request: the next one appends after it (AppendTurn).
         self.last_produce: AppendTurn | None = None
+        # A SaslHandshake v0 or a bare token in flight: how the next frame reads depends on it.
+        self.sasl_step: asyncio.Task[list[Any]] | None = None
 
     async def run(self) -> None:
         try:
@@ -172,7 +187,26 @@ class Connection:
             payload = await self.reader.readexactly(size)
             if self.failed is not None:
                 return
-            await self.responses.put(self._dispatch(payload))
+            if self.auth is not None and self.auth.bare_tokens:
+                self.sasl_step = asyncio.create_task(self._bare_token(payload))
+                await self.responses.put(self.sasl_step)
+            else:
+                await self.responses.put(self._dispatch(payload))
+            if self.sasl_step is not None:
+                await asyncio.wait([self.sasl_step])
+                self.sasl_step = None
+
+    async def _bare_token(self, token: bytes) -> list[Any]:
+        """A SASL token after SaslHandshake v0: the server's token framed bare; a refusal closes
+        the connection unanswered and counts as a failed authentication."""
+        assert self.auth is not None
+        try:
+            return [frame(self.auth.authenticate(token))]
+        except AuthenticationFailed as exc:
+            metrics.authentication_failed(self.caller.listener)
+            log.debug("authentication failure's cause: %r", exc.__cause__)
+            self.failed = f"SASL authentication on {self.caller.listener} failed: {exc}"
+            raise BareTokenRefused(self.failed) from None
 
     def _dispatch(self, payload: bytes) -> asyncio.Task[list[Any]]:
         received = time.monotonic()
@@ -194,7 +228,10 @@ class Connection:
         caller = original_caller(self.services.authorizer, self.caller, header.client_id)
         ctx = RequestContext(self.services, header, caller, turn, self.auth)
         answer = not (handler.api_key == PRODUCE and request.acks == 0)  # acks=0: no response
-        return asyncio.create_task(self._respond(ctx, handler, request, answer, received))
+        task = asyncio.create_task(self._respond(ctx, handler, request, answer, received))
+        if handler.api_key == ApiKey.SASL_HANDSHAKE and header.api_version == 0:
+            self.sasl_step = task  # bare tokens follow if it succeeds
+        return task
 
     def _check_authenticated(self, header: RequestHeader) -> None:
         """Before SASL completes only ApiVersions and the SASL requests are served (Kafka closes
@@ -282,7 +319,7 @@ class Connection:
                 continue
             try:
                 parts = await task
-            except Acks0Failed as exc:
+            except QuietClose as exc:
                 log.info("closing connection from %s: %s", self.peer, exc)
                 closing = True
                 self.writer.close()

@@ -6,6 +6,8 @@ SaslAuthenticate are served (the connection enforces it). SaslHandshake picks th
 SaslAuthenticate carries its tokens until the server is complete, then the principal is
 `User:<authorization id>`. A failed exchange raises AuthenticationFailed with Kafka's message;
 the handler answers SASL_AUTHENTICATION_FAILED and the connection closes after that answer.
+After a SaslHandshake v0 the tokens come as bare size-prefixed frames instead (`bare_tokens`),
+which the connection hands over and answers in kind; a refused one closes it unanswered.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class ScramServer:
                 self._server.set_client_first(text)
                 return str(self._server.get_server_first()).encode()
             if self._step == 2:
+                self._accept_repeated_client_nonce(text)
                 self._server.set_client_final(text)
                 final = str(self._server.get_server_final()).encode()
                 self._done = True
@@ -138,6 +141,15 @@ class ScramServer:
                 f"mechanism {self._mechanism.mechanism_name}"
             ) from exc
         raise AuthenticationFailed("Unexpected SASL token after the exchange completed")
+
+    def _accept_repeated_client_nonce(self, client_final: str) -> None:
+        """Kafka takes a client-final nonce that ends with the server-first one (ScramSaslServer's
+        `endsWith`): librdkafka before 2.6.1, Debian's kcat among them, sends its own nonce again
+        in front. The proof is still checked, over the message as the client sent it."""
+        sent = next((part[2:] for part in client_final.split(",") if part.startswith("r=")), None)
+        expected = self._server.nonce
+        if sent is not None and sent != str(expected) and sent.endswith(str(expected)):
+            self._server.nonce = type(expected)(sent)  # scramp compares its nonce with the sent one
 
     @property
     def complete(self) -> bool:
@@ -177,6 +189,7 @@ class Authentication:
         self.principal: str | None = None  # set once authenticated
         self.expires_at: float | None = None  # monotonic end of the session, None: no end
         self.failed = False  # the connection closes once the failure is answered
+        self.bare_tokens = False  # after SaslHandshake v0: the exchange's tokens are bare frames
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -185,10 +198,12 @@ class Authentication:
     def authenticated(self) -> bool:
         return self.principal is not None
 
-    def handshake(self, mechanism: str) -> bool:
-        """Start `mechanism`; False when it is not enabled on this listener."""
+    def handshake(self, mechanism: str, bare_tokens: bool = False) -> bool:
+        """Start `mechanism`; False when it is not enabled on this listener. With `bare_tokens`
+        (SaslHandshake v0) its tokens follow as bare frames rather than SaslAuthenticate requests."""
         if mechanism not in self.settings.mechanisms:
             return False
+        self.bare_tokens = bare_tokens
         if self.authenticated and mechanism != self.mechanism:
             # as Kafka: the handshake succeeds, the SaslAuthenticate after it fails
             self.server = RefusedServer(f"SASL mechanism '{mechanism}' requested by client is not "
@@ -206,6 +221,7 @@ class Authentication:
         if self.server.complete:
             principal = f"User:{self.server.authorization_id}"
             self.server = None
+            self.bare_tokens = False
             if self.principal is not None and principal != self.principal:
                 raise AuthenticationFailed("Cannot change principals during re-authentication from "
                                            f"{self.principal.replace(':', '.', 1)}: "

@@ -1,6 +1,7 @@
 """Authentication as Kafka's (issue 21): TLS listeners with PEM keys, mTLS principals, SASL
 PLAIN and SCRAM-SHA-256/512 with credentials stored salted, driven by real clients
-(confluent-kafka, kafka-python, aiokafka, the Java 4.3 client) and by the wire for refusals.
+(confluent-kafka, kafka-python, aiokafka, the Java 3.9 and 4.3 clients, kcat) and by the wire
+for refusals and for SaslHandshake v0's bare tokens.
 
 One broker for the module, four listeners: PLAINTEXT (ANONYMOUS, a super user: the tests'
 administration), SASL_PLAINTEXT, SASL_SSL and SSL with client certificates required. With the
@@ -11,6 +12,7 @@ alice may use the topics and groups prefixed `alice-`, nothing else.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import ssl
 import struct
@@ -40,6 +42,7 @@ from confluent_kafka.admin import (
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.protocol.sasl import SaslHandshakeRequest
+from scramp import ScramClient
 
 from broker.cluster.local_store import STORE_FILE
 from protocol.messages import REQUESTS
@@ -231,18 +234,34 @@ def test_kafka_python_and_aiokafka_authenticate_with_scram_and_plain(secured: Se
     assert b"aio" in asyncio.run(aio())
 
 
-def test_java_transaction_over_sasl_ssl_with_scram(secured: Secured, tmp_path: Path) -> None:
-    require_java("4.3")
-    add_scram_user(secured, "alice", "alice-java", ScramMechanism.SCRAM_SHA_512)
+JAAS = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+        "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+@pytest.mark.parametrize(("client", "protocol", "mechanism"), [
+    ("4.3", "SASL_SSL", "SCRAM-SHA-512"),
+    ("3.9", "SASL_SSL", "SCRAM-SHA-512"),
+    ("3.9", "SASL_PLAINTEXT", "PLAIN"),
+])
+def test_java_transaction_over_sasl(
+    secured: Secured, tmp_path: Path, client: str, protocol: str, mechanism: str
+) -> None:
+    """A transaction of the Java client (3.9: transaction version 1; 4.3: version 2) as alice,
+    committed and read back read_committed, over SCRAM with TLS or PLAIN without."""
+    require_java(client)
+    password = "alice-secret"
+    if mechanism != "PLAIN":
+        password = "alice-java"
+        add_scram_user(secured, "alice", password, ScramMechanism.SCRAM_SHA_512)
     props = tmp_path / "client.properties"
     props.write_text(
-        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
-        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
-        'username="alice" password="alice-java";\n'
+        f"security.protocol={protocol}\nsasl.mechanism={mechanism}\n"
+        f'sasl.jaas.config={JAAS[mechanism]} required username="alice" password="{password}";\n'
         f"ssl.truststore.type=PEM\nssl.truststore.location={secured.pki.ca}\n"
     )
-    topic = new_topic(secured, "alice-java")
-    done = run_java("SecureTxn.java", secured.at(secured.sasl_ssl), str(props), topic, "20", client="4.3")
+    port = secured.sasl_ssl if protocol == "SASL_SSL" else secured.sasl_plain
+    topic = new_topic(secured, f"alice-java{client.replace('.', '')}")
+    done = run_java("SecureTxn.java", secured.at(port), str(props), topic, "20", client=client)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert prefixed_json(done.stdout) == [{"read": 20}]
 
@@ -261,6 +280,43 @@ def test_mtls_principal_comes_from_the_certificate(secured: Secured) -> None:
     producer.produce(other, b"x", on_delivery=lambda err, _m: reports.append(err))
     producer.flush(20)
     assert reports[0] is not None and reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def kcat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run kcat (Debian's, librdkafka's CLI); a missing one fails the test, never skips it."""
+    path = shutil.which("kcat")
+    if path is None:
+        pytest.fail("no `kcat` on PATH: `make test` installs Debian's kcat (scripts/chaos-deps.sh)")
+    return subprocess.run([path, *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("protocol", ["SASL_SSL", "SASL_PLAINTEXT", "SSL"])
+def test_kcat_produces_and_consumes(secured: Secured, protocol: str) -> None:
+    """kcat with librdkafka's -X properties: SCRAM-SHA-512 over SASL_SSL, PLAIN over
+    SASL_PLAINTEXT, and a client certificate over SSL (mTLS); alice's records written and
+    read back on her own topic. Debian's kcat carries librdkafka 2.0.2, whose SCRAM client-final
+    repeats its own nonce in front (taken, as Kafka takes it)."""
+    options = {"security.protocol": protocol.lower()}
+    if protocol == "SASL_SSL":
+        add_scram_user(secured, "alice", "alice-kcat", ScramMechanism.SCRAM_SHA_512)
+        options |= {"sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "alice",
+                    "sasl.password": "alice-kcat"}
+    elif protocol == "SASL_PLAINTEXT":
+        options |= {"sasl.mechanisms": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
+    else:
+        options |= {"ssl.certificate.location": str(secured.pki.client_cert),
+                    "ssl.key.location": str(secured.pki.client_key)}
+    if protocol != "SASL_PLAINTEXT":
+        options["ssl.ca.location"] = str(secured.pki.ca)
+    port = {"SASL_SSL": secured.sasl_ssl, "SASL_PLAINTEXT": secured.sasl_plain, "SSL": secured.ssl}[protocol]
+    common = ["-b", secured.at(port), "-t", new_topic(secured, f"alice-kcat-{protocol.lower()}"), "-p", "0",
+              *(x for key, value in options.items() for x in ("-X", f"{key}={value}"))]
+    records = [f"k{i}:v{i}" for i in range(5)]
+    produced = kcat(*common, "-P", "-K:", stdin="".join(f"{r}\n" for r in records))
+    assert produced.returncode == 0, produced.stderr
+    consumed = kcat(*common, "-C", "-o", "beginning", "-e", "-q", "-f", "%k:%s\n")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines() == records, consumed.stdout + consumed.stderr
 
 
 def refused(bootstrap: str, conf: dict[str, Any]) -> list[KafkaError]:
@@ -326,6 +382,67 @@ def test_tls_refuses_plaintext_and_certificates_of_another_ca(secured: Secured) 
     with WireClient(secured.broker.port) as c:  # still serving
         assert c.api_versions().error_code == 0
     assert "Traceback" not in secured.broker.log_path.read_text()
+
+
+def bare_exchange(c: WireClient, mechanism: str, user: str, password: str) -> None:
+    """A SASL exchange after SaslHandshake v0: the tokens as bare size-prefixed frames, answered
+    so (PLAIN by an empty frame; SCRAM's server-final is checked against the password)."""
+    if mechanism == "PLAIN":
+        c.send_frame(f"\0{user}\0{password}".encode())
+        assert c.recv_frame() == b""
+        return
+    scram = ScramClient([mechanism], user, password)
+    c.send_frame(scram.get_client_first().encode())
+    scram.set_server_first(c.recv_frame().decode())
+    c.send_frame(scram.get_client_final().encode())
+    scram.set_server_final(c.recv_frame().decode())
+
+
+def closed_unanswered(c: WireClient) -> bool:
+    """The broker closes the connection without sending a byte."""
+    c.sock.settimeout(5)
+    try:
+        return c.sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_sasl_handshake_v0_takes_bare_tokens(secured: Secured, mechanism: str) -> None:
+    """SaslHandshake v0 (older clients): the SASL tokens follow as bare frames without a request
+    header, answered as bare frames; then requests are served as the principal. A refused bare
+    token closes the connection unanswered (v0 has no error answer) and counts as a failed
+    authentication, as Kafka's SaslServerAuthenticator does."""
+    password = "alice-secret"
+    if mechanism != "PLAIN":
+        password = "alice-v0"
+        add_scram_user(secured, "alice", password, ScramMechanism.SCRAM_SHA_256)
+    with WireClient(secured.sasl_plain) as c:
+        assert c.api_versions().error_code == 0
+        answer = c.call(SaslHandshakeRequest(mechanism=mechanism), 0)
+        assert answer.error_code == 0
+        assert list(answer.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        bare_exchange(c, mechanism, "alice", password)
+        assert c.metadata(None).brokers
+        assert c.metadata(None).brokers  # requests again, not tokens
+    before = failures(secured)
+    with WireClient(secured.sasl_plain) as c:
+        assert c.call(SaslHandshakeRequest(mechanism=mechanism), 0).error_code == 0
+        if mechanism == "PLAIN":
+            c.send_frame(b"\0alice\0wrong")
+        else:
+            scram = ScramClient([mechanism], "alice", "wrong")
+            c.send_frame(scram.get_client_first().encode())
+            scram.set_server_first(c.recv_frame().decode())
+            c.send_frame(scram.get_client_final().encode())
+        assert closed_unanswered(c)
+    assert failures(secured) == before + 1
+    with WireClient(secured.sasl_plain) as c:  # a Kafka request where a token belongs is a token
+        assert c.call(SaslHandshakeRequest(mechanism=mechanism), 0).error_code == 0
+        c.send_request(3, 1, REQUESTS[3](topics=None).encode(version=1))
+        assert closed_unanswered(c)
+    log = secured.broker.log_path.read_text()
+    assert "SASL authentication on SASL_PLAINTEXT failed" in log and "Traceback" not in log
 
 
 def failures(s: Secured) -> float:

@@ -3,13 +3,16 @@ rules, SCRAM credentials and the SASL servers' exchanges (issue 21)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 
 import pytest
 from scramp import ScramClient
 
 from broker.security.jaas import JaasError, parse_jaas
-from broker.security.sasl import AuthenticationFailed, PlainServer, ScramServer
+from broker.security.sasl import Authentication, AuthenticationFailed, PlainServer, SaslSettings, ScramServer
 from broker.security.scram import ScramCredential, ScramMechanism, credential_problem
 from broker.security.tls import certificate_principal, distinguished_name, parse_rules
 from broker.tools.common import ToolError
@@ -59,6 +62,15 @@ def test_plain_checks_user_password_and_authorization_id() -> None:
             PlainServer(users).evaluate(token)
 
 
+def test_bare_tokens_last_from_a_v0_handshake_to_the_end_of_its_exchange() -> None:
+    auth = Authentication(SaslSettings(("PLAIN",), {"alice": "pw"}))
+    assert not auth.handshake("GSSAPI", bare_tokens=True) and not auth.bare_tokens
+    assert auth.handshake("PLAIN", bare_tokens=True) and auth.bare_tokens
+    assert auth.authenticate(b"\0alice\0pw") == b""
+    assert auth.principal == "User:alice" and not auth.bare_tokens  # requests from here on
+    assert auth.handshake("PLAIN") and not auth.bare_tokens  # a v1 re-authentication
+
+
 @pytest.mark.parametrize("mechanism", [ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512])
 def test_scram_exchange_against_a_stored_credential(mechanism: ScramMechanism) -> None:
     stored = ScramCredential.from_password(mechanism, "s3cret", os.urandom(32), 4096)
@@ -75,6 +87,44 @@ def test_scram_exchange_against_a_stored_credential(mechanism: ScramMechanism) -
     assert attempt("s3cret") == "a,b"
     with pytest.raises(AuthenticationFailed):
         attempt("wrong")
+
+
+def repeated_nonce_final(
+    mechanism: ScramMechanism, password: str, client_first: str, server_first: str
+) -> str:
+    """librdkafka's client-final before 2.6.1: its own nonce, then the server-first nonce."""
+    algorithm = "sha" + mechanism.mechanism_name.rsplit("-", 1)[1]
+    attrs = dict(part.split("=", 1) for part in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(algorithm, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", algorithm).digest()
+    stored_key = hashlib.new(algorithm, client_key).digest()
+    client_nonce = client_first.rsplit("r=", 1)[1]
+    without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
+    auth = f"{client_first[3:]},{server_first},{without_proof}".encode()
+    signature = hmac.new(stored_key, auth, algorithm).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+
+@pytest.mark.parametrize("mechanism", [ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512])
+def test_scram_takes_a_client_nonce_repeated_in_front_as_kafka_does(mechanism: ScramMechanism) -> None:
+    stored = ScramCredential.from_password(mechanism, "s3cret", os.urandom(32), 4096)
+
+    def attempt(password: str, garble: bool = False) -> bytes:
+        server = ScramServer(mechanism, lambda m, user: stored)
+        client_first = "n,,n=alice,r=Ab-=~xyz"
+        server_first = server.evaluate(client_first.encode()).decode()
+        final = repeated_nonce_final(mechanism, password, client_first, server_first)
+        if garble:  # a nonce that does not end with the server's
+            final = final.replace(",p=", "x,p=")
+        answer = server.evaluate(final.encode())
+        assert server.complete and server.authorization_id == "alice"
+        return answer
+
+    assert attempt("s3cret").startswith(b"v=")
+    for password, garble in [("wrong", False), ("s3cret", True)]:
+        with pytest.raises(AuthenticationFailed):
+            attempt(password, garble)
 
 
 def test_credential_bounds_are_kafkas() -> None:
