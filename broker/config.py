@@ -450,6 +450,9 @@ KEYS: dict[str, Key] = {
     "connections.max.reauth.ms": Key(_long(0), 0, "Lifetime of a SASL session (KIP-368): a client "
                                      "re-authenticates before it ends; past it a connection is "
                                      "served nothing but a re-authentication. 0: sessions never end."),
+    "connection.failed.authentication.delay.ms": Key(_long(0), 100, "How long the answer to a "
+                                                     "failed authentication (and the close after it) "
+                                                     "waits, to slow down password guessing."),
     "sasl.server.max.receive.size": Key(_POSITIVE, 524288, "Largest frame accepted before a SASL "
                                         "connection is authenticated."),
     "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "

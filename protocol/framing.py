@@ -12,14 +12,14 @@ class FrameSizeError(ValueError):
     """The size prefix is negative or above the configured maximum."""
 
 
-def frame_size(prefix: bytes, max_size: int) -> int:
+def frame_size(prefix: bytes, max_size: int, limit: str = "socket.request.max.bytes") -> int:
+    """The frame's size from its prefix; FrameSizeError when negative or above `max_size` (the
+    configuration key `limit`)."""
     (size,) = _SIZE.unpack(prefix)
     if size < 0:
         raise FrameSizeError(f"negative frame size {size}")
     if size > max_size:
-        raise FrameSizeError(
-            f"frame of {size} bytes is larger than socket.request.max.bytes ({max_size})"
-        )
+        raise FrameSizeError(f"frame of {size} bytes is larger than {limit} ({max_size})")
     return int(size)
 
 

@@ -180,8 +180,10 @@ class Connection:
         while self.failed is None:
             prefix = await self.reader.readexactly(SIZE_PREFIX)
             try:
-                pending = self.auth is not None and not self.auth.authenticated
-                size = frame_size(prefix, unauthenticated_max if pending else max_size)
+                if self.auth is not None and not self.auth.authenticated:
+                    size = frame_size(prefix, unauthenticated_max, "sasl.server.max.receive.size")
+                else:
+                    size = frame_size(prefix, max_size)
             except FrameSizeError as exc:
                 raise CloseConnection(str(exc)) from None
             payload = await self.reader.readexactly(size)
@@ -320,6 +322,8 @@ class Connection:
             try:
                 parts = await task
             except QuietClose as exc:
+                if isinstance(exc, BareTokenRefused):
+                    await self._delay_failed_authentication()
                 log.info("closing connection from %s: %s", self.peer, exc)
                 closing = True
                 self.writer.close()
@@ -332,6 +336,8 @@ class Connection:
                 continue
             if not parts:
                 continue
+            if self.auth is not None and self.auth.failed:
+                await self._delay_failed_authentication()
             try:
                 self.writer.writelines(parts)
                 await self.writer.drain()
@@ -341,6 +347,12 @@ class Connection:
                 closing = True  # the SASL failure is answered: Kafka closes the connection
                 self.failed = "SASL authentication failed"
                 self.writer.close()
+
+
+    async def _delay_failed_authentication(self) -> None:
+        """Kafka's `connection.failed.authentication.delay.ms`: the failure's answer and the close
+        after it wait, so a client guessing passwords gets few tries a second per connection."""
+        await asyncio.sleep(self.services.configs.config["connection.failed.authentication.delay.ms"] / 1000)
 
 
 def _produce_errors(response: Any) -> str:

@@ -17,6 +17,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
               'user_alice="alice-secret" user_admin="admin-secret";')
 SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM = 58, 33
+FAILURE_DELAY_MS = 200  # connection.failed.authentication.delay.ms
 
 
 @dataclass
@@ -101,6 +103,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         "super.users": "User:ANONYMOUS;User:admin",
         "metrics.listener": f"http://127.0.0.1:{ports['metrics']}",
         "offsets.topic.num.partitions": 1, "transaction.state.log.num.partitions": 1,
+        "connection.failed.authentication.delay.ms": FAILURE_DELAY_MS,
     }
     factory = BrokerFactory(base)
     try:
@@ -340,7 +343,9 @@ def test_bad_credentials_are_refused_and_the_broker_keeps_serving(secured: Secur
         handshake = c.call(SaslHandshakeRequest(mechanism="PLAIN"), 1)
         assert handshake.error_code == 0
         body = REQUESTS[36](auth_bytes=b"\0alice\0wrong").encode(version=1)
+        sent = time.monotonic()
         answer = c.raw_call(36, 1, body)
+        assert time.monotonic() - sent >= FAILURE_DELAY_MS / 1000  # connection.failed.authentication.delay.ms
         assert answer.error_code == SASL_AUTHENTICATION_FAILED
         assert answer.error_message == "Authentication failed: Invalid username or password"
         assert c.closed_by_peer()
