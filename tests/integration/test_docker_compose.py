@@ -2,7 +2,10 @@
 through the published ports (confluent-kafka), the broker that leads both a data partition
 and the transaction coordinator's partition killed with `docker kill` (SIGKILL) while a
 transactional producer runs, restarted, and exactly-once checked with a read_committed
-reader; `down -v` at the end.
+reader; `down -v` at the end. Then docker-compose.secure.yml, the secured variant (its own
+project, ports and volumes, the same images): an admin transaction over SASL_SSL with the
+SCRAM credentials and the CA its `init` made, a wrong password and a client without the CA
+refused, `init` recreated keeping the CA and the users.
 
 The engine and images come from tests/integration/docker_engine.py (`make docker-deps`):
 the images are built from the repository's Dockerfiles on a local debootstrap base passed
