@@ -369,7 +369,10 @@ def secure(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     files = [ROOT / "docker-compose.secure.yml", override_file(tmp / "test-settings.yml")]
     c = ComposeCluster(f"gregor-it-sec-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
     try:
-        c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
+        try:
+            c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\ninit's log:\n{c.logs('init')}") from None
         c.compose("cp", "init:/etc/gregor/secrets/ca.pem", str(tmp / "ca.pem"))  # as the README says
         yield SecureCluster(c, tmp / "ca.pem")
         logs = c.compose("logs", "--no-color", check=False)
