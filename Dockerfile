@@ -10,17 +10,21 @@ FROM ${BASE}
 # intercepts TLS); empty: none.
 ARG EXTRA_CA_CERTS=""
 
+# Debian's openssl makes the secured cluster's certificates (docker/secure-init.sh); Python's
+# image and Debian's ca-certificates already bring it.
 RUN set -eu; \
-    if ! command -v python3 >/dev/null; then \
+    packages=""; \
+    command -v python3 >/dev/null || packages="python3 python3-venv ca-certificates"; \
+    command -v openssl >/dev/null || packages="$packages openssl"; \
+    if [ -n "$packages" ]; then \
         apt-get update -q; \
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-            python3 python3-venv ca-certificates; \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages; \
         rm -rf /var/lib/apt/lists/*; \
     fi; \
     python3 -m venv /opt/gregor; \
     useradd --system --uid 10001 --user-group --home-dir /var/lib/gregor --shell /usr/sbin/nologin gregor; \
-    mkdir -p /var/lib/gregor/data /etc/gregor; \
-    chown -R gregor:gregor /var/lib/gregor
+    mkdir -p /var/lib/gregor/data /var/lib/gregor/ca /etc/gregor/secrets; \
+    chown -R gregor:gregor /var/lib/gregor /etc/gregor/secrets
 
 # The dependencies and the build backend first (a layer kept while only the sources
 # change), then the package itself without the network.
@@ -42,6 +46,8 @@ COPY docker/broker.yaml /etc/gregor/broker.yaml
 COPY docker/entrypoint.sh /usr/local/bin/gregor-entrypoint
 # The healthcheck docker-compose.yml runs: exit 0 when the broker answers ApiVersions.
 COPY docker/healthcheck.py /usr/local/bin/gregor-healthcheck
+# docker-compose.secure.yml's `init`: the certificates and the first SCRAM users, once.
+COPY docker/secure-init.sh /usr/local/bin/gregor-secure-init
 
 ENV PATH=/opt/gregor/bin:$PATH PYTHONUNBUFFERED=1
 USER gregor

@@ -1,7 +1,11 @@
-"""Container health: the broker answers an ApiVersions request on its listener (exit 0)."""
+"""Container health: the broker answers an ApiVersions request on its inter-broker listener
+(exit 0), over TLS as the other brokers connect when that listener is SSL or SASL_SSL (its
+truststore, its keystore, the host name checked: the certificate names 127.0.0.1). ApiVersions
+needs no SASL authentication."""
 
 import os
 import socket
+import ssl
 import struct
 import sys
 
@@ -9,18 +13,21 @@ CORRELATION_ID = 0x4752
 PREFIX = "GREGOR_OVERRIDE_"
 
 
-def listener_port() -> int:
-    """The port of `listeners` in the broker's config, as docker/entrypoint.sh builds it."""
+def inter_broker_listener() -> tuple[int, ssl.SSLContext | None]:
+    """The inter-broker listener's port in the broker's config, as docker/entrypoint.sh builds
+    it, and the brokers' own TLS context for it (None: no TLS)."""
     from pathlib import Path
 
     from broker.config import load_config
+    from broker.security.client import inter_broker_security
 
     overrides = [
         f"{env_key(name[len(PREFIX):])}={value}"
         for name, value in os.environ.items() if name.startswith(PREFIX)
     ]
     config = load_config(Path(os.environ.get("GREGOR_CONFIG_FILE", "/etc/gregor/broker.yaml")), overrides)
-    return config.listener.port
+    security = inter_broker_security(config)
+    return config.listener.port, security.tls if security is not None else None
 
 
 def env_key(name: str) -> str:
@@ -28,10 +35,11 @@ def env_key(name: str) -> str:
     return name.lower().replace("___", "-").replace("__", "/").replace("_", ".").replace("/", "_")
 
 
-def api_versions_ok(port: int) -> bool:
+def api_versions_ok(port: int, tls: ssl.SSLContext | None = None) -> bool:
     client_id = b"healthcheck"
     header = struct.pack(">hhih", 18, 0, CORRELATION_ID, len(client_id)) + client_id
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, \
+            (tls.wrap_socket(raw, server_hostname="127.0.0.1") if tls is not None else raw) as s:
         s.sendall(struct.pack(">i", len(header)) + header)
         size = struct.unpack(">i", recv_exact(s, 4))[0]
         body = recv_exact(s, size)
@@ -51,7 +59,7 @@ def recv_exact(s: socket.socket, n: int) -> bytes:
 
 if __name__ == "__main__":
     try:
-        sys.exit(0 if api_versions_ok(listener_port()) else 1)
+        sys.exit(0 if api_versions_ok(*inter_broker_listener()) else 1)
     except (OSError, ValueError) as exc:
         print(f"broker not answering: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -2,7 +2,10 @@
 through the published ports (confluent-kafka), the broker that leads both a data partition
 and the transaction coordinator's partition killed with `docker kill` (SIGKILL) while a
 transactional producer runs, restarted, and exactly-once checked with a read_committed
-reader; `down -v` at the end.
+reader; `down -v` at the end. Then docker-compose.secure.yml, the secured variant (its own
+project, ports and volumes, the same images): an admin transaction over SASL_SSL with the
+SCRAM credentials and the CA its `init` made, a wrong password and a client without the CA
+refused, `init` recreated keeping the CA and the users.
 
 The engine and images come from tests/integration/docker_engine.py (`make docker-deps`):
 the images are built from the repository's Dockerfiles on a local debootstrap base passed
@@ -13,6 +16,8 @@ session, 5 internal partitions) in a compose override file of the test's own.
 from __future__ import annotations
 
 import json
+import random
+import socket
 import subprocess
 import threading
 import time
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.messages import REQUESTS
@@ -93,25 +98,37 @@ def override_file(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeCluster]:
-    tmp = tmp_path_factory.mktemp("compose")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """An engine with both images built (through docker-compose.yml, once for the module); the
+    build variables every compose file of the module is given."""
+    tmp = tmp_path_factory.mktemp("engine")
     with running_engine(tmp / "dockerd.log"):
         base = import_base_image()
-        ports = {n: free_port() for n in BROKERS}
-        metrics_ports = {n: free_port() for n in BROKERS}
-        env = compose_env(
-            GREGOR_BASE_IMAGE=base, GREGOR_DEBIAN_IMAGE=base, GREGOR_EXTRA_CA_CERTS=local_ca_certs(),
-            **{f"GREGOR_BROKER_{n}_PORT": str(p) for n, p in ports.items()},
-            **{f"GREGOR_METRICS_{n}_PORT": str(p) for n, p in metrics_ports.items()},
-        )
-        files = [ROOT / "docker-compose.yml", override_file(tmp / "test-settings.yml")]
-        c = ComposeCluster(f"gregor-it-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
-        try:
-            c.compose("build", timeout=600)
-            c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
-            yield c
-        finally:
-            c.compose("down", "-v", "--timeout", "10", check=False)
+        build_env = {"GREGOR_BASE_IMAGE": base, "GREGOR_DEBIAN_IMAGE": base,
+                     "GREGOR_EXTRA_CA_CERTS": local_ca_certs()}
+        builder = ComposeCluster(f"gregor-it-build-{uuid.uuid4().hex[:6]}", compose_env(**build_env),
+                                 [ROOT / "docker-compose.yml"], {}, {})
+        builder.compose("build", timeout=600)
+        yield build_env
+
+
+@pytest.fixture(scope="module")
+def cluster(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeCluster]:
+    tmp = tmp_path_factory.mktemp("compose")
+    ports = {n: free_port() for n in BROKERS}
+    metrics_ports = {n: free_port() for n in BROKERS}
+    env = compose_env(
+        **images,
+        **{f"GREGOR_BROKER_{n}_PORT": str(p) for n, p in ports.items()},
+        **{f"GREGOR_METRICS_{n}_PORT": str(p) for n, p in metrics_ports.items()},
+    )
+    files = [ROOT / "docker-compose.yml", override_file(tmp / "test-settings.yml")]
+    c = ComposeCluster(f"gregor-it-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
+    try:
+        c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
+        yield c
+    finally:
+        c.compose("down", "-v", "--timeout", "10", check=False)
 
 
 def test_up_creates_the_example_topics_across_three_brokers(cluster: ComposeCluster) -> None:
@@ -303,3 +320,134 @@ def test_sigterm_stops_a_broker_cleanly(cluster: ComposeCluster) -> None:
                interval=0.5, msg="broker-2 healthy again")
     metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics("orders", timeout=20)
     assert 2 in metadata.brokers
+
+
+# -- the secured variant: docker-compose.secure.yml ----------------------------------------------
+
+SECURE_PORTS = range(47000, 48000)  # its host ports: a range of its own, away from the ephemeral ones
+ADMIN_PASSWORD = f"admin-{uuid.uuid4().hex[:8]}"  # through GREGOR_ADMIN_PASSWORD, not the default
+
+
+@dataclass
+class SecureCluster:
+    compose: ComposeCluster
+    ca: Path  # the CA certificate copied out of the `secrets` volume
+
+    def client(self, **conf: Any) -> dict[str, Any]:
+        """A confluent-kafka client's settings: SASL_SSL as admin, trusting the compose CA."""
+        return {"bootstrap.servers": self.compose.bootstrap, "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin", "sasl.password": ADMIN_PASSWORD,
+                "ssl.ca.location": str(self.ca), **conf}
+
+
+def free_ports_in(ports: range, count: int) -> list[int]:
+    found: list[int] = []
+    for port in random.sample(ports, len(ports)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    pytest.fail(f"no {count} free ports in {ports}")
+
+
+@pytest.fixture(scope="module")
+def secure(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    """docker-compose.secure.yml up (its own project, ports and volumes), the images of `images`."""
+    tmp = tmp_path_factory.mktemp("compose-secure")
+    chosen = free_ports_in(SECURE_PORTS, 2 * len(BROKERS))
+    ports = dict(zip(BROKERS, chosen[:3], strict=True))
+    metrics_ports = dict(zip(BROKERS, chosen[3:], strict=True))
+    env = compose_env(
+        **images, GREGOR_ADMIN_PASSWORD=ADMIN_PASSWORD,
+        **{f"GREGOR_BROKER_{n}_PORT": str(p) for n, p in ports.items()},
+        **{f"GREGOR_METRICS_{n}_PORT": str(p) for n, p in metrics_ports.items()},
+    )
+    files = [ROOT / "docker-compose.secure.yml", override_file(tmp / "test-settings.yml")]
+    c = ComposeCluster(f"gregor-it-sec-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
+    try:
+        try:
+            c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\ninit's log:\n{c.logs('init')}") from None
+        c.compose("cp", "init:/etc/gregor/secrets/ca.pem", str(tmp / "ca.pem"))  # as the README says
+        yield SecureCluster(c, tmp / "ca.pem")
+        logs = c.compose("logs", "--no-color", check=False)
+        assert "Traceback" not in logs, logs[-3000:]
+    finally:
+        c.compose("down", "-v", "--timeout", "10", check=False)
+
+
+def test_secured_cluster_serves_an_admin_transaction_over_sasl_ssl(secure: SecureCluster) -> None:
+    """The admin bootstrapped with SCRAM, trusting the generated CA: metadata (the example topics
+    the `topics` service created as admin), a new topic, a committed transaction read back
+    read_committed; every broker-to-broker step (replication, markers) over SASL_SSL too."""
+    admin = AdminClient(secure.client())
+    metadata = admin.list_topics(timeout=30)
+    assert set(metadata.brokers) == set(BROKERS)
+    assert {b.port for b in metadata.brokers.values()} == set(secure.compose.ports.values())
+    assert {"orders", "payments"} <= set(metadata.topics)
+    topic = f"secure-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+
+    producer = Producer(secure.client(**{"transactional.id": f"tx-{topic}"}))
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    values = [f"v{i}".encode() for i in range(30)]
+    for i, v in enumerate(values):
+        producer.produce(topic, v, partition=i % 3)
+    producer.commit_transaction(60)
+
+    consumer = Consumer(secure.client(**{"group.id": f"g-{topic}", "isolation.level": "read_committed",
+                                         "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < len(values) and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(values)
+    isr = AdminClient(secure.client()).list_topics(topic, timeout=20).topics[topic].partitions.values()
+    assert all(len(p.isrs) == 3 for p in isr), "followers fetch over SASL_SSL as User:broker"
+
+
+def refusal(conf: dict[str, Any], code: int) -> KafkaError:
+    """The first error of kind `code` librdkafka reports to a producer that cannot get through."""
+    errors: list[KafkaError] = []
+    producer = Producer({**conf, "error_cb": errors.append})
+
+    def arrived() -> list[KafkaError]:
+        producer.poll(0.1)
+        return [e for e in errors if e.code() == code]
+
+    return wait_until(arrived, timeout=30, msg=f"librdkafka error {code}")[0]
+
+
+def test_secured_cluster_refuses_a_wrong_password_and_an_untrusting_client(secure: SecureCluster) -> None:
+    wrong = refusal(secure.client(**{"sasl.password": "not-the-password"}), KafkaError._AUTHENTICATION)
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in wrong.str(), wrong
+    untrusting = secure.client()
+    del untrusting["ssl.ca.location"]  # the system's CAs: none signed the compose CA
+    assert "certificate verify failed" in refusal(untrusting, KafkaError._SSL).str()
+
+
+def test_secured_cluster_up_again_keeps_its_certificates_and_users(secure: SecureCluster) -> None:
+    """`up --wait` exits 0 again; `init` recreated keeps the CA, the keystores and the users."""
+    c = secure.compose
+    c.compose("up", "-d", "--wait", "--wait-timeout", "60", timeout=120)
+    c.compose("up", "-d", "--wait", "--wait-timeout", "60", "--no-deps", "--force-recreate", "init",
+              timeout=120)
+    again = secure.ca.with_name("ca-again.pem")
+    c.compose("cp", "init:/etc/gregor/secrets/ca.pem", str(again))
+    assert again.read_bytes() == secure.ca.read_bytes()
+    logs = c.logs("init", 20)
+    assert "kept the SCRAM users stored on the first start: broker admin" in logs, logs
+    assert "made" not in logs, logs
+    assert set(AdminClient(secure.client()).list_topics(timeout=20).brokers) == set(BROKERS)

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from broker.config import load_config
+from broker.security.jaas import parse_jaas
 from tests.integration.docker_engine import compose_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,13 +24,12 @@ BROKERS = ("broker-1", "broker-2", "broker-3")
 PREFIX = "GREGOR_OVERRIDE_"
 
 
-def compose_config(**env: str) -> dict[str, Any]:
+def compose_config(file: str = "docker-compose.yml", **env: str) -> dict[str, Any]:
     done = subprocess.run(
-        [*compose_command(), "-f", str(ROOT / "docker-compose.yml"), "-p", "gregor-unit", "config",
-         "--format", "json"],
+        [*compose_command(), "-f", str(ROOT / file), "-p", "gregor-unit", "config", "--format", "json"],
         capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT, timeout=60,
     )
-    assert done.returncode == 0, f"compose config refused docker-compose.yml: {done.stderr}"
+    assert done.returncode == 0, f"compose config refused {file}: {done.stderr}"
     config: dict[str, Any] = json.loads(done.stdout)
     return config
 
@@ -46,9 +47,11 @@ env_key = healthcheck_module().env_key
 
 
 def broker_config(service: dict[str, Any]) -> Any:
+    """The broker's config: the shared file the service mounts, plus its environment."""
+    shared = next(v["source"] for v in service["volumes"] if v["target"] == "/etc/gregor/broker.yaml")
     overrides = [f"{env_key(k[len(PREFIX):])}={v}" for k, v in service["environment"].items()
                  if k.startswith(PREFIX)]
-    return load_config(ROOT / "docker" / "cluster.yaml", overrides)
+    return load_config(Path(shared), overrides)
 
 
 def published(service: dict[str, Any]) -> set[tuple[str, int, int]]:
@@ -92,6 +95,41 @@ def test_ports_and_base_image_are_settable() -> None:
     host = broker.advertised_listeners["HOST"]
     assert broker.listeners["HOST"].port == 19193 and (host.host, host.port) == ("laptop.example", 19193)
     assert service["build"]["args"]["BASE"] == "local-base:1"
+
+
+def test_the_secured_file_gives_each_broker_sasl_ssl_with_scram_and_the_authorizer() -> None:
+    config = compose_config("docker-compose.secure.yml", GREGOR_ADMIN_PASSWORD="a-pw",
+                            GREGOR_BROKER_PASSWORD="b-pw")
+    own_name = yaml.safe_load((ROOT / "docker-compose.secure.yml").read_text())["name"]
+    assert own_name == "gregor-secure"  # beside the plain cluster, with volumes of its own
+    services = config["services"]
+    assert set(services) == {"etcd", "init", *BROKERS, "topics"}
+    init = services["init"]
+    assert init["environment"]["BROKERS"].split() == list(BROKERS)
+    assert init["environment"]["ADMIN_PASSWORD"] == "a-pw"
+    assert services["topics"]["environment"]["ADMIN_PASSWORD"] == "a-pw"
+    assert init["environment"]["BROKER_PASSWORD"] == "b-pw"
+    assert "gregor-secure-init" in " ".join(init["entrypoint"])
+    for name in BROKERS:
+        service = services[name]
+        assert service["depends_on"]["init"]["condition"] == "service_healthy"
+        secrets = [v for v in service["volumes"] if v["target"] == "/etc/gregor/secrets"]
+        assert [(v["source"], v.get("read_only")) for v in secrets] == [("secrets", True)]
+        broker = broker_config(service)
+        assert {broker.security_protocol(listener) for listener in broker.listeners} == {"SASL_SSL"}
+        assert broker.inter_broker_listener == "INTERNAL"
+        assert broker["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+        assert broker["ssl.keystore.location"] == f"/etc/gregor/secrets/{name}.pem"
+        assert broker["ssl.truststore.location"] == "/etc/gregor/secrets/ca.pem"
+        login = parse_jaas(broker["listener.name.internal.scram-sha-512.sasl.jaas.config"]).options
+        assert (login["username"], login["password"]) == ("broker", "b-pw")
+        assert broker["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        assert set(broker["super.users"].split(";")) == {"User:broker", "User:admin"}
+        assert all(p[0] == "127.0.0.1" for p in published(service)), "only the host's loopback is published"
+    defaults = compose_config("docker-compose.secure.yml")["services"]
+    assert defaults["init"]["environment"]["ADMIN_PASSWORD"] == "admin-secret"
+    ports = {p[1] for name in BROKERS for p in published(defaults[name])}
+    assert not ports & {p[1] for name in BROKERS for p in published(compose_config()["services"][name])}
 
 
 @pytest.fixture
