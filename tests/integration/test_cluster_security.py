@@ -110,7 +110,9 @@ def test_replication_and_transactions_over_sasl_ssl_between_brokers(
         assert "Traceback" not in b.log_text()
 
 
-def test_brokers_renew_their_sessions_before_they_expire(secured: tuple[Cluster, Pki, dict[int, int]]) -> None:
+def test_brokers_renew_their_sessions_before_they_expire(
+    secured: tuple[Cluster, Pki, dict[int, int]],
+) -> None:
     """The inter-broker listener's sessions last REAUTH_MS: the brokers' own connections
     (follower fetches, markers, forwarding) are renewed before that, so none of their requests
     arrives after its session expired (which the other broker answers by closing it)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import socket
 import subprocess
 import threading
@@ -416,6 +417,14 @@ def test_secured_cluster_serves_an_admin_transaction_over_sasl_ssl(secure: Secur
     assert sorted(got) == sorted(values)
     isr = AdminClient(secure.client()).list_topics(topic, timeout=20).topics[topic].partitions.values()
     assert all(len(p.isrs) == 3 for p in isr), "followers fetch over SASL_SSL as User:broker"
+    assert shutil.which("kcat"), "kcat is missing: `make test` installs it (scripts/chaos-deps.sh)"
+    listed = subprocess.run(  # the README's kcat line
+        ["kcat", "-b", secure.compose.bootstrap, "-X", "security.protocol=sasl_ssl",
+         "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=admin",
+         "-X", f"sasl.password={ADMIN_PASSWORD}", "-X", f"ssl.ca.location={secure.ca}",
+         "-L", "-t", topic, "-m", "30"],
+        capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and f'topic "{topic}" with 3 partitions' in listed.stdout, listed
 
 
 def refusal(conf: dict[str, Any], code: int) -> KafkaError:
