@@ -198,7 +198,7 @@ def test_scram_sha_512_over_sasl_ssl_with_stored_credentials(secured: Secured) -
     assert "scram" in stored.read_text() and "pw-512-secret" not in stored.read_text()
 
 
-def test_kafka_python_and_aiokafka_authenticate_with_scram_and_plain(secured: Secured) -> None:
+def test_kafka_python_and_aiokafka_authenticate_with_scram_plain_and_certificates(secured: Secured) -> None:
     add_scram_user(secured, "alice", "alice-256", ScramMechanism.SCRAM_SHA_256)
     topic = new_topic(secured, "alice-py")
     round_trip(secured.at(secured.sasl_plain), topic, sasl("PLAIN", "alice", "alice-secret",
@@ -236,6 +236,36 @@ def test_kafka_python_and_aiokafka_authenticate_with_scram_and_plain(secured: Se
 
     assert b"aio" in asyncio.run(aio())
 
+    # SCRAM-SHA-512 over SASL_SSL (aiokafka) and mTLS (both): alice's certificate is her name
+    add_scram_user(secured, "alice", "alice-512", ScramMechanism.SCRAM_SHA_512)
+    mtls = ssl.create_default_context(cafile=str(secured.pki.ca))
+    mtls.load_cert_chain(str(secured.pki.client_cert), str(secured.pki.client_key))
+    scram = {"bootstrap_servers": secured.at(secured.sasl_ssl), "security_protocol": "SASL_SSL",
+             "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
+             "sasl_plain_password": "alice-512", "ssl_context": context}
+    certified = {"bootstrap_servers": secured.at(secured.ssl), "security_protocol": "SSL",
+                 "ssl_context": mtls}
+
+    async def aio_send(conf: dict[str, Any], value: bytes) -> None:
+        producer = AIOKafkaProducer(**conf)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, value)
+        finally:
+            await producer.stop()
+
+    asyncio.run(aio_send(scram, b"aio-scram-512"))
+    asyncio.run(aio_send(certified, b"aio-mtls"))
+    reader = KafkaConsumer(consumer_timeout_ms=10000, **certified)
+    try:
+        tp = KTopicPartition(topic, 0)
+        reader.assign([tp])
+        reader.seek_to_beginning(tp)
+        values = [r.value for r in reader]
+    finally:
+        reader.close()
+    assert {b"aio-scram-512", b"aio-mtls"} <= set(values), values
+
 
 JAAS = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
         "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -245,24 +275,31 @@ JAAS = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     ("4.3", "SASL_SSL", "SCRAM-SHA-512"),
     ("3.9", "SASL_SSL", "SCRAM-SHA-512"),
     ("3.9", "SASL_PLAINTEXT", "PLAIN"),
+    ("4.3", "SSL", None),
 ])
-def test_java_transaction_over_sasl(
-    secured: Secured, tmp_path: Path, client: str, protocol: str, mechanism: str
+def test_java_transaction_over_sasl_and_mtls(
+    secured: Secured, tmp_path: Path, client: str, protocol: str, mechanism: str | None
 ) -> None:
     """A transaction of the Java client (3.9: transaction version 1; 4.3: version 2) as alice,
-    committed and read back read_committed, over SCRAM with TLS or PLAIN without."""
+    committed and read back read_committed, over SCRAM with TLS, PLAIN without, or mTLS (a PEM
+    keystore: alice's key and certificate in one file)."""
     require_java(client)
-    password = "alice-secret"
-    if mechanism != "PLAIN":
-        password = "alice-java"
-        add_scram_user(secured, "alice", password, ScramMechanism.SCRAM_SHA_512)
     props = tmp_path / "client.properties"
-    props.write_text(
-        f"security.protocol={protocol}\nsasl.mechanism={mechanism}\n"
-        f'sasl.jaas.config={JAAS[mechanism]} required username="alice" password="{password}";\n'
-        f"ssl.truststore.type=PEM\nssl.truststore.location={secured.pki.ca}\n"
-    )
-    port = secured.sasl_ssl if protocol == "SASL_SSL" else secured.sasl_plain
+    text = (f"security.protocol={protocol}\n"
+            f"ssl.truststore.type=PEM\nssl.truststore.location={secured.pki.ca}\n")
+    if mechanism is None:
+        keystore = tmp_path / "alice.pem"
+        keystore.write_text(secured.pki.client_key.read_text() + secured.pki.client_cert.read_text())
+        text += f"ssl.keystore.type=PEM\nssl.keystore.location={keystore}\n"
+    else:
+        password = "alice-secret"
+        if mechanism != "PLAIN":
+            password = "alice-java"
+            add_scram_user(secured, "alice", password, ScramMechanism.SCRAM_SHA_512)
+        text += (f"sasl.mechanism={mechanism}\n"
+                 f'sasl.jaas.config={JAAS[mechanism]} required username="alice" password="{password}";\n')
+    props.write_text(text)
+    port = {"SASL_SSL": secured.sasl_ssl, "SASL_PLAINTEXT": secured.sasl_plain, "SSL": secured.ssl}[protocol]
     topic = new_topic(secured, f"alice-java{client.replace('.', '')}")
     done = run_java("SecureTxn.java", secured.at(port), str(props), topic, "20", client=client)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
