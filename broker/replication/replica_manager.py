@@ -262,12 +262,22 @@ class ReplicaManager:
             )
         except OSError as exc:
             self._write_failed(part, exc)
-            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1, part.log.log_start_offset,
-                                f"cannot write the log: {exc.strerror or exc}")
-        self.write_failures.succeeded((part.topic, part.index))
-        if result.error == 0 and not part.advance_high_watermark():
-            part.wake()
+            return self._storage_error(part, f"cannot write the log: {exc.strerror or exc}")
+        tp = (part.topic, part.index)
+        if result.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.write_failures.failing(tp):
+            # The gap may be the producer's batch the disk refused: Kafka, its log dir offline,
+            # answers KAFKA_STORAGE_ERROR, which the producer retries in order (an out-of-order
+            # answer makes librdkafka bump its epoch and send again what may be stored).
+            return self._storage_error(part, f"an earlier write failed ({result.error_message})")
+        if result.error == 0:
+            self.write_failures.succeeded(tp)  # a write, not a refusal before any
+            if not part.advance_high_watermark():
+                part.wake()
         return result
+
+    @staticmethod
+    def _storage_error(part: Partition, message: str) -> AppendResult:
+        return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1, part.log.log_start_offset, message)
 
     def _write_failed(self, part: Partition, exc: OSError) -> None:
         if self.write_failures.failed((part.topic, part.index), exc) and self.on_unwritable is not None:
@@ -294,9 +304,10 @@ class ReplicaManager:
         except OSError as exc:
             self._write_failed(part, exc)
             return MarkerResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, f"cannot write the log: {exc.strerror}")
-        self.write_failures.succeeded((part.topic, part.index))
-        if result.error == 0 and not part.advance_high_watermark():
-            part.wake()
+        if result.error == 0:
+            self.write_failures.succeeded((part.topic, part.index))
+            if not part.advance_high_watermark():
+                part.wake()
         return result
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:

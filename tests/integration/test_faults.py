@@ -2,7 +2,8 @@
 (a supervisor's behaviour) takes over its own etcd registration and its partitions fail
 over as after a lease expiry; a broker whose data dir is full answers KAFKA_STORAGE_ERROR
 per partition (one log line per partition and change, no traceback, connection kept),
-serves reads, hands leadership to an in-sync follower, and writes again once space returns.
+serves reads, hands leadership to an in-sync follower, and writes again once space returns;
+a producer's sequence gap that a refused write left is a storage error, not its own.
 
 One etcd and three brokers for the module; broker 3's data dir is a small tmpfs.
 """
@@ -22,6 +23,7 @@ from protocol.errors import ErrorCode
 from tests.integration.cluster import Cluster, running_cluster, wait_until_served
 from tests.integration.disks import fill, free, small_tmpfs
 from tests.integration.harness import wait_until
+from tests.integration.test_idempotence_wire import init_producer_id
 from tests.integration.wire import WireClient, build_batch, partition_errors
 
 SESSION_MS = 10_000  # a restart must come back well within it
@@ -139,3 +141,35 @@ def test_a_full_disk_answers_storage_error_serves_reads_and_hands_over(cluster: 
         assert len(re.findall(rf"partition {tp}: its log is writable again", log)) == 1, log
     for tp in (f"{shared}-0", f"{shared}-1"):
         assert len(re.findall(rf"partition {tp}: leadership handed to broker", log)) == 1, log
+
+
+def test_a_sequence_gap_left_by_a_failed_write_is_a_storage_error(cluster: Cluster) -> None:
+    """An idempotent producer pipelines: its batch after one the full disk refused arrives with a
+    sequence gap. The gap is the broker's failed write, not the producer's: it is answered
+    KAFKA_STORAGE_ERROR (retriable; Kafka, its log dir offline, answers so), never
+    OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps its epoch and sends again records the
+    log may hold already (issue 22's "duplicate"). Once space returns the batches go in, in order."""
+    topic = placed_topic(cluster, [[FULL]], min_isr=1)
+    broker = cluster.broker(FULL)
+    disk = Path(broker.config["log.dirs"]).parent
+    with WireClient(broker.port) as wire:
+        pid, epoch = init_producer_id(wire)
+
+        def batch(seq: int, size: int = 100) -> bytes:
+            return build_batch([bytes([48 + seq]) * size], producer_id=pid, producer_epoch=epoch,
+                               base_sequence=seq)
+
+        def error(seq: int, size: int = 100) -> int:
+            return partition_errors(wire.produce(topic, [(0, batch(seq, size))], acks=-1))[0]
+
+        assert error(0) == ErrorCode.NONE
+        filler = fill(disk)
+        try:
+            assert error(1, 65536) == ErrorCode.KAFKA_STORAGE_ERROR  # more than the free end of a page
+            assert error(2) == ErrorCode.KAFKA_STORAGE_ERROR  # not OUT_OF_ORDER_SEQUENCE_NUMBER
+            assert error(2) == ErrorCode.KAFKA_STORAGE_ERROR  # and still not, on a retry
+        finally:
+            free(filler)
+        assert [error(1, 65536), error(2)] == [ErrorCode.NONE, ErrorCode.NONE]
+    stored = consume(broker.bootstrap, topic, 0, 3)
+    assert [v[:1] for v in stored] == [b"0", b"1", b"2"]
