@@ -19,12 +19,11 @@ from tests.chaos.netns import PREFIX
 from tests.chaos.report import STALL_S
 from tests.chaos.workload import WORKLOADS
 
-# Anomalies reported in the summary without failing the run (README, "Fault testing"): the
-# "duplicate" (librdkafka sending again after a sequence gap a full disk left was answered
-# OUT_OF_ORDER_SEQUENCE_NUMBER) is fixed, kept here until more campaigns confirm no other
-# cause. Any other anomaly fails the run. ("reprocessed" was a deposed group
+# Anomalies reported in the summary without failing the run (README, "Fault testing"): none
+# now. The "duplicate" (librdkafka sending again after a sequence gap a full disk left was
+# answered OUT_OF_ORDER_SEQUENCE_NUMBER) and "reprocessed" are fixed; any anomaly fails the run. ("reprocessed" was a deposed group
 # coordinator answering OffsetFetch from memory: fixed, tests/integration/test_stale_coordinator_reads.py.)
-OPEN_BUGS = frozenset({"duplicate"})
+OPEN_BUGS: frozenset[str] = frozenset()
 
 
 def test_every_nemesis_once_finds_no_anomaly_and_no_stall(tmp_path: Path) -> None:
