@@ -20,9 +20,9 @@ from tests.chaos.report import STALL_S
 from tests.chaos.workload import WORKLOADS
 
 # Anomalies reported in the summary without failing the run (README, "Fault testing"): none
-# now. The "duplicate" (librdkafka sending again after a sequence gap a full disk left was
-# answered OUT_OF_ORDER_SEQUENCE_NUMBER) and "reprocessed" are fixed; any anomaly fails the run. ("reprocessed" was a deposed group
-# coordinator answering OffsetFetch from memory: fixed, tests/integration/test_stale_coordinator_reads.py.)
+# now, so any anomaly fails the run. Fixed: the "duplicate" (librdkafka sending again after a
+# sequence gap a full disk left was answered OUT_OF_ORDER_SEQUENCE_NUMBER) and "reprocessed" (a
+# deposed group coordinator answering OffsetFetch from memory; test_stale_coordinator_reads.py).
 OPEN_BUGS: frozenset[str] = frozenset()
 
 
