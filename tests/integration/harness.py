@@ -8,6 +8,7 @@ dir and its stderr log, all under one work dir. It can be stopped cleanly
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ JAVA_DEPS = REPO_ROOT / ".deps" / "java"
 # 3.9 speaks transaction version 1, 4.3 transaction version 2 (KIP-890 part 2) when the broker
 # finalizes it.
 JAVA_CLIENTS = {"3.9": JAVA_DEPS, "4.3": REPO_ROOT / ".deps" / "java4"}
+JAVA_CLASSES = REPO_ROOT / ".deps" / "java-classes"  # the Java programs, compiled (java_classes)
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
@@ -421,8 +424,34 @@ def require_java(client: str = "3.9") -> None:
 
 def java_command(program: str, *args: str, client: str = "3.9") -> list[str]:
     """`java` running the single-file program tests/integration/java/<program> with the
-    kafka-clients jar set `client` (a key of JAVA_CLIENTS) on the classpath."""
-    return ["java", "-cp", f"{JAVA_CLIENTS[client]}/*", str(JAVA_DIR / program), *args]
+    kafka-clients jar set `client` (a key of JAVA_CLIENTS) on the classpath, compiled once
+    (`java_classes`) rather than by the source launcher at every start (about 1 s each)."""
+    classes = java_classes(JAVA_DIR / program, client)
+    return ["java", "-cp", f"{JAVA_CLIENTS[client]}/*{os.pathsep}{classes}", Path(program).stem, *args]
+
+
+def java_classes(source: Path, client: str = "3.9", jars: Path | None = None) -> Path:
+    """The directory of `source` compiled against `client`'s jars (or `jars`), made once per
+    content in .deps/java-classes (another process compiling it at the same time: either
+    result is kept). A program that does not compile fails the test with javac's message."""
+    jars = jars or JAVA_CLIENTS[client]
+    against = "\n".join([str(jars), *sorted(p.name for p in jars.glob("*.jar"))])
+    digest = hashlib.sha256(source.read_bytes() + against.encode()).hexdigest()[:16]
+    classes = JAVA_CLASSES / f"{source.stem}-{digest}"
+    if classes.is_dir():
+        return classes
+    JAVA_CLASSES.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{source.stem}-", dir=JAVA_CLASSES))
+    done = subprocess.run(["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(building), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        shutil.rmtree(building, ignore_errors=True)
+        pytest.fail(f"javac {source.name} failed:\n{done.stdout}{done.stderr}")
+    try:
+        building.rename(classes)
+    except OSError:  # compiled meanwhile by another process
+        shutil.rmtree(building, ignore_errors=True)
+    return classes
 
 
 def run_java(

@@ -76,8 +76,8 @@ def group_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
 
 
 @pytest.fixture(scope="module")
-def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return compile_group_member(tmp_path_factory.mktemp("group-member-classes"))
+def java_classes() -> Path:
+    return compile_group_member()
 
 
 @pytest.fixture(params=[pytest.param(x, marks=pytest.mark.java) if x == "java" else x for x in LIBS])

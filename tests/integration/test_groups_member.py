@@ -443,19 +443,12 @@ class Member:
 # -- the test side: topics, records, offsets, a set of members ----------------------------------
 
 
-def compile_group_member(out_dir: Path) -> Path:
-    """javac java/GroupMember.java once, so each member JVM starts without compiling."""
-    from tests.integration.harness import JAVA_DEPS, JAVA_DIR, require_java
+def compile_group_member() -> Path:
+    """java/GroupMember.java compiled once, so each member JVM starts without compiling."""
+    from tests.integration.harness import JAVA_DIR, java_classes, require_java
 
     require_java()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["javac", "-nowarn", "-cp", f"{JAVA_DEPS}/*", "-d", str(out_dir), str(JAVA_DIR / "GroupMember.java")],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return out_dir
+    return java_classes(JAVA_DIR / "GroupMember.java")
 
 
 def create_topic(bootstrap_port: int, topic: str, partitions: int) -> None:
