@@ -120,6 +120,7 @@ lint: $(STAMP)
 bench: $(STAMP) $(ETCD) $(JAVA_DEPS) $(KAFKA_DEPS)
 	$(PY) -m bench.transactions
 	$(PY) -m bench.produce_fetch
+	$(PY) -m bench.security
 	$(PY) -m bench.produce_validation
 	$(PY) -m bench.append_micro
 	$(PY) -m bench.cluster

@@ -14,6 +14,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -25,13 +26,13 @@ BENCHMARK = "produce_fetch"
 
 def _produce(
     bootstrap: str, topic: str, count: int, size: int, compression: str = "lz4", keys: int = 1000,
-    partitions: int = 4,
+    partitions: int = 4, conf: dict[str, Any] | None = None,
 ) -> float:
     """Idempotent acks=all sends of `count` records of `size` bytes, `keys` distinct keys, over
-    `partitions` partitions; seconds taken."""
+    `partitions` partitions; seconds taken. `conf`: more client settings (security)."""
     producer = Producer({
         "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-        "compression.type": compression, "linger.ms": 5, "batch.size": 1_000_000,
+        "compression.type": compression, "linger.ms": 5, "batch.size": 1_000_000, **(conf or {}),
     })
     payload = os.urandom(size // 2).hex().encode()[:size]
     start = time.perf_counter()
@@ -48,9 +49,9 @@ def _produce(
     return time.perf_counter() - start
 
 
-def _consume(bootstrap: str, topic: str, count: int) -> float:
+def _consume(bootstrap: str, topic: str, count: int, conf: dict[str, Any] | None = None) -> float:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, **(conf or {})})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
     start = time.perf_counter()
     seen = 0

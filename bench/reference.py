@@ -259,8 +259,8 @@ class Comparison:
     def ratio(self, row: str) -> float | None:
         """Gregor's speed relative to Kafka's on this row (>1: Gregor is faster)."""
         sides = self.figures[row]
-        if GREGOR not in sides or KAFKA not in sides or not sides[GREGOR] or not sides[KAFKA]:
-            return None
+        if GREGOR not in sides or KAFKA not in sides or sides[GREGOR] <= 0 or sides[KAFKA] <= 0:
+            return None  # e.g. a cost measured below zero: no ratio to speak of
         _unit, higher = self.units[row]
         return sides[GREGOR] / sides[KAFKA] if higher else sides[KAFKA] / sides[GREGOR]
 
