@@ -356,10 +356,14 @@ def test_requests_parked_on_a_deposed_coordinator_get_not_coordinator(cluster: C
     replicas = list(cluster.partition(TXN_STATE, index).replicas)
     successor = next(n for n in replicas if n not in (s.coordinator, s.destination))
     try:
+        # The paused broker's registration lapses first: were it the controller, the reassignment
+        # below would be forwarded to it and wait there (FORWARD_TIMEOUT_S) past the park.
+        cluster.wait_for(lambda i: s.destination not in i.brokers and i.controller is not None
+                         and i.controller.node_id != s.destination)
         with WireClient(cluster.broker(s.coordinator).port, timeout=30) as c:
             version, body = add_partitions_v3(s)
             cid = c.send_request(ADD_PARTITIONS, version, body)
-            # the paused broker's registration lapses: the partition moves to the two live ones
+            # the partition moves to the two live brokers while the request is parked
             move_leadership(cluster, (TXN_STATE, index), [successor, s.coordinator])
             answer = c.recv_response(ADD_PARTITIONS, version, cid)
         assert partition_error(answer) == ErrorCode.NOT_COORDINATOR, answer
