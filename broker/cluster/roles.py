@@ -173,9 +173,9 @@ class ClusterRoles:
         if accepted:
             log.info("partition %s-%d: ISR %s -> %s", part.topic, part.index, list(current.isr), list(isr))
             leader.committed(new)
-            part.advance_high_watermark()
         else:
             leader.rejected()
+        part.advance_high_watermark()  # the ISR (or the pending one, now dropped) may hold it back
 
     # -- a log that cannot be written (a full disk) -----------------------------
 
