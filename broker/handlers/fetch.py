@@ -205,11 +205,13 @@ def _session(ctx: RequestContext, request: Any, follower: int) -> tuple[FetchSes
 
 def _quiet(session: FetchSession, w: Wanted) -> bool:
     """A session partition with nothing to tell: the follower is at the log end, in the
-    leader's latest epoch, and has heard the current offsets. It is not read at all."""
+    leader's latest epoch (or has fetched nothing yet), and has heard the current offsets.
+    It is not read at all."""
     if w.part is None or w.error != ErrorCode.NONE:
         return False
     log = w.part.log
-    if w.fetch.fetch_offset != log.log_end_offset or w.fetch.last_fetched_epoch != log.latest_epoch:
+    last_epoch = w.fetch.last_fetched_epoch
+    if w.fetch.fetch_offset != log.log_end_offset or (last_epoch >= 0 and last_epoch != log.latest_epoch):
         return False
     offsets = (log.high_watermark, log.last_stable_offset, log.log_start_offset)
     return session.sent((topic_key(w.topic), w.fetch.partition)) == offsets
