@@ -56,13 +56,11 @@ class LeaderState:
     def maximal_isr(self) -> set[NodeId]:
         return set(self.state.isr) | set(self.pending or ())
 
-    def record_fetch(self, node: NodeId, fetch_offset: int, leader_leo: int, now_ms: int) -> bool:
-        """A follower fetched from `fetch_offset` while the leader's log ended at `leader_leo`;
-        True when its log end moved (the HW may too)."""
+    def record_fetch(self, node: NodeId, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
+        """A follower fetched from `fetch_offset` while the leader's log ended at `leader_leo`."""
         follower = self.followers.get(node)
         if follower is None:
-            return False
-        moved = fetch_offset != follower.log_end_offset
+            return
         if fetch_offset >= leader_leo:
             follower.last_caught_up_ms = now_ms
         elif fetch_offset >= follower.last_fetch_leader_leo >= 0:
@@ -70,7 +68,6 @@ class LeaderState:
         follower.log_end_offset = fetch_offset
         follower.last_fetch_ms = now_ms
         follower.last_fetch_leader_leo = leader_leo
-        return moved
 
     def high_watermark(self, leader_leo: int, current_hw: int) -> int:
         """The HW the leader may expose now (never below `current_hw`)."""

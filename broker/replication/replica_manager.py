@@ -311,18 +311,14 @@ class ReplicaManager:
         return result
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetched: its log end is `fetch_offset`; the HW may move, the ISR may grow.
-        A follower in the ISR whose log end did not move changes neither (every fetch of a
-        session names all its partitions); lagging followers leave in `check_isr`."""
-        leader = part.leader
-        if leader is None:
+        """A follower fetched: its log end is `fetch_offset`; the HW may move, the ISR may grow."""
+        if part.leader is None:
             return
-        moved = leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
-        if moved:
-            part.advance_high_watermark()
-        if self.isr_changes is not None and (moved or node not in leader.state.isr):
+        part.leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
+        part.advance_high_watermark()
+        if self.isr_changes is not None:
             hw = part.log.high_watermark
-            proposed = leader.proposal(hw, now_ms, self.replica_lag_ms, fetched_by=NodeId(node))
+            proposed = part.leader.proposal(hw, now_ms, self.replica_lag_ms, fetched_by=NodeId(node))
             if proposed is not None:
                 self.isr_changes(part, proposed)
 

@@ -95,14 +95,3 @@ def test_a_replica_added_by_a_reassignment_is_followed_and_may_join_the_isr() ->
     assert lead.proposal(hw=10, now_ms=5, lag_max_ms=LAG_MS, fetched_by=n4) == (n4, N1, N2)
     lead.committed(PartitionState((n4, N1, N2), (n4, N1, N2), N1, LeaderEpoch(1), PartitionEpoch(3)))
     assert set(lead.followers) == {n4, N2}  # the removed replica is no longer followed
-
-
-def test_a_fetch_says_whether_the_follower_moved_and_always_keeps_it_caught_up() -> None:
-    """A session's fetch names every partition: one at the same offset moves nothing (the HW
-    and ISR are left alone), but still counts as caught up."""
-    lead = leader()
-    assert lead.record_fetch(N2, 10, leader_leo=10, now_ms=1)
-    assert not lead.record_fetch(N2, 10, leader_leo=10, now_ms=LAG_MS + 500)
-    assert lead.record_fetch(N2, 12, leader_leo=12, now_ms=LAG_MS + 600)
-    lead.record_fetch(N3, 12, leader_leo=12, now_ms=LAG_MS + 600)
-    assert lead.proposal(hw=12, now_ms=LAG_MS + 700, lag_max_ms=LAG_MS) is None
