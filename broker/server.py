@@ -35,6 +35,7 @@ from broker.metrics.collectors import StateSources
 from broker.metrics.service import BrokerMetrics, controller_status
 from broker.net.connection import Connection
 from broker.net.listeners import bind_listener, bind_metrics
+from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.acl_store import ClusterAcls, LocalAcls
 from broker.security.authorizer import STANDARD_AUTHORIZER, AclAuthorizer, AllowAllAuthorizer, super_users
@@ -98,7 +99,8 @@ class Broker:
             controller=cluster.controller if cluster is not None else None,
             transactions=self.transactions, groups=self.groups, markers=self.markers,
             configs=self.dynamic_configs, producer_ids=self.producer_ids, authorizer=authorizer,
-            api_versions=HANDLER_TABLE, clock=now_ms, acls=acls, scram=scram,
+            api_versions=HANDLER_TABLE, clock=now_ms, fetch_sessions=FetchSessionCache(), acls=acls,
+            scram=scram,
         )
         self._servers: list[asyncio.base_events.Server] = []
         self._stopping = asyncio.Event()

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from broker.cluster.topic_manager import NewTopic, TopicResult
     from broker.cluster.view import BrokerInfo, PartitionInfo
     from broker.config import BrokerConfig
+    from broker.replication.fetch_sessions import FetchSessionCache
     from broker.replication.replica_manager import Partition
     from broker.security.acl import AclBinding, AclFilter, AclOperation, ResourceType
     from broker.security.scram import ScramCredential, ScramMechanism
@@ -317,5 +318,6 @@ class Services:
     authorizer: Authorizer
     api_versions: Mapping[int, ApiHandler]  # the handler table: dispatch and ApiVersions
     clock: Callable[[], int]
+    fetch_sessions: FetchSessionCache  # followers' incremental fetches (KIP-227)
     acls: Acls | None = None  # the ACL store; None when no authorizer is configured
     scram: ScramCredentials | None = None

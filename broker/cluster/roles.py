@@ -45,7 +45,8 @@ class ClusterRoles:
         self.fetchers: dict[NodeId, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._checker: asyncio.Task[None] | None = None
-        self._configs: dict[str, dict[str, str]] = {}  # per hosted topic, as its logs use them
+        # per hosted topic: its config overrides and the LogConfig its logs use, built once per change
+        self._configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         replicas.isr_changes = self._propose
         replicas.replica_lag_ms = replica_lag_ms
         replicas.may_lead = lambda: store.registration_alive
@@ -91,22 +92,25 @@ class ClusterRoles:
         wanted = self._wanted()
         self._apply_configs({topic for topic, _index in wanted})
         for topic, index in wanted:
-            state, record = image.partitions[(topic, index)], image.topics[topic]
+            state = image.partitions[(topic, index)]
             if state.leader == self.me:
-                self._lead(topic, index, record, state)
+                self._lead(topic, index, state)
             else:
-                self._follow(topic, index, record, state)
+                self._follow(topic, index, state)
         for part in self.replicas.all_partitions():
             if (part.topic, part.index) not in wanted:
                 self._drop(part)
 
     def _apply_configs(self, topics: set[str]) -> None:
-        """Hosted logs follow their topic's config overrides when they change."""
+        """Hosted logs follow their topic's config overrides when they change (the LogConfig
+        is built then, not at every image change for every partition)."""
         for topic in topics:
             record = self.store.image.topics[topic]
-            if self._configs.get(topic) != record.configs:
-                self._configs[topic] = dict(record.configs)
-                self.replicas.update_config(topic, self._log_config(record))
+            known = self._configs.get(topic)
+            if known is None or known[0] != record.configs:
+                config = self._log_config(record)
+                self._configs[topic] = (dict(record.configs), config)
+                self.replicas.update_config(topic, config)
         for gone in set(self._configs) - topics:
             del self._configs[gone]
 
@@ -116,12 +120,12 @@ class ClusterRoles:
         self.replicas.log_manager.delete_logs(part.topic, [part.index])
         log.info("partition %s-%d: no longer hosted here; log deleted", part.topic, part.index)
 
-    def _lead(self, topic: str, index: int, record: TopicRecord, state: PartitionState) -> None:
+    def _lead(self, topic: str, index: int, state: PartitionState) -> None:
         self._unfollow(topic, index)
-        self.replicas.become_leader(topic, index, self._log_config(record), state, self._now_ms())
+        self.replicas.become_leader(topic, index, self._configs[topic][1], state, self._now_ms())
 
-    def _follow(self, topic: str, index: int, record: TopicRecord, state: PartitionState) -> None:
-        part = self.replicas.become_follower(topic, index, self._log_config(record), state)
+    def _follow(self, topic: str, index: int, state: PartitionState) -> None:
+        part = self.replicas.become_follower(topic, index, self._configs[topic][1], state)
         self._unfollow(topic, index)
         if state.leader == NO_LEADER or state.leader not in self.store.image.brokers:
             return
@@ -173,9 +177,9 @@ class ClusterRoles:
         if accepted:
             log.info("partition %s-%d: ISR %s -> %s", part.topic, part.index, list(current.isr), list(isr))
             leader.committed(new)
-            part.advance_high_watermark()
         else:
             leader.rejected()
+        part.advance_high_watermark()  # the ISR (or the pending one, now dropped) may hold it back
 
     # -- a log that cannot be written (a full disk) -----------------------------
 

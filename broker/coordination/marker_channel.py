@@ -136,8 +136,9 @@ class MarkerChannel:
                 if error in DONE or error in GIVE_UP:
                     remaining.discard(tp)
                 if error in GIVE_UP:
-                    log.error("transactional id %s: marker for %s-%d refused: %s",
-                              intent.transactional_id, tp[0], tp[1], error.name)
+                    log.info("transactional id %s: marker for %s-%d refused: %s (the producer or the "
+                             "coordinator moved on; dropped)",
+                             intent.transactional_id, tp[0], tp[1], error.name)
             if remaining:
                 await asyncio.sleep(RETRY_BACKOFF_S)
         self.on_written(intent.transactional_id)

@@ -2,14 +2,18 @@
 stable offset with the aborted transactions of the range (read_committed);
 long-poll on appends.
 
-Fetch sessions are declined by answering session id 0, so clients send full
-fetch requests. A fetch waits for min_bytes until max_wait_ms, woken by
-appends to the partitions it reads, never by polling.
+A consumer's fetch session is declined by answering session id 0, so consumers
+send full fetch requests; a follower gets an incremental session (KIP-227,
+`broker/replication/fetch_sessions.py`): it names only the partitions whose
+position moved, and hears only of the partitions with something new. A fetch
+waits for min_bytes until max_wait_ms, woken by appends to the partitions it
+reads, never by polling.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +21,7 @@ from kafka.protocol.consumer import FetchResponse
 
 from broker import metrics
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition, topic_name
+from broker.replication.fetch_sessions import FetchSession, topic_key
 from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
 from broker.security.authorizer import authorize, authorize_cluster
@@ -31,6 +36,7 @@ R = FetchResponse
 PartitionData = R.FetchableTopicResponse.PartitionData
 AbortedTransaction = PartitionData.AbortedTransaction
 READ_COMMITTED = 1
+FINAL_EPOCH = -1  # a fetch that closes its session (or wants none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +55,16 @@ def _may_read(ctx: RequestContext, topic: Any, follower: bool) -> bool:
     return name is None or authorize(ctx, AclOperation.READ, ResourceType.TOPIC, name)
 
 
-def _wanted(ctx: RequestContext, request: Any, follower: bool) -> list[Wanted]:
+def _wanted(ctx: RequestContext, topics: Iterable[tuple[Any, list[Any]]], follower: bool) -> list[Wanted]:
+    """The partitions to read: (topic entry, its fetch entries) from the request, or from the
+    follower's session."""
     result = []
-    for topic in request.topics:
+    for topic, fetches in topics:
         if not _may_read(ctx, topic, follower):
             denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            result += [Wanted(topic, fetch, None, denied) for fetch in topic.partitions]
+            result += [Wanted(topic, fetch, None, denied) for fetch in fetches]
             continue
-        for fetch in topic.partitions:
+        for fetch in fetches:
             part, error = resolve_partition(ctx, topic, fetch.partition)
             if part is not None:
                 error = check_leader_epoch(part, fetch.current_leader_epoch)
@@ -163,24 +171,77 @@ def _read_all(wanted: list[Wanted], request: Any, follower: bool) -> tuple[list[
     return out, total, errors
 
 
-def _response(request: Any, wanted: list[Wanted], parts: list[Any]) -> Any:
-    by_topic: dict[int, list[Any]] = {}
+def _response(wanted: list[Wanted], parts: list[Any], session_id: int = 0) -> Any:
+    by_topic: dict[Any, tuple[Any, list[Any]]] = {}
     for w, data in zip(wanted, parts, strict=True):
-        by_topic.setdefault(id(w.topic), []).append(data)
+        by_topic.setdefault(topic_key(w.topic), (w.topic, []))[1].append(data)
     topics = [
-        R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=by_topic[id(t)])
-        for t in request.topics
-        if id(t) in by_topic
+        R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=partitions)
+        for t, partitions in by_topic.values()
     ]
-    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
+
+
+def _session(ctx: RequestContext, request: Any, follower: int) -> tuple[FetchSession | None, ErrorCode]:
+    """The follower's fetch session this request opens or continues (None: a full, sessionless
+    fetch), or the error to answer with. Closing a session (epoch -1) leaves a full fetch;
+    a consumer's session is declined (session id 0), so it fetches in full."""
+    sessions = ctx.services.fetch_sessions
+    session_id, epoch = request.session_id, request.session_epoch
+    if epoch == FINAL_EPOCH:
+        if session_id:
+            sessions.close(session_id)
+        return None, ErrorCode.NONE
+    if session_id == 0:
+        if epoch > 0:
+            return None, ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        return (sessions.create(request) if follower >= 0 else None), ErrorCode.NONE
+    session, error = sessions.lookup(session_id, epoch)
+    if session is not None:
+        session.update(request)
+        session.advance()
+    return session, error
+
+
+def _quiet(session: FetchSession, w: Wanted) -> bool:
+    """A session partition with nothing to tell: the follower is at the log end, in the
+    leader's latest epoch (or has fetched nothing yet), and has heard the current offsets.
+    It is not read at all."""
+    if w.part is None or w.error != ErrorCode.NONE:
+        return False
+    log = w.part.log
+    last_epoch = w.fetch.last_fetched_epoch
+    if w.fetch.fetch_offset != log.log_end_offset or (last_epoch >= 0 and last_epoch != log.latest_epoch):
+        return False
+    offsets = (log.high_watermark, log.last_stable_offset, log.log_start_offset)
+    return session.sent((topic_key(w.topic), w.fetch.partition)) == offsets
+
+
+def _changed_only(
+    session: FetchSession, wanted: list[Wanted], parts: list[Any]
+) -> tuple[list[Wanted], list[Any]]:
+    """A session's answer: the partitions read with records, an error, a diverging epoch or
+    offsets other than the last answered (every partition when the request opened the
+    session); the session remembers what it sent."""
+    kept_w, kept_p = [], []
+    for w, data in zip(wanted, parts, strict=True):
+        key = (topic_key(w.topic), w.fetch.partition)
+        sent = (data.high_watermark, data.last_stable_offset, data.log_start_offset)
+        diverging = data.diverging_epoch is not None and data.diverging_epoch.epoch >= 0
+        if data.records or data.error_code or diverging or session.sent(key) != sent:
+            session.answered(key, sent)
+            kept_w.append(w)
+            kept_p.append(data)
+    return kept_w, kept_p
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if request.session_id != 0 or request.session_epoch > 0:
-        error = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-        return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
     follower = replica_id(request)
-    wanted = _wanted(ctx, request, follower >= 0)
+    session, error = _session(ctx, request, follower)
+    if error != ErrorCode.NONE:
+        return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
+    topics = [(t, t.partitions) for t in request.topics] if session is None else session.by_topic()
+    wanted = _wanted(ctx, topics, follower >= 0)
     if follower >= 0:
         _record_follower(ctx, wanted, follower)
     loop = asyncio.get_running_loop()
@@ -188,11 +249,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     while True:
         wanted = [_still_current(ctx, w) for w in wanted]
         live = [w.part for w in wanted if w.part is not None]
-        parts, total, errors = _read_all(wanted, request, follower >= 0)
+        reading = wanted if session is None else [w for w in wanted if not _quiet(session, w)]
+        parts, total, errors = _read_all(reading, request, follower >= 0)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not live:
-            _count(wanted, parts, follower >= 0)
-            return _response(request, wanted, parts)
+            _count(reading, parts, follower >= 0)
+            if session is None:
+                return _response(reading, parts)
+            return _response(*_changed_only(session, reading, parts), session.session_id)
         waiter = ctx.services.partitions.waiter(live)
         try:
             await asyncio.wait_for(waiter, remaining)

@@ -2,7 +2,11 @@
 
 One `ReplicaFetcher` per leader broker carries every partition this broker
 follows there, in one Fetch request at a time (v12: replica id, current
-leader epoch, last fetched epoch). Per partition, the answer is one of:
+leader epoch, last fetched epoch), in an incremental fetch session (KIP-227):
+after the first, full request, a request names only the partitions whose
+position changed since the last one (and those to forget), and the answer
+holds only the partitions with something new. A session the leader no longer
+knows starts over with a full request. Per partition, the answer is one of:
 
 - data: appended as the leader wrote it (Log.append_as_follower); the
   follower's HW becomes min(leader's HW, own log end);
@@ -54,6 +58,47 @@ def truncation_offset(log_: Log, diverging_epoch: int, diverging_end: int) -> in
     return min(end if end >= 0 else log_.high_watermark, diverging_end, log_.log_end_offset)
 
 
+Position = tuple[int, int, int, int]  # leader epoch, fetch offset, last fetched epoch, log start
+
+
+def _position(p: FollowedPartition) -> Position:
+    return p.leader_epoch, p.log.log_end_offset, p.log.latest_epoch, p.log.log_start_offset
+
+
+class FollowerSession:
+    """The follower's half of an incremental fetch session with one leader: the session id
+    and next epoch, and the position last sent for each partition."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Start over: the next request is full and asks for a new session."""
+        self.session_id, self.epoch = 0, 0
+        self._sent: dict[TopicPartition, Position] = {}
+
+    def next_request(
+        self, positions: dict[TopicPartition, Position]
+    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """The partitions to name (position changed, or all in a full request) and to forget."""
+        full = self.session_id == 0
+        changed = [tp for tp, pos in positions.items() if full or self._sent.get(tp) != pos]
+        forgotten = [] if full else [tp for tp in self._sent if tp not in positions]
+        self._sent = dict(positions)
+        return changed, forgotten
+
+    def answered(self, error: ErrorCode, session_id: int) -> bool:
+        """The leader's answer to the last request: False when the session is gone (the next
+        request starts over in full)."""
+        if error != ErrorCode.NONE or session_id == 0:
+            self.reset()
+            return error == ErrorCode.NONE
+        if self.session_id == 0:
+            self.session_id = session_id
+        self.epoch = 1 if self.epoch >= 0x7FFFFFFF else self.epoch + 1
+        return True
+
+
 class ReplicaFetcher:
     def __init__(
         self, node_id: int, client: BrokerClient, now_ms: Callable[[], int],
@@ -71,6 +116,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self._session = FollowerSession()
 
     def follow(self, part: FollowedPartition) -> None:
         self.partitions[(part.topic, part.index)] = part
@@ -100,6 +146,12 @@ class ReplicaFetcher:
                                                   timeout_s=self._max_wait_ms / 1000 + 10)
             except (BrokerUnreachable, TimeoutError) as exc:
                 log.info("fetch from broker at %s:%d failed: %s", self.client.host, self.client.port, exc)
+                self._session.reset()
+                await asyncio.sleep(BACKOFF_S)
+                continue
+            if not self._session.answered(ErrorCode(response.error_code), response.session_id):
+                log.info("fetch session with broker at %s:%d ended (%s); fetching in full",
+                         self.client.host, self.client.port, ErrorCode(response.error_code).name)
                 await asyncio.sleep(BACKOFF_S)
                 continue
             if not self._apply(response):
@@ -107,18 +159,26 @@ class ReplicaFetcher:
 
     def _request(self, parts: list[FollowedPartition]) -> Any:
         cls = REQUESTS[FETCH]
+        positions = {(p.topic, p.index): _position(p) for p in parts}
+        changed, forgotten = self._session.next_request(positions)
         by_topic: dict[str, list[Any]] = {}
-        for p in parts:
-            by_topic.setdefault(p.topic, []).append(cls.FetchTopic.FetchPartition(
-                partition=p.index, current_leader_epoch=p.leader_epoch,
-                fetch_offset=p.log.log_end_offset, last_fetched_epoch=p.log.latest_epoch,
-                log_start_offset=p.log.log_start_offset, partition_max_bytes=self._max_bytes,
+        for (topic, index) in changed:
+            leader_epoch, fetch_offset, last_epoch, log_start = positions[(topic, index)]
+            by_topic.setdefault(topic, []).append(cls.FetchTopic.FetchPartition(
+                partition=index, current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
+                last_fetched_epoch=last_epoch, log_start_offset=log_start,
+                partition_max_bytes=self._max_bytes,
             ))
-        topics = [cls.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()]
+        gone: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            gone.setdefault(topic, []).append(index)
         return cls(
             replica_id=self.node_id, max_wait_ms=self._max_wait_ms, min_bytes=1,
-            max_bytes=self._max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=topics, forgotten_topics_data=[], rack_id="",
+            max_bytes=self._max_bytes, isolation_level=0, session_id=self._session.session_id,
+            session_epoch=self._session.epoch,
+            topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[cls.ForgottenTopic(topic=t, partitions=ps) for t, ps in gone.items()],
+            rack_id="",
         )
 
     def _apply(self, response: Any) -> bool:
