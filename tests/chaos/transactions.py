@@ -15,8 +15,9 @@
 A commit that fails but whose abort then goes through is recorded as failed; one whose abort
 fails too is unknown (info), and the producer is replaced (a new one fences the old). What the
 confluent-kafka clients see besides (an exception, an error a poll returned or a callback
-reported, a rebalance, a poll of the transformer that returned nothing) goes to the history's
-notes, counted per second, and each exception also to the clients' log.
+reported, a rebalance, a poll of the transformer that returned nothing, a call still running
+after BLOCKED_S) goes to the history's notes, counted per second, and each exception also to
+the clients' log.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -67,6 +69,8 @@ class Recorder(Protocol):
 
     def note(self, process: str, what: str, name: str, detail: str) -> None: ...
 
+    def calling(self, process: str, what: str) -> AbstractContextManager[None]: ...
+
 
 def now() -> float:
     return time.monotonic()
@@ -100,7 +104,8 @@ def txn_producer(bootstrap: str, name: str, rec: Recorder, stop: threading.Event
                          "error_cb": on_error(rec, name, "producer error"), **COMMON})
     while not stop.is_set():
         try:
-            producer.init_transactions(5)
+            with rec.calling(name, "init_transactions"):
+                producer.init_transactions(5)
             return producer
         except KafkaException as exc:
             log(rec, name, "init_transactions", exc)
@@ -135,18 +140,22 @@ def finish(producer: Producer, name: str, rec: Recorder, abort: bool) -> tuple[O
     commit_s = now()
     try:
         if abort:
-            producer.abort_transaction(10)
+            with rec.calling(name, "abort_transaction"):
+                producer.abort_transaction(10)
             return Outcome.FAIL, commit_s
-        producer.flush(10)
+        with rec.calling(name, "flush"):
+            producer.flush(10)
         commit_s = now()
-        producer.commit_transaction(10)
+        with rec.calling(name, "commit_transaction"):
+            producer.commit_transaction(10)
         return Outcome.OK, commit_s
     except KafkaException as exc:
         log(rec, name, "abort" if abort else "commit", exc)
         if exc.args[0].fatal():
             raise
         try:  # an abort that goes through means the commit never took effect
-            producer.abort_transaction(10)
+            with rec.calling(name, "abort_transaction"):
+                producer.abort_transaction(10)
             return Outcome.FAIL, commit_s
         except KafkaException as again:
             log(rec, name, "abort", again)
@@ -226,8 +235,9 @@ def _transform_one(producer: Producer, c: Consumer, txn: _Txn, messages: list[Me
         txn.send(producer, CTP, rng.randrange(PARTITIONS), f"{txn.name}-{n}-{i}")
     positions = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
     try:
-        producer.send_offsets_to_transaction(
-            [TopicPartition(t, p, o) for (t, p), o in positions.items()], c.consumer_group_metadata(), 10)
+        with rec.calling(txn.name, "send_offsets_to_transaction"):
+            producer.send_offsets_to_transaction(
+                [TopicPartition(t, p, o) for (t, p), o in positions.items()], c.consumer_group_metadata(), 10)
     except KafkaException as exc:
         log(rec, txn.name, "send_offsets_to_transaction", exc)
         if exc.args[0].fatal():
@@ -240,7 +250,9 @@ def _rewind(c: Consumer, name: str, rec: Recorder, stop: threading.Event) -> Non
     """Back to the group's committed offsets (the start where none is committed)."""
     while not stop.is_set():
         try:
-            for tp in c.committed(c.assignment(), 10):
+            with rec.calling(name, "committed"):
+                committed = c.committed(c.assignment(), 10)
+            for tp in committed:
                 if tp.error is not None:
                     rec.note(name, "rewind", tp.error.name(), f"{tp.topic}-{tp.partition}: {tp.error.str()}")
                 start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING

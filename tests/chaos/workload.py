@@ -21,7 +21,8 @@ import argparse
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ PARTITIONS = 3
 QUEUE = "queue"
 WORKLOADS = ("queue", "txn", "ctp", "java-txn", "java-ctp")
 PACE_S = 0.02  # one send per producer every 20 ms at most: a bounded load
+BLOCKED_S = 5.0  # a client call running longer than this is noted each second ("blocked")
 COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 
 
@@ -46,6 +48,7 @@ class Recorder:
     def __init__(self) -> None:
         self.history = History()
         self._notes, self._lock = NoteCounter(), threading.Lock()
+        self._calls: dict[str, tuple[str, float]] = {}  # process -> the call it is in, since
 
     def add(self, op: Op) -> None:
         self.history.ops.append(op)
@@ -53,6 +56,23 @@ class Recorder:
     def note(self, process: str, what: str, name: str, detail: str) -> None:
         with self._lock:
             self._notes.add(process, what, name, detail, now())
+
+    @contextmanager
+    def calling(self, process: str, what: str) -> Iterator[None]:
+        """`process` is in the call `what` (which `watch` notes if it lasts)."""
+        self._calls[process] = (what, now())
+        try:
+            yield
+        finally:
+            self._calls.pop(process, None)
+
+    def watch(self, stop: threading.Event, after_s: float = BLOCKED_S) -> None:
+        """Until `stop`: each second, a note for each call running for longer than `after_s`
+        (a client blocked in a call sees nothing else: its callbacks are not served)."""
+        while not stop.wait(1.0):
+            for process, (what, since) in list(self._calls.items()):
+                if (took := now() - since) > after_s:
+                    self.note(process, "blocked", what, f"in it for {took:.0f} s")
 
     def save(self, out: Path) -> None:
         with self._lock:
@@ -207,6 +227,7 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
             raise
 
     threads = [threading.Thread(target=guarded, args=(job,), daemon=True) for job in jobs]
+    threads.append(threading.Thread(target=rec.watch, args=(stop,), daemon=True))
     for t in threads:
         t.start()
     while not stop_file.exists():
