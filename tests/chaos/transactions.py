@@ -51,6 +51,7 @@ COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 JAVA_DEPS = Path(__file__).resolve().parents[2] / ".deps" / "java4"
 JAVA_WORKLOADS = ("java-txn", "java-ctp")
+REWIND_GIVE_UP_S = 30.0  # a transformer that cannot read its group's offsets this long gets a new consumer
 
 
 def java_missing() -> str | None:
@@ -183,11 +184,7 @@ def produce_txns(bootstrap: str, name: str, rec: Recorder, stop: threading.Event
 def transform(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, seed: int) -> None:
     """Consume-transform-produce from `txn` to `ctp`, offsets committed in each transaction."""
     rng = random.Random(seed + 1)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{name}", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
-                  "error_cb": on_error(rec, name, "consumer error"), **COMMON})
-    c.subscribe([TXN], **_rebalances(rec, name))
+    c = _transform_consumer(bootstrap, name, rec)
     producer = txn_producer(bootstrap, name, rec, stop)
     n = 0
     try:
@@ -204,14 +201,25 @@ def transform(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, s
                 outcome, commit_s = Outcome.INFO, txn.invoked
                 producer = txn_producer(bootstrap, name, rec, stop)
             rec.add(txn.op(outcome, commit_s))
-            if outcome != Outcome.OK:
-                _rewind(c, name, rec, stop)
+            if outcome != Outcome.OK and not _rewind(c, name, rec, stop):
+                rec.note(name, "rewind", "gave up", f"after {REWIND_GIVE_UP_S:.0f} s: a new consumer")
+                threading.Thread(target=c.close, daemon=True).start()  # may wait on its lost group
+                c = _transform_consumer(bootstrap, name, rec)  # starts at the committed offsets
             n += 1
     except Exception as exc:  # the thread ends and the clients fail: noted where it happened
         log(rec, name, "transform (ended)", exc)
         raise
     finally:
         c.close()
+
+
+def _transform_consumer(bootstrap: str, name: str, rec: Recorder) -> Consumer:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{name}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                  "error_cb": on_error(rec, name, "consumer error"), **COMMON})
+    c.subscribe([TXN], **_rebalances(rec, name))
+    return c
 
 
 def _rebalances(rec: Recorder, name: str) -> dict[str, Any]:
@@ -246,20 +254,37 @@ def _transform_one(producer: Producer, c: Consumer, txn: _Txn, messages: list[Me
     return finish(producer, txn.name, rec, abort=rng.random() < 0.2)
 
 
-def _rewind(c: Consumer, name: str, rec: Recorder, stop: threading.Event) -> None:
-    """Back to the group's committed offsets (the start where none is committed)."""
+def _rewind(c: Consumer, name: str, rec: Recorder, stop: threading.Event) -> bool:
+    """Back to the group's committed offsets (the start where none is committed). Between
+    failed attempts the consumer is polled, so that it serves a rebalance (what it returns is
+    dropped: the rewind goes back before it). False if the offsets could not be read for
+    REWIND_GIVE_UP_S: librdkafka's consumer can lose its group coordinator for good (its
+    `committed()` timing out for minutes while a new client finds the coordinator at once)."""
+    deadline = now() + REWIND_GIVE_UP_S
     while not stop.is_set():
-        try:
-            with rec.calling(name, "committed"):
-                committed = c.committed(c.assignment(), 10)
-            for tp in committed:
-                if tp.error is not None:
-                    rec.note(name, "rewind", tp.error.name(), f"{tp.topic}-{tp.partition}: {tp.error.str()}")
-                start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                c.seek(TopicPartition(tp.topic, tp.partition, start))
-            return
-        except KafkaException as exc:
-            log(rec, name, "rewind", exc)
+        if _rewound(c, name, rec):
+            return True
+        if now() > deadline:
+            return False
+        note_errors(rec, name, c.consume(10, 0.5))
+    return True
+
+
+def _rewound(c: Consumer, name: str, rec: Recorder) -> bool:
+    """One attempt: every assigned partition sought to its committed offset (none if one failed)."""
+    try:
+        with rec.calling(name, "committed"):
+            committed = c.committed(c.assignment(), 10)
+        failed = [tp for tp in committed if tp.error is not None]
+        for tp in failed:  # its offset is not the committed one: no seek
+            rec.note(name, "rewind", tp.error.name(), f"{tp.topic}-{tp.partition}: {tp.error.str()}")
+        for tp in committed if not failed else ():
+            start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            c.seek(TopicPartition(tp.topic, tp.partition, start))
+        return not failed
+    except KafkaException as exc:
+        log(rec, name, "rewind", exc)
+        return False
 
 
 def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], add: Any) -> None:
