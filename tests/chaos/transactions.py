@@ -98,6 +98,13 @@ def note_errors(rec: Recorder, name: str, messages: list[Message]) -> list[Messa
     return [m for m in messages if m.error() is None]
 
 
+def delivered_offset(msg: Message) -> int:
+    """A delivered message's offset; NO_OFFSET when librdkafka knows none (its offset() is
+    None then, e.g. for a batch the broker answered as a duplicate without its offset)."""
+    offset = msg.offset()
+    return offset if offset is not None and offset >= 0 else NO_OFFSET
+
+
 def txn_producer(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> Producer | None:
     """A producer whose InitProducerId went through (None if the run stopped first)."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{name}",
@@ -128,7 +135,7 @@ class _Txn:
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is None:
-            self.offsets[msg.value().decode()] = msg.offset()
+            self.offsets[msg.value().decode()] = delivered_offset(msg)
 
     def op(self, outcome: Outcome, commit_s: float) -> Op:
         writes = tuple(Write(key, v, self.offsets.get(v, NO_OFFSET) if outcome == Outcome.OK else NO_OFFSET)

@@ -117,7 +117,7 @@ def _on_send(rec: Recorder, name: str, value: str, invoked: float) -> Callable[[
     def done(err: Any, msg: Any) -> None:
         key = (msg.topic(), msg.partition())
         outcome = Outcome.OK if err is None else Outcome.INFO  # a time-out may have been written
-        offset = msg.offset() if err is None else NO_OFFSET
+        offset = transactions.delivered_offset(msg) if err is None else NO_OFFSET
         rec.add(Op(ProcessId(name), Kind.SEND, invoked, now(), outcome, (Write(key, value, offset),)))
     return done
 
