@@ -71,6 +71,7 @@ def run(options: Options) -> Result:
             if options.keep_data:
                 _keep_data(cluster, Path(base), options.out)
             cluster.close()
+    history.save(options.out / "history.json")  # before the check: a checker that fails loses nothing
     verdict = check(history)
     result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
     assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
