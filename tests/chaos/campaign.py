@@ -3,11 +3,15 @@ seeded order (each: start, hold, stop, heal), then the history checked and repor
 
     python -m tests.chaos.campaign --seconds 600 --nemeses all --workload all --seed 7 \\
         --out chaos-report                                   (what `make chaos` runs)
+
+With `--tally tests/chaos/tally.json` the run adds its faults and anomalies to the tally of
+long runs (tests.chaos.tally) and prints the totals.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -26,6 +30,7 @@ from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
 from tests.chaos.netns import sweep
 from tests.chaos.report import write_report
+from tests.chaos.tally import add, run_entry, text
 from tests.chaos.transactions import JAVA_WORKLOADS, java_missing
 from tests.chaos.workload import QUEUE, WORKLOADS
 
@@ -66,6 +71,7 @@ def run(options: Options) -> Result:
             if options.keep_data:
                 _keep_data(cluster, Path(base), options.out)
             cluster.close()
+    history.save(options.out / "history.json")  # before the check: a checker that fails loses nothing
     verdict = check(history)
     result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
     assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
@@ -148,6 +154,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("chaos-report"))
     parser.add_argument("--run-id", type=int, default=1, help="1-250: hosts 10.222.ID.*, namespaces gchID-*")
     parser.add_argument("--keep-data", action="store_true", help="copy the brokers' data dirs to OUT/data")
+    parser.add_argument("--tally", type=Path, help="add the run to this tally (tests/chaos/tally.json)")
     args = parser.parse_args()
     names = tuple(NEMESES) if args.nemeses == "all" else tuple(args.nemeses.split(","))
     unknown = [n for n in names if n not in NEMESES]
@@ -157,6 +164,9 @@ def main() -> int:
     result = run(Options(args.seconds, names, workloads, args.seed,
                          args.fault_seconds, args.heal_seconds, args.out, args.run_id, args.keep_data))
     print((result.report / "summary.txt").read_text())
+    if args.tally is not None:
+        figures = json.loads((result.report / "report.json").read_text())
+        print(text(add(args.tally, run_entry(figures, " ".join(sys.argv), time.time()))), end="")
     return 0 if result.verdict.valid else 1
 
 

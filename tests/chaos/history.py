@@ -1,5 +1,6 @@
 """What a campaign records: every client operation with its invocation and completion time
-and its outcome, and every fault with its start and stop (Jepsen's history).
+and its outcome, every fault with its start and stop (Jepsen's history), and what the clients
+saw that is not an operation (errors, exceptions, rebalances), counted per second.
 
 Pure values, no I/O beyond JSON: the workloads append to a `History`, the checker reads it.
 """
@@ -75,19 +76,59 @@ class Fault:
     target: str = ""  # which hosts, as the nemesis names them
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """What one client saw that is not an operation, counted per second: `count` times in the
+    second from `at_s` it saw `what` (a call, a callback) end in `name` (an error's name, an
+    exception's class, an event); `detail` is the first one's message."""
+
+    process: ProcessId
+    at_s: float
+    what: str
+    name: str
+    count: int = 1
+    detail: str = ""
+
+
+class NoteCounter:
+    """Notes counted per process, kind and second, so that a storm of one error is one note a
+    second (pure: the caller says when; not thread-safe: the caller locks)."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str, str, int], Note] = {}
+
+    def add(self, process: str, what: str, name: str, detail: str, at_s: float) -> None:
+        key = (process, what, name, int(at_s))
+        first = self._found.get(key)
+        if first is None:
+            self._found[key] = Note(ProcessId(process), float(int(at_s)), what, name, 1, detail[:300])
+        else:
+            self._found[key] = Note(first.process, first.at_s, what, name, first.count + 1, first.detail)
+
+    def notes(self) -> list[Note]:
+        return sorted(self._found.values(), key=lambda n: (n.at_s, n.process, n.what, n.name))
+
+
 @dataclass
 class History:
     """The one owner of a campaign's record (appended to by the workloads and the nemeses)."""
 
     ops: list[Op] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"ops": [asdict(o) for o in self.ops], "faults": [asdict(f) for f in self.faults]}
+        return {"ops": [asdict(o) for o in self.ops], "faults": [asdict(f) for f in self.faults],
+                "notes": [asdict(n) for n in self.notes]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> History:
-        return cls([Op.from_json(o) for o in data["ops"]], [Fault(**f) for f in data["faults"]])
+        return cls([Op.from_json(o) for o in data["ops"]], [Fault(**f) for f in data["faults"]],
+                   [Note(**n) for n in data.get("notes", ())])
+
+    def notes_of(self, process: str, from_s: float, to_s: float) -> list[Note]:
+        """What `process` saw in the seconds from `from_s` to `to_s`."""
+        return [n for n in self.notes if n.process == process and from_s - 1 < n.at_s <= to_s]
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json()))

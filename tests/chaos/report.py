@@ -1,7 +1,8 @@
 """A campaign's report, read the way Jepsen's are: `report.json` (everything), `summary.txt`
 (one page: operations, faults per nemesis, anomalies, recovery after each kind of fault) and
 `timeline.png` (faults as bands; acknowledged writes, reads and errors per second, and
-write latency over time)."""
+write latency over time). Each stall says what its slowest process saw meanwhile (the
+history's notes: errors, exceptions, rebalances, empty polls, counted)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from statistics import median
 from typing import Any
 
 from tests.chaos.checker import DRAIN, Recovery, Verdict
-from tests.chaos.history import History, Kind, Op, Outcome
+from tests.chaos.history import History, Kind, Note, Op, Outcome
 
 ANOMALIES_SHOWN = 50
+SAW_SHOWN = 8  # the kinds of note shown per stall, most frequent first
 STALL_S = 60.0  # a recovery longer than this (or none, watched for longer) is a stall
 
 
@@ -44,7 +46,8 @@ def summary_figures(history: History, verdict: Verdict, seed: int) -> dict[str, 
         "write_interleavings": verdict.interleavings,  # allowed: see tests.chaos.checker
         "recovery_s_per_nemesis": _recovery_by_nemesis(verdict.recoveries),
         "worst_recovery": _worst(verdict.recoveries),
-        f"stalls_over_{int(STALL_S)}s": [_recovery_json(r) for r in verdict.stalls(STALL_S)],
+        f"stalls_over_{int(STALL_S)}s": [_stall_json(r, history) for r in verdict.stalls(STALL_S)],
+        "notes_per_process": _notes_by_process(history.notes),
     }
 
 
@@ -52,6 +55,34 @@ def _recovery_json(r: Recovery) -> dict[str, Any]:
     return {"nemesis": r.fault.nemesis, "target": r.fault.target, "healed_s": round(r.fault.stop_s, 3),
             "topic": r.topic, "producers_s": r.producers_s, "consumers_s": r.consumers_s,
             "watched_s": round(r.watched_s, 2), "slowest": r.slowest}
+
+
+def _stall_json(r: Recovery, history: History) -> dict[str, Any]:
+    """A stall, and what its slowest process saw from the heal until it progressed again (or
+    the end)."""
+    times = (r.producers_s, r.consumers_s)
+    took = max(t for t in times if t is not None) if None not in times else r.watched_s
+    healed = r.fault.stop_s
+    return {**_recovery_json(r), "saw": saw(history.notes_of(r.slowest, healed, healed + took), healed)}
+
+
+def saw(notes: list[Note], since_s: float) -> list[str]:
+    """Notes summed by what and name, most frequent first: `consume _TRANSPORT x12 (+0-31 s:
+    the first's detail)`, seconds counted from `since_s`."""
+    found: dict[tuple[str, str], list[Note]] = defaultdict(list)
+    for n in notes:
+        found[(n.what, n.name)].append(n)
+    ranked = sorted(found.items(), key=lambda kv: -sum(n.count for n in kv[1]))
+    return [f"{what} {name} x{sum(n.count for n in ns)} (+{max(0, ns[0].at_s - since_s):.0f}-"
+            f"{max(0, ns[-1].at_s - since_s):.0f} s: {ns[0].detail})"
+            for (what, name), ns in ranked[:SAW_SHOWN]]
+
+
+def _notes_by_process(notes: list[Note]) -> dict[str, dict[str, int]]:
+    found: dict[str, Counter[str]] = defaultdict(Counter)
+    for n in notes:
+        found[n.process][f"{n.what} {n.name}"] += n.count
+    return {p: dict(c.most_common()) for p, c in sorted(found.items())}
 
 
 def _worst(recoveries: tuple[Recovery, ...]) -> dict[str, Any] | None:

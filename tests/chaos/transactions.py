@@ -13,7 +13,11 @@
   (tests/chaos/java/ChaosTxn.java, one JVM), whose operations arrive as `OP <json>` lines.
 
 A commit that fails but whose abort then goes through is recorded as failed; one whose abort
-fails too is unknown (info), and the producer is replaced (a new one fences the old).
+fails too is unknown (info), and the producer is replaced (a new one fences the old). What the
+confluent-kafka clients see besides (an exception, an error a poll returned or a callback
+reported, a rebalance, a poll of the transformer that returned nothing, a call still running
+after BLOCKED_S) goes to the history's notes, counted per second, and each exception also to
+the clients' log.
 """
 
 from __future__ import annotations
@@ -25,10 +29,19 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from tests.chaos.history import NO_OFFSET, Kind, Op, Outcome, ProcessId, Read, Write
 
@@ -38,6 +51,7 @@ COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 JAVA_DEPS = Path(__file__).resolve().parents[2] / ".deps" / "java4"
 JAVA_WORKLOADS = ("java-txn", "java-ctp")
+REWIND_GIVE_UP_S = 30.0  # a transformer that cannot read its group's offsets this long gets a new consumer
 
 
 def java_missing() -> str | None:
@@ -49,25 +63,60 @@ def java_missing() -> str | None:
     return None
 
 
+class Recorder(Protocol):
+    """Where the clients' operations and notes go (tests.chaos.workload.Recorder)."""
+
+    def add(self, op: Op) -> None: ...
+
+    def note(self, process: str, what: str, name: str, detail: str) -> None: ...
+
+    def calling(self, process: str, what: str) -> AbstractContextManager[None]: ...
+
+
 def now() -> float:
     return time.monotonic()
 
 
-def log(name: str, what: str, exc: BaseException) -> None:
-    """One line on the clients' log (the campaign's clients.log), with the monotonic time."""
+def log(rec: Recorder, name: str, what: str, exc: BaseException) -> None:
+    """One line on the clients' log (the campaign's clients.log), with the monotonic time, and
+    a note in the history."""
     print(f"{now():.3f} {name}: {what}: {exc}", file=sys.stderr, flush=True)
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    rec.note(name, what, error.name() if isinstance(error, KafkaError) else type(exc).__name__, str(exc))
 
 
-def txn_producer(bootstrap: str, name: str, stop: threading.Event) -> Producer | None:
+def on_error(rec: Recorder, name: str, what: str) -> Any:
+    """A librdkafka error_cb noting each error (a broker down, all brokers down, a time-out)."""
+    return lambda err: rec.note(name, what, err.name(), err.str())
+
+
+def note_errors(rec: Recorder, name: str, messages: list[Message]) -> list[Message]:
+    """The messages of a consume() that are records; the errors among them are noted."""
+    for m in messages:
+        if (err := m.error()) is not None:
+            rec.note(name, "consume", err.name(), f"{m.topic()}-{m.partition()}: {err.str()}")
+    return [m for m in messages if m.error() is None]
+
+
+def delivered_offset(msg: Message) -> int:
+    """A delivered message's offset; NO_OFFSET when librdkafka knows none (its offset() is
+    None then, e.g. for a batch the broker answered as a duplicate without its offset)."""
+    offset = msg.offset()
+    return offset if offset is not None and offset >= 0 else NO_OFFSET
+
+
+def txn_producer(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> Producer | None:
     """A producer whose InitProducerId went through (None if the run stopped first)."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{name}",
-                         "transaction.timeout.ms": 10000, "message.timeout.ms": 8000, **COMMON})
+                         "transaction.timeout.ms": 10000, "message.timeout.ms": 8000,
+                         "error_cb": on_error(rec, name, "producer error"), **COMMON})
     while not stop.is_set():
         try:
-            producer.init_transactions(5)
+            with rec.calling(name, "init_transactions"):
+                producer.init_transactions(5)
             return producer
         except KafkaException as exc:
-            log(name, "init_transactions", exc)
+            log(rec, name, "init_transactions", exc)
     return None
 
 
@@ -86,7 +135,7 @@ class _Txn:
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is None:
-            self.offsets[msg.value().decode()] = msg.offset()
+            self.offsets[msg.value().decode()] = delivered_offset(msg)
 
     def op(self, outcome: Outcome, commit_s: float) -> Op:
         writes = tuple(Write(key, v, self.offsets.get(v, NO_OFFSET) if outcome == Outcome.OK else NO_OFFSET)
@@ -94,32 +143,36 @@ class _Txn:
         return Op(self.name, Kind.TXN, self.invoked, now(), outcome, writes, self.reads, commit_s=commit_s)
 
 
-def finish(producer: Producer, name: str, abort: bool) -> tuple[Outcome, float]:
+def finish(producer: Producer, name: str, rec: Recorder, abort: bool) -> tuple[Outcome, float]:
     """Commit or abort; a failed commit is tried as an abort (raises on a fatal error)."""
     commit_s = now()
     try:
         if abort:
-            producer.abort_transaction(10)
+            with rec.calling(name, "abort_transaction"):
+                producer.abort_transaction(10)
             return Outcome.FAIL, commit_s
-        producer.flush(10)
+        with rec.calling(name, "flush"):
+            producer.flush(10)
         commit_s = now()
-        producer.commit_transaction(10)
+        with rec.calling(name, "commit_transaction"):
+            producer.commit_transaction(10)
         return Outcome.OK, commit_s
     except KafkaException as exc:
-        log(name, "abort" if abort else "commit", exc)
+        log(rec, name, "abort" if abort else "commit", exc)
         if exc.args[0].fatal():
             raise
         try:  # an abort that goes through means the commit never took effect
-            producer.abort_transaction(10)
+            with rec.calling(name, "abort_transaction"):
+                producer.abort_transaction(10)
             return Outcome.FAIL, commit_s
         except KafkaException as again:
-            log(name, "abort", again)
+            log(rec, name, "abort", again)
             return (Outcome.FAIL if abort else Outcome.INFO), commit_s
 
 
-def produce_txns(bootstrap: str, name: str, add: Any, stop: threading.Event, seed: int) -> None:
+def produce_txns(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, seed: int) -> None:
     rng = random.Random(seed)
-    producer = txn_producer(bootstrap, name, stop)
+    producer = txn_producer(bootstrap, name, rec, stop)
     n = 0
     while producer is not None and not stop.is_set():
         txn = _Txn(name)
@@ -127,45 +180,69 @@ def produce_txns(bootstrap: str, name: str, add: Any, stop: threading.Event, see
             producer.begin_transaction()
             for i in range(rng.randint(2, 4)):
                 txn.send(producer, TXN, rng.randrange(PARTITIONS), f"{name}-{n}-{i}")
-            add(txn.op(*finish(producer, name, abort=rng.random() < 0.2)))
+            rec.add(txn.op(*finish(producer, name, rec, abort=rng.random() < 0.2)))
         except Exception as exc:  # fatal (confluent-kafka may raise SystemError from a callback then)
-            log(name, "transaction (fatal)", exc)
-            add(txn.op(Outcome.INFO, txn.invoked))
-            producer = txn_producer(bootstrap, name, stop)  # fatal: a new producer fences the old
+            log(rec, name, "transaction (fatal)", exc)
+            rec.add(txn.op(Outcome.INFO, txn.invoked))
+            producer = txn_producer(bootstrap, name, rec, stop)  # fatal: a new producer fences the old
         n += 1
 
 
-def transform(bootstrap: str, name: str, add: Any, stop: threading.Event, seed: int) -> None:
+def transform(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, seed: int) -> None:
     """Consume-transform-produce from `txn` to `ctp`, offsets committed in each transaction."""
     rng = random.Random(seed + 1)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{name}", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **COMMON})
-    c.subscribe([TXN])
-    producer = txn_producer(bootstrap, name, stop)
+    c = _transform_consumer(bootstrap, name, rec)
+    producer = txn_producer(bootstrap, name, rec, stop)
     n = 0
     try:
         while producer is not None and not stop.is_set():
-            messages = [m for m in c.consume(10, 0.3) if m.error() is None]
+            messages = note_errors(rec, name, c.consume(10, 0.3))
             if not messages:
+                rec.note(name, "consume", "nothing", f"positions {_tps(c.position(c.assignment()))}")
                 continue
             txn = _Txn(name)
             try:
-                outcome, commit_s = _transform_one(producer, c, txn, messages, n, rng)
+                outcome, commit_s = _transform_one(producer, c, txn, messages, n, rng, rec)
             except Exception as exc:  # fatal, as in produce_txns
-                log(name, "transaction (fatal)", exc)
+                log(rec, name, "transaction (fatal)", exc)
                 outcome, commit_s = Outcome.INFO, txn.invoked
-                producer = txn_producer(bootstrap, name, stop)
-            add(txn.op(outcome, commit_s))
-            if outcome != Outcome.OK:
-                _rewind(c, name, stop)
+                producer = txn_producer(bootstrap, name, rec, stop)
+            rec.add(txn.op(outcome, commit_s))
+            if outcome != Outcome.OK and not _rewind(c, name, rec, stop):
+                rec.note(name, "rewind", "gave up", f"after {REWIND_GIVE_UP_S:.0f} s: a new consumer")
+                threading.Thread(target=c.close, daemon=True).start()  # may wait on its lost group
+                c = _transform_consumer(bootstrap, name, rec)  # starts at the committed offsets
             n += 1
+    except Exception as exc:  # the thread ends and the clients fail: noted where it happened
+        log(rec, name, "transform (ended)", exc)
+        raise
     finally:
         c.close()
 
 
+def _transform_consumer(bootstrap: str, name: str, rec: Recorder) -> Consumer:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{name}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                  "error_cb": on_error(rec, name, "consumer error"), **COMMON})
+    c.subscribe([TXN], **_rebalances(rec, name))
+    return c
+
+
+def _rebalances(rec: Recorder, name: str) -> dict[str, Any]:
+    def noted(event: str) -> Any:
+        return lambda _c, parts: rec.note(name, "rebalance", event, _tps(parts))
+    return {"on_assign": noted("assigned"), "on_revoke": noted("revoked"), "on_lost": noted("lost")}
+
+
+def _tps(parts: list[TopicPartition]) -> str:
+    """The partitions, with their offsets where set: `txn-0@12 txn-2`."""
+    return " ".join(f"{tp.topic}-{tp.partition}" + (f"@{tp.offset}" if tp.offset >= 0 else "")
+                    for tp in parts) or "none"
+
+
 def _transform_one(producer: Producer, c: Consumer, txn: _Txn, messages: list[Message], n: int,
-                   rng: random.Random) -> tuple[Outcome, float]:
+                   rng: random.Random, rec: Recorder) -> tuple[Outcome, float]:
     txn.reads = tuple(Read((m.topic(), m.partition()), m.offset(), (m.value() or b"").decode())
                       for m in messages)
     producer.begin_transaction()
@@ -173,26 +250,48 @@ def _transform_one(producer: Producer, c: Consumer, txn: _Txn, messages: list[Me
         txn.send(producer, CTP, rng.randrange(PARTITIONS), f"{txn.name}-{n}-{i}")
     positions = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
     try:
-        producer.send_offsets_to_transaction(
-            [TopicPartition(t, p, o) for (t, p), o in positions.items()], c.consumer_group_metadata(), 10)
+        with rec.calling(txn.name, "send_offsets_to_transaction"):
+            producer.send_offsets_to_transaction(
+                [TopicPartition(t, p, o) for (t, p), o in positions.items()], c.consumer_group_metadata(), 10)
     except KafkaException as exc:
-        log(txn.name, "send_offsets_to_transaction", exc)
+        log(rec, txn.name, "send_offsets_to_transaction", exc)
         if exc.args[0].fatal():
             raise
-        return finish(producer, txn.name, abort=True)
-    return finish(producer, txn.name, abort=rng.random() < 0.2)
+        return finish(producer, txn.name, rec, abort=True)
+    return finish(producer, txn.name, rec, abort=rng.random() < 0.2)
 
 
-def _rewind(c: Consumer, name: str, stop: threading.Event) -> None:
-    """Back to the group's committed offsets (the start where none is committed)."""
+def _rewind(c: Consumer, name: str, rec: Recorder, stop: threading.Event) -> bool:
+    """Back to the group's committed offsets (the start where none is committed). Between
+    failed attempts the consumer is polled, so that it serves a rebalance (what it returns is
+    dropped: the rewind goes back before it). False if the offsets could not be read for
+    REWIND_GIVE_UP_S: librdkafka's consumer can lose its group coordinator for good (its
+    `committed()` timing out for minutes while a new client finds the coordinator at once)."""
+    deadline = now() + REWIND_GIVE_UP_S
     while not stop.is_set():
-        try:
-            for tp in c.committed(c.assignment(), 10):
-                start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                c.seek(TopicPartition(tp.topic, tp.partition, start))
-            return
-        except KafkaException as exc:
-            log(name, "rewind", exc)
+        if _rewound(c, name, rec):
+            return True
+        if now() > deadline:
+            return False
+        note_errors(rec, name, c.consume(10, 0.5))
+    return True
+
+
+def _rewound(c: Consumer, name: str, rec: Recorder) -> bool:
+    """One attempt: every assigned partition sought to its committed offset (none if one failed)."""
+    try:
+        with rec.calling(name, "committed"):
+            committed = c.committed(c.assignment(), 10)
+        failed = [tp for tp in committed if tp.error is not None]
+        for tp in failed:  # its offset is not the committed one: no seek
+            rec.note(name, "rewind", tp.error.name(), f"{tp.topic}-{tp.partition}: {tp.error.str()}")
+        for tp in committed if not failed else ():
+            start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            c.seek(TopicPartition(tp.topic, tp.partition, start))
+        return not failed
+    except KafkaException as exc:
+        log(rec, name, "rewind", exc)
+        return False
 
 
 def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], add: Any) -> None:

@@ -10,7 +10,9 @@
   consumer poll `txn` and `ctp` (a transformer alone gets txn's writer as its source).
 Every operation is recorded with invocation and completion time (CLOCK_MONOTONIC, shared
 with the campaign) and outcome; when the stop file appears, the clients stop and a fresh
-read_committed consumer drains every partition. The history is written to OUT as JSON.
+read_committed consumer drains every partition. The history is written to OUT as JSON, with
+the errors the consumers' polls returned (and what tests.chaos.transactions notes) counted per
+second as its notes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import argparse
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +31,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.chaos import transactions
 from tests.chaos.checker import DRAIN
-from tests.chaos.history import NO_OFFSET, History, Kind, Op, Outcome, ProcessId, Read, Write
+from tests.chaos.history import NO_OFFSET, History, Kind, NoteCounter, Op, Outcome, ProcessId, Read, Write
 from tests.chaos.transactions import CTP, TXN
 
 PARTITIONS = 3
 QUEUE = "queue"
 WORKLOADS = ("queue", "txn", "ctp", "java-txn", "java-ctp")
 PACE_S = 0.02  # one send per producer every 20 ms at most: a bounded load
+BLOCKED_S = 5.0  # a client call running longer than this is noted each second ("blocked")
 COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 
 
@@ -43,9 +47,37 @@ class Recorder:
 
     def __init__(self) -> None:
         self.history = History()
+        self._notes, self._lock = NoteCounter(), threading.Lock()
+        self._calls: dict[str, tuple[str, float]] = {}  # process -> the call it is in, since
 
     def add(self, op: Op) -> None:
         self.history.ops.append(op)
+
+    def note(self, process: str, what: str, name: str, detail: str) -> None:
+        with self._lock:
+            self._notes.add(process, what, name, detail, now())
+
+    @contextmanager
+    def calling(self, process: str, what: str) -> Iterator[None]:
+        """`process` is in the call `what` (which `watch` notes if it lasts)."""
+        self._calls[process] = (what, now())
+        try:
+            yield
+        finally:
+            self._calls.pop(process, None)
+
+    def watch(self, stop: threading.Event, after_s: float = BLOCKED_S) -> None:
+        """Until `stop`: each second, a note for each call running for longer than `after_s`
+        (a client blocked in a call sees nothing else: its callbacks are not served)."""
+        while not stop.wait(1.0):
+            for process, (what, since) in list(self._calls.items()):
+                if (took := now() - since) > after_s:
+                    self.note(process, "blocked", what, f"in it for {took:.0f} s")
+
+    def save(self, out: Path) -> None:
+        with self._lock:
+            self.history.notes = self._notes.notes()
+        self.history.save(out)
 
 
 def now() -> float:
@@ -68,7 +100,8 @@ def create_topics(bootstrap: str) -> None:
 
 def produce_queue(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": 8000, **COMMON})
+                         "linger.ms": 5, "message.timeout.ms": 8000,
+                         "error_cb": transactions.on_error(rec, name, "producer error"), **COMMON})
     n = 0
     while not stop.is_set():
         value = f"{name}-{n}"
@@ -84,23 +117,26 @@ def _on_send(rec: Recorder, name: str, value: str, invoked: float) -> Callable[[
     def done(err: Any, msg: Any) -> None:
         key = (msg.topic(), msg.partition())
         outcome = Outcome.OK if err is None else Outcome.INFO  # a time-out may have been written
-        offset = msg.offset() if err is None else NO_OFFSET
+        offset = transactions.delivered_offset(msg) if err is None else NO_OFFSET
         rec.add(Op(ProcessId(name), Kind.SEND, invoked, now(), outcome, (Write(key, value, offset),)))
     return done
 
 
-def consumer(bootstrap: str, committed: bool, group: str | None = None) -> Consumer:
+def consumer(bootstrap: str, committed: bool, group: str | None = None, rec: Recorder | None = None,
+             name: str = "") -> Consumer:
+    """A consumer; with `rec`, the errors librdkafka reports go to its notes as `name`'s."""
+    noted = {"error_cb": transactions.on_error(rec, name, "consumer error")} if rec is not None else {}
     return Consumer({
         "bootstrap.servers": bootstrap, "group.id": group or f"chaos-{uuid.uuid4().hex[:6]}",
         "enable.auto.commit": group is not None, "auto.offset.reset": "earliest",
         "isolation.level": "read_committed" if committed else "read_uncommitted",
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **COMMON,
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **COMMON, **noted,
     })
 
 
 def poll_into(c: Consumer, rec: Recorder, name: str, committed: bool) -> int:
     invoked = now()
-    messages = [m for m in c.consume(200, 0.5) if m.error() is None]
+    messages = transactions.note_errors(rec, name, c.consume(200, 0.5))
     if messages:
         reads = tuple(Read((m.topic(), m.partition()), m.offset(), (m.value() or b"").decode())
                       for m in messages)
@@ -111,7 +147,7 @@ def poll_into(c: Consumer, rec: Recorder, name: str, committed: bool) -> int:
 
 def poll_assigned(bootstrap: str, topics: list[str], name: str, committed: bool, rec: Recorder,
                   stop: threading.Event) -> None:
-    c = consumer(bootstrap, committed)
+    c = consumer(bootstrap, committed, rec=rec, name=name)
     c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(PARTITIONS)])
     try:
         while not stop.is_set():
@@ -121,7 +157,7 @@ def poll_assigned(bootstrap: str, topics: list[str], name: str, committed: bool,
 
 
 def poll_subscribed(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> None:
-    c = consumer(bootstrap, True, group="chaos-queue")
+    c = consumer(bootstrap, True, group="chaos-queue", rec=rec, name=name)
 
     def assigned(_c: Any, parts: list[TopicPartition]) -> None:
         rec.add(Op(ProcessId(name), Kind.ASSIGN, now(), now(), Outcome.OK))
@@ -162,9 +198,9 @@ def jobs_of(bootstrap: str, stop_file: Path, workloads: list[str], seed: int, re
                  lambda: poll_subscribed(bootstrap, "cs", rec, stop)]
     transformers, writers = {"ctp", "java-ctp"} & set(workloads), {"txn", "java-txn"} & set(workloads)
     if "txn" in workloads or (transformers and not writers):
-        jobs.append(lambda: transactions.produce_txns(bootstrap, "t1", rec.add, stop, seed))
+        jobs.append(lambda: transactions.produce_txns(bootstrap, "t1", rec, stop, seed))
     if "ctp" in workloads:
-        jobs.append(lambda: transactions.transform(bootstrap, "x1", rec.add, stop, seed))
+        jobs.append(lambda: transactions.transform(bootstrap, "x1", rec, stop, seed))
     java = [w for w in workloads if w in transactions.JAVA_WORKLOADS]
     if java:
         jobs.append(lambda: transactions.run_java(bootstrap, stop_file, seed, java, rec.add))
@@ -191,6 +227,7 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
             raise
 
     threads = [threading.Thread(target=guarded, args=(job,), daemon=True) for job in jobs]
+    threads.append(threading.Thread(target=rec.watch, args=(stop,), daemon=True))
     for t in threads:
         t.start()
     while not stop_file.exists():
@@ -199,7 +236,7 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
     for t in threads:
         t.join(60)
     drain(bootstrap, topics, rec)
-    rec.history.save(out)
+    rec.save(out)
     if failed:
         raise SystemExit(f"a client failed: {failed[0]!r}")
 

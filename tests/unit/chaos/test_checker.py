@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from tests.chaos.checker import Verdict, check
-from tests.chaos.history import Fault, History, Kind, Op, Outcome, ProcessId, Read, Write
+from tests.chaos.history import Fault, History, Kind, NoteCounter, Op, Outcome, ProcessId, Read, Write
+from tests.chaos.report import saw
 
 A, B = ("q", 0), ("q", 1)
 OK, FAIL, INFO = Outcome.OK, Outcome.FAIL, Outcome.INFO
@@ -193,3 +194,20 @@ def test_a_history_round_trips_through_json() -> None:
     t = txn(Write(A, "x", 0), reads=(Read(B, 3, "r"),), commit_s=1.2)
     history = History([t, poll((0, "x"), committed=False)], [Fault("kill", 1.0, 2.0, "n3")])
     assert History.from_json(json.loads(json.dumps(history.to_json()))) == history
+
+
+def test_notes_are_counted_per_second_and_round_trip() -> None:
+    counter = NoteCounter()
+    for at in (10.1, 10.5, 10.9, 11.2):
+        counter.add("x1", "consume", "_TRANSPORT", f"txn-0: down at {at}", at)
+    counter.add("x1", "rebalance", "assigned", "txn-0 txn-1", 10.3)
+    notes = counter.notes()
+    assert [(n.at_s, n.what, n.count) for n in notes] == [
+        (10.0, "consume", 3), (10.0, "rebalance", 1), (11.0, "consume", 1)]
+    assert notes[0].detail == "txn-0: down at 10.1"
+    history = History([], [], notes)
+    assert History.from_json(json.loads(json.dumps(history.to_json()))) == history
+    assert History.from_json({"ops": [], "faults": []}).notes == []  # a history from before notes
+    assert saw(history.notes_of("x1", 10.5, 30.0), 10.5) == [
+        "consume _TRANSPORT x4 (+0-0 s: txn-0: down at 10.1)", "rebalance assigned x1 (+0-0 s: txn-0 txn-1)"]
+    assert history.notes_of("t1", 0.0, 30.0) == [] and history.notes_of("x1", 12.5, 30.0) == []

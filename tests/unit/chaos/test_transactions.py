@@ -1,0 +1,80 @@
+"""The consume-transform-produce process's rewind, with a stand-in consumer: it seeks every
+partition to its committed offset, polls between failed attempts, and gives up (so that the
+process takes a new consumer) when the group's offsets cannot be read for long."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from tests.chaos import transactions
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, str, str]] = []
+
+    def add(self, op: Any) -> None:
+        raise AssertionError(op)
+
+    def note(self, process: str, what: str, name: str, detail: str) -> None:
+        self.notes.append((process, what, name))
+
+    @contextmanager
+    def calling(self, process: str, what: str) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class Part:  # a TopicPartition as committed() answers it (its error is read-only there)
+    topic: str
+    partition: int
+    offset: int
+    error: KafkaError | None = None
+
+
+class Consumer:
+    """Fails `failures` times (an exception, or a partition's error), then answers offset 41."""
+
+    def __init__(self, failures: list[KafkaError | None]) -> None:
+        self.failures, self.polls = failures, 0
+        self.sought: list[tuple[int, int]] = []
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition("txn", 0), TopicPartition("txn", 1)]
+
+    def committed(self, parts: list[TopicPartition], timeout: float) -> list[Part]:
+        error = self.failures.pop(0) if self.failures else None
+        if error is not None and error.code() == KafkaError._TIMED_OUT:
+            raise KafkaException(error)
+        found = [Part(tp.topic, tp.partition, 41) for tp in parts]
+        if error is not None:
+            found[1] = Part("txn", 1, -1001, error)
+        return found
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.sought.append((tp.partition, tp.offset))
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        self.polls += 1
+        return []
+
+
+def test_a_rewind_seeks_each_partition_after_failed_attempts() -> None:
+    c, rec = Consumer([KafkaError(KafkaError._TIMED_OUT), KafkaError(KafkaError.NOT_COORDINATOR)]), Recorder()
+    assert transactions._rewind(c, "x1", rec, threading.Event())  # type: ignore[arg-type]
+    assert c.sought == [(0, 41), (1, 41)] and c.polls == 2  # no seek on the partition's error
+    assert ("x1", "rewind", "NOT_COORDINATOR") in rec.notes and ("x1", "rewind", "_TIMED_OUT") in rec.notes
+
+
+def test_a_rewind_gives_up_when_the_offsets_cannot_be_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transactions, "REWIND_GIVE_UP_S", 0.0)
+    c = Consumer([KafkaError(KafkaError._TIMED_OUT)] * 3)
+    assert not transactions._rewind(c, "x1", Recorder(), threading.Event())  # type: ignore[arg-type]
+    assert c.sought == []
