@@ -173,7 +173,15 @@ class ConfluentTxn(TxnProducer):
         self.p.poll(0)
 
     def flush(self) -> list[int]:
-        left = self.p.flush(30)
+        try:
+            left = self.p.flush(30)
+        except SystemError:
+            # confluent-kafka's flush can return NULL without an exception when a fatal error
+            # (a fenced producer) arrives during it; the error callback holds that error
+            self.p.poll(0)
+            if not self.fatal:
+                raise
+            left = 0
         errors, self.errors = self.errors, []
         if self.fatal:
             raise KafkaException(self.fatal[0])
