@@ -6,8 +6,9 @@ session id and the next epoch, names only the partitions whose fetch position ch
 (and the ones to forget), and the answer holds only the partitions with something new:
 records, an error, a diverging epoch, or a high watermark, last stable offset or log
 start offset other than the last one sent. The session remembers every partition's last
-fetch request, so the leader reads (and records the follower's position for) all of
-them at each Fetch, as for a full request. Consumers keep sessionless full fetches.
+fetch request, so the leader records the follower's position for all of them at each
+Fetch, as for a full request, but reads none that is quiet (the follower at the log end
+and told the current offsets). Consumers keep sessionless full fetches.
 """
 
 from __future__ import annotations
