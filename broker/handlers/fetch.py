@@ -6,8 +6,10 @@ A consumer's fetch session is declined by answering session id 0, so consumers
 send full fetch requests; a follower gets an incremental session (KIP-227,
 `broker/replication/fetch_sessions.py`): it names only the partitions whose
 position moved, and hears only of the partitions with something new. A fetch
-waits for min_bytes until max_wait_ms, woken by appends to the partitions it
-reads, never by polling.
+waits for min_bytes until max_wait_ms, never polling: a consumer's is woken by
+appends and by moves of the HW or LSO of the partitions it reads (records become
+visible), a follower's by appends only (it hears of a HW move with its next
+records or at its max wait, as in Kafka).
 """
 
 from __future__ import annotations
@@ -213,8 +215,11 @@ def _quiet(session: FetchSession, w: Wanted) -> bool:
     last_epoch = w.fetch.last_fetched_epoch
     if w.fetch.fetch_offset != log.log_end_offset or (last_epoch >= 0 and last_epoch != log.latest_epoch):
         return False
-    offsets = (log.high_watermark, log.last_stable_offset, log.log_start_offset)
-    return session.sent((topic_key(w.topic), w.fetch.partition)) == offsets
+    sent = session.sent((topic_key(w.topic), w.fetch.partition))
+    return (
+        sent is not None and sent[0] == log.high_watermark and sent[2] == log.log_start_offset
+        and sent[1] == log.last_stable_offset  # the one that costs: asked last
+    )
 
 
 def _changed_only(
@@ -257,7 +262,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             if session is None:
                 return _response(reading, parts)
             return _response(*_changed_only(session, reading, parts), session.session_id)
-        waiter = ctx.services.partitions.waiter(live)
+        waiter = ctx.services.partitions.waiter(live, follower >= 0)
         try:
             await asyncio.wait_for(waiter, remaining)
         except TimeoutError:

@@ -69,6 +69,12 @@ class LeaderState:
         follower.last_fetch_ms = now_ms
         follower.last_fetch_leader_leo = leader_leo
 
+    def settled(self, node: NodeId) -> bool:
+        """`node` is in the ISR and no ISR change is in flight: its fetch can neither bring it
+        into the ISR nor, with the HW at the log end, move the HW. (Other followers' lag is
+        the periodic check's business, as Kafka's maybeShrinkIsr.)"""
+        return self.pending is None and node in self.state.isr
+
     def high_watermark(self, leader_leo: int, current_hw: int) -> int:
         """The HW the leader may expose now (never below `current_hw`)."""
         members = self.maximal_isr

@@ -30,6 +30,13 @@ log = logging.getLogger(__name__)
 
 
 
+def _resolve(waiters: set[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
+    waiters.clear()
+
+
 class NotLeader(Exception):
     """This broker stopped leading the partition."""
 
@@ -40,7 +47,8 @@ class Partition:
     index: int
     log: Log
     leader_epoch: int = 0
-    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)  # consumers' fetches
+    follower_waiters: set[asyncio.Future[None]] = field(default_factory=set)
     leader: LeaderState | None = None  # None while this broker follows the partition
     replicated: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
@@ -48,11 +56,13 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader is not None
 
-    def wake(self) -> None:
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self.waiters.clear()
+    def wake(self, appended: bool = True) -> None:
+        """Wake the fetches waiting here: a consumer's at any change (records become visible
+        as the HW moves), a follower's only when records were appended; as in Kafka, a
+        follower hears of a HW move with its next records or at its max wait."""
+        _resolve(self.waiters)
+        if appended:
+            _resolve(self.follower_waiters)
 
     def advance_high_watermark(self) -> bool:
         """Leader: move the HW as far as the ISR allows; wakes fetches and acks=all waiters."""
@@ -78,7 +88,7 @@ class Partition:
             else:
                 still.append((end, future))
         self.replicated = still
-        self.wake()
+        self.wake(appended=False)
 
     def until_replicated(self, end_offset: int) -> asyncio.Future[None]:
         """A future resolved once the HW reaches `end_offset` (acks=all)."""
@@ -197,6 +207,7 @@ class ReplicaManager:
         part = self._hosted(topic, index, config)
         if part.leader is not None and part.leader_epoch == state.leader_epoch:
             part.leader.committed(state)
+            part.advance_high_watermark()  # the store's ISR may have dropped a member that held it back
             return part
         part.log.epoch_cache.assign(state.leader_epoch, part.log.log_end_offset)
         part.leader_epoch = state.leader_epoch
@@ -271,8 +282,8 @@ class ReplicaManager:
             return self._storage_error(part, f"an earlier write failed ({result.error_message})")
         if result.error == 0:
             self.write_failures.succeeded(tp)  # a write, not a refusal before any
-            if not part.advance_high_watermark():
-                part.wake()
+            part.advance_high_watermark()
+            part.wake()
         return result
 
     @staticmethod
@@ -306,15 +317,19 @@ class ReplicaManager:
             return MarkerResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, f"cannot write the log: {exc.strerror}")
         if result.error == 0:
             self.write_failures.succeeded((part.topic, part.index))
-            if not part.advance_high_watermark():
-                part.wake()
+            part.advance_high_watermark()
+            part.wake()
         return result
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:
         """A follower fetched: its log end is `fetch_offset`; the HW may move, the ISR may grow."""
-        if part.leader is None:
+        leader = part.leader
+        if leader is None:
             return
-        part.leader.record_fetch(NodeId(node), fetch_offset, part.log.log_end_offset, now_ms)
+        log_end = part.log.log_end_offset
+        leader.record_fetch(NodeId(node), fetch_offset, log_end, now_ms)
+        if fetch_offset == log_end == part.log.high_watermark and leader.settled(NodeId(node)):
+            return  # a quiet partition: the HW is at the log end, the follower in the ISR
         part.advance_high_watermark()
         if self.isr_changes is not None:
             hw = part.log.high_watermark
@@ -332,13 +347,15 @@ class ReplicaManager:
                 if proposed is not None:
                     self.isr_changes(part, proposed)
 
-    def waiter(self, parts: Iterable[Partition]) -> asyncio.Future[None]:
-        """A future resolved by the next append to any of the partitions."""
+    def waiter(self, parts: Iterable[Partition], follower: bool = False) -> asyncio.Future[None]:
+        """A future resolved by the next change of any of the partitions: an append, or for
+        a consumer also a move of the HW or LSO (`Partition.wake`)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for part in parts:
-            part.waiters.add(future)
+            (part.follower_waiters if follower else part.waiters).add(future)
         return future
 
     def forget(self, future: asyncio.Future[None], parts: Iterable[Partition]) -> None:
         for part in parts:
             part.waiters.discard(future)
+            part.follower_waiters.discard(future)

@@ -1,0 +1,87 @@
+"""What a follower's fetch does on the leader (ReplicaManager over a real log): the HW and
+ISR it may move, and which changes wake a waiting fetch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.cluster.image import PartitionEpoch, PartitionState
+from broker.replication.replica_manager import Partition, ReplicaManager
+from broker.coordination.internal_topics import record_batch
+from protocol.types import LeaderEpoch, NodeId
+from storage.log_config import LogConfig
+from storage.log_manager import LogManager
+
+TOPIC = "t"
+NOW = 1_000_000
+ME, F2, F3 = NodeId(1), NodeId(2), NodeId(3)
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[ReplicaManager]:
+    manager = LogManager([tmp_path], 1, "cluster")
+    yield ReplicaManager(manager, 1)
+    manager.shutdown()
+
+
+def state(isr: tuple[NodeId, ...], partition_epoch: int = 1) -> PartitionState:
+    return PartitionState((ME, F2, F3), isr, ME, LeaderEpoch(1), PartitionEpoch(partition_epoch))
+
+
+def lead(replicas: ReplicaManager, isr: tuple[NodeId, ...] = (ME, F2, F3), epoch: int = 1) -> Partition:
+    return replicas.become_leader(TOPIC, 0, LogConfig(min_insync_replicas=2), state(isr, epoch), NOW)
+
+
+def write(replicas: ReplicaManager, part: Partition) -> None:
+    replicas.append(part, record_batch([(b"k", b"v")], NOW), NOW)
+
+
+def test_a_caught_up_follower_out_of_the_isr_rejoins_at_its_next_fetch_on_an_idle_partition(
+    replicas: ReplicaManager,
+) -> None:
+    proposals: list[tuple[NodeId, ...]] = []
+    replicas.isr_changes = lambda part, isr: proposals.append(isr)
+    part = lead(replicas, isr=(ME, F2))
+    write(replicas, part)
+    replicas.record_follower_fetch(part, F2, 1, NOW)
+    assert part.log.high_watermark == 1 and not proposals
+    replicas.record_follower_fetch(part, F3, 1, NOW)  # at the log end and at the HW, but not in sync
+    assert proposals == [(ME, F2, F3)]
+
+
+def test_an_isr_the_store_shrank_lets_the_hw_move_without_another_fetch(replicas: ReplicaManager) -> None:
+    part = lead(replicas)
+    write(replicas, part)
+    replicas.record_follower_fetch(part, F2, 1, NOW)
+    assert part.log.high_watermark == 0, "F3 holds it back"
+    lead(replicas, isr=(ME, F2), epoch=2)  # the controller removed F3: same leader epoch
+    assert part.log.high_watermark == 1
+
+
+def test_a_settled_follower_fetching_again_changes_nothing_but_its_time(replicas: ReplicaManager) -> None:
+    proposals: list[tuple[NodeId, ...]] = []
+    replicas.isr_changes = lambda part, isr: proposals.append(isr)
+    part = lead(replicas)
+    write(replicas, part)
+    for follower in (F2, F3):
+        replicas.record_follower_fetch(part, follower, 1, NOW)
+    assert part.leader is not None and part.log.high_watermark == 1
+    replicas.record_follower_fetch(part, F2, 1, NOW + 5000)
+    assert part.leader.followers[F2].last_caught_up_ms == NOW + 5000
+    assert not proposals and part.log.high_watermark == 1
+
+
+async def test_a_followers_fetch_waits_for_records_a_consumers_also_for_the_hw(replicas: ReplicaManager) -> None:
+    part = lead(replicas, isr=(ME, F2))
+    write(replicas, part)
+    follower = replicas.waiter([part], follower=True)
+    consumer = replicas.waiter([part])
+    replicas.record_follower_fetch(part, F2, 1, NOW)  # the HW moves: records become visible
+    assert part.log.high_watermark == 1 and consumer.done() and not follower.done()
+    write(replicas, part)
+    assert follower.done()
+    replicas.forget(follower, [part])
+    assert not part.follower_waiters and not part.waiters
