@@ -10,14 +10,15 @@
   its writes, so the checker sees what it read (aborted and precommitted reads, G1c over
   write-read edges) and whether it consumed a value twice (exactly-once broken);
 - java-txn / java-ctp (processes j1 / jx): the same two with the Java client 4.3
-  (tests/chaos/java/ChaosTxn.java, one JVM), whose operations arrive as `OP <json>` lines.
+  (tests/chaos/java/ChaosTxn.java, one JVM), whose operations arrive as `OP <json>` lines
+  and the calls it is in as `CALL` lines (`java_line`).
 
 A commit that fails but whose abort then goes through is recorded as failed; one whose abort
 fails too is unknown (info), and the producer is replaced (a new one fences the old). What the
 confluent-kafka clients see besides (an exception, an error a poll returned or a callback
 reported, a rebalance, a poll of the transformer that returned nothing, a call still running
 after BLOCKED_S) goes to the history's notes, counted per second, and each exception also to
-the clients' log.
+the clients' log; of the Java clients, only their calls still running after BLOCKED_S.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ class Recorder(Protocol):
     def note(self, process: str, what: str, name: str, detail: str) -> None: ...
 
     def calling(self, process: str, what: str) -> AbstractContextManager[None]: ...
+
+    def call_began(self, process: str, what: str, since: float) -> None: ...
+
+    def call_ended(self, process: str) -> None: ...
 
 
 def now() -> float:
@@ -294,17 +299,31 @@ def _rewound(c: Consumer, name: str, rec: Recorder) -> bool:
         return False
 
 
-def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], add: Any) -> None:
-    """The Java clients until the stop file appears (their operations read as they come);
-    raises if the JVM failed."""
+def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], rec: Recorder) -> None:
+    """The Java clients until the stop file appears (their lines read as they come); raises
+    if the JVM failed."""
     proc = subprocess.Popen(
         ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "ChaosTxn.java"), bootstrap, str(stop_file),
          str(seed), ",".join(roles)], stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.startswith("OP "):
-            add(Op.from_json(json.loads(line[3:])))
+        java_line(rec, line)
     code = proc.wait()
     if code != 0:
         raise RuntimeError(f"the Java clients exited with {code}")
+
+
+def java_line(rec: Recorder, line: str) -> None:
+    """One line of the Java clients: `OP <json>` an operation; `CALL <process> <call> <since>`
+    as a process enters a call that may block, `CALL <process>` as it returns (so that a
+    call still running after BLOCKED_S is noted, as the confluent-kafka clients' are)."""
+    kind, _, rest = line.rstrip("\n").partition(" ")
+    if kind == "OP":
+        rec.add(Op.from_json(json.loads(rest)))
+    elif kind == "CALL":
+        process, *call = rest.split(" ")
+        if call:
+            rec.call_began(process, call[0], float(call[1]))
+        else:
+            rec.call_ended(process)
