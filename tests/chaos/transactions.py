@@ -104,8 +104,13 @@ def note_errors(rec: Recorder, name: str, messages: list[Message]) -> list[Messa
 
 
 def delivered_offset(msg: Message) -> int:
-    """A delivered message's offset; NO_OFFSET when librdkafka knows none (its offset() is
-    None then, e.g. for a batch the broker answered as a duplicate without its offset)."""
+    """A delivered message's offset; NO_OFFSET when librdkafka knows none (offset() is None
+    for any offset below 0). librdkafka delivers a message without one (-1001) when a later
+    batch of its partition succeeded while the message's own request had failed with an
+    outcome it cannot know (a time-out, a lost connection, NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+    the later success proves it stored, but no answer gave its offset (rd_kafka_dr_implicit_ack,
+    "implicitly acked by subsequent batch success"); so does an answer DUPLICATE_SEQUENCE_NUMBER,
+    which Gregor never gives (a duplicate batch is answered with its first offset)."""
     offset = msg.offset()
     return offset if offset is not None and offset >= 0 else NO_OFFSET
 
