@@ -10,14 +10,15 @@
   its writes, so the checker sees what it read (aborted and precommitted reads, G1c over
   write-read edges) and whether it consumed a value twice (exactly-once broken);
 - java-txn / java-ctp (processes j1 / jx): the same two with the Java client 4.3
-  (tests/chaos/java/ChaosTxn.java, one JVM), whose operations arrive as `OP <json>` lines.
+  (tests/chaos/java/ChaosTxn.java, one JVM), whose operations arrive as `OP <json>` lines
+  and the calls it is in as `CALL` lines (`java_line`).
 
 A commit that fails but whose abort then goes through is recorded as failed; one whose abort
 fails too is unknown (info), and the producer is replaced (a new one fences the old). What the
 confluent-kafka clients see besides (an exception, an error a poll returned or a callback
 reported, a rebalance, a poll of the transformer that returned nothing, a call still running
 after BLOCKED_S) goes to the history's notes, counted per second, and each exception also to
-the clients' log.
+the clients' log; of the Java clients, only their calls still running after BLOCKED_S.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ class Recorder(Protocol):
 
     def calling(self, process: str, what: str) -> AbstractContextManager[None]: ...
 
+    def call_began(self, process: str, what: str, since: float) -> None: ...
+
+    def call_ended(self, process: str) -> None: ...
+
 
 def now() -> float:
     return time.monotonic()
@@ -99,8 +104,13 @@ def note_errors(rec: Recorder, name: str, messages: list[Message]) -> list[Messa
 
 
 def delivered_offset(msg: Message) -> int:
-    """A delivered message's offset; NO_OFFSET when librdkafka knows none (its offset() is
-    None then, e.g. for a batch the broker answered as a duplicate without its offset)."""
+    """A delivered message's offset; NO_OFFSET when librdkafka knows none (offset() is None
+    for any offset below 0). librdkafka delivers a message without one (-1001) when a later
+    batch of its partition succeeded while the message's own request had failed with an
+    outcome it cannot know (a time-out, a lost connection, NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+    the later success proves it stored, but no answer gave its offset (rd_kafka_dr_implicit_ack,
+    "implicitly acked by subsequent batch success"); so does an answer DUPLICATE_SEQUENCE_NUMBER,
+    which Gregor never gives (a duplicate batch is answered with its first offset)."""
     offset = msg.offset()
     return offset if offset is not None and offset >= 0 else NO_OFFSET
 
@@ -294,17 +304,31 @@ def _rewound(c: Consumer, name: str, rec: Recorder) -> bool:
         return False
 
 
-def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], add: Any) -> None:
-    """The Java clients until the stop file appears (their operations read as they come);
-    raises if the JVM failed."""
+def run_java(bootstrap: str, stop_file: Path, seed: int, roles: list[str], rec: Recorder) -> None:
+    """The Java clients until the stop file appears (their lines read as they come); raises
+    if the JVM failed."""
     proc = subprocess.Popen(
         ["java", "-cp", f"{JAVA_DEPS}/*", str(JAVA_DIR / "ChaosTxn.java"), bootstrap, str(stop_file),
          str(seed), ",".join(roles)], stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.startswith("OP "):
-            add(Op.from_json(json.loads(line[3:])))
+        java_line(rec, line)
     code = proc.wait()
     if code != 0:
         raise RuntimeError(f"the Java clients exited with {code}")
+
+
+def java_line(rec: Recorder, line: str) -> None:
+    """One line of the Java clients: `OP <json>` an operation; `CALL <process> <call> <since>`
+    as a process enters a call that may block, `CALL <process>` as it returns (so that a
+    call still running after BLOCKED_S is noted, as the confluent-kafka clients' are)."""
+    kind, _, rest = line.rstrip("\n").partition(" ")
+    if kind == "OP":
+        rec.add(Op.from_json(json.loads(rest)))
+    elif kind == "CALL":
+        process, *call = rest.split(" ")
+        if call:
+            rec.call_began(process, call[0], float(call[1]))
+        else:
+            rec.call_ended(process)

@@ -60,19 +60,31 @@ class Recorder:
     @contextmanager
     def calling(self, process: str, what: str) -> Iterator[None]:
         """`process` is in the call `what` (which `watch` notes if it lasts)."""
-        self._calls[process] = (what, now())
+        self.call_began(process, what, now())
         try:
             yield
         finally:
-            self._calls.pop(process, None)
+            self.call_ended(process)
+
+    def call_began(self, process: str, what: str, since: float) -> None:
+        """`process` entered the call `what` at `since` (its own clock: the Java clients'
+        calls are told on their stdout)."""
+        self._calls[process] = (what, since)
+
+    def call_ended(self, process: str) -> None:
+        self._calls.pop(process, None)
 
     def watch(self, stop: threading.Event, after_s: float = BLOCKED_S) -> None:
-        """Until `stop`: each second, a note for each call running for longer than `after_s`
-        (a client blocked in a call sees nothing else: its callbacks are not served)."""
+        """Until `stop`: each second, the calls running for longer than `after_s` noted."""
         while not stop.wait(1.0):
-            for process, (what, since) in list(self._calls.items()):
-                if (took := now() - since) > after_s:
-                    self.note(process, "blocked", what, f"in it for {took:.0f} s")
+            self.note_blocked(after_s)
+
+    def note_blocked(self, after_s: float = BLOCKED_S) -> None:
+        """A note for each call running for longer than `after_s` (a client blocked in a call
+        sees nothing else: its callbacks are not served)."""
+        for process, (what, since) in list(self._calls.items()):
+            if (took := now() - since) > after_s:
+                self.note(process, "blocked", what, f"in it for {took:.0f} s")
 
     def save(self, out: Path) -> None:
         with self._lock:
@@ -203,7 +215,7 @@ def jobs_of(bootstrap: str, stop_file: Path, workloads: list[str], seed: int, re
         jobs.append(lambda: transactions.transform(bootstrap, "x1", rec, stop, seed))
     java = [w for w in workloads if w in transactions.JAVA_WORKLOADS]
     if java:
-        jobs.append(lambda: transactions.run_java(bootstrap, stop_file, seed, java, rec.add))
+        jobs.append(lambda: transactions.run_java(bootstrap, stop_file, seed, java, rec))
     topics = [QUEUE] if "queue" in workloads else []
     topics += [TXN] if set(workloads) - {"queue"} else []
     topics += [CTP] if {"ctp", "java-ctp"} & set(workloads) else []

@@ -12,13 +12,17 @@
 // Every operation is one line `OP <json>` on stdout in the history's format
 // (tests/chaos/history.py), its times from System.nanoTime (CLOCK_MONOTONIC, the campaign's
 // clock). A commit that fails but whose abort goes through is `fail`; one whose abort fails too
-// is `info` (unknown), and the producer is replaced. Ends when STOP_FILE exists.
+// is `info` (unknown), and the producer is replaced. A call that may block is told as it begins,
+// `CALL <process> <call> <since>`, and as it returns, `CALL <process>`: the campaign notes one
+// still running after 5 s (`blocked`), as for the confluent-kafka clients. Ends when STOP_FILE
+// exists.
 
 import java.nio.charset.StandardCharsets;
 import java.nio.file.*;
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.Future;
+import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.TopicPartition;
@@ -54,6 +58,25 @@ public class ChaosTxn {
         System.out.flush();
     }
 
+    /** `body`, told on stdout as `process`'s call `what` while it runs. */
+    static <T> T call(String process, String what, Supplier<T> body) {
+        System.out.println("CALL " + process + " " + what + " " + now());
+        System.out.flush();
+        try {
+            return body.get();
+        } finally {
+            System.out.println("CALL " + process);
+            System.out.flush();
+        }
+    }
+
+    static void run(String process, String what, Runnable body) {
+        call(process, what, () -> {
+            body.run();
+            return null;
+        });
+    }
+
     static void log(String process, String what, Exception e) {
         System.err.println(process + ": " + what + ": " + e.getClass().getSimpleName() + ": " + e.getMessage());
     }
@@ -74,7 +97,7 @@ public class ChaosTxn {
         while (!stopped()) {
             KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
             try {
-                producer.initTransactions();
+                run(process, "initTransactions", producer::initTransactions);
                 return producer;
             } catch (RuntimeException e) {
                 log(process, "initTransactions", e);
@@ -100,7 +123,9 @@ public class ChaosTxn {
 
         void send(KafkaProducer<byte[], byte[]> producer, String topic, int partition, String value) {
             planned.add(new String[] {topic, String.valueOf(partition), value});
-            sent.add(producer.send(new ProducerRecord<>(topic, partition, null, value.getBytes(StandardCharsets.UTF_8))));
+            byte[] bytes = value.getBytes(StandardCharsets.UTF_8);
+            ProducerRecord<byte[], byte[]> r = new ProducerRecord<>(topic, partition, null, bytes);
+            sent.add(call(process, "send", () -> producer.send(r)));  // waits for metadata up to max.block.ms
         }
 
         /** "ok", "fail" or "info"; "info" and a failed abort also mean: replace the producer. */
@@ -108,16 +133,16 @@ public class ChaosTxn {
             commitS = now();
             if (!abort) {
                 try {
-                    producer.flush();
+                    run(process, "flush", producer::flush);
                     commitS = now();
-                    producer.commitTransaction();
+                    run(process, "commitTransaction", producer::commitTransaction);
                     return "ok";
                 } catch (RuntimeException e) {
                     log(process, "commit", e);
                 }
             }
             try {
-                producer.abortTransaction();
+                run(process, "abortTransaction", producer::abortTransaction);
                 return "fail";
             } catch (RuntimeException e) {
                 log(process, "abort", e);
@@ -190,7 +215,8 @@ public class ChaosTxn {
         while (!stopped()) {
             try {
                 Set<TopicPartition> assigned = consumer.assignment();
-                Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(assigned);
+                Map<TopicPartition, OffsetAndMetadata> committed =
+                        call("jx", "committed", () -> consumer.committed(assigned));
                 for (TopicPartition tp : assigned) {
                     OffsetAndMetadata om = committed.get(tp);
                     if (om == null) consumer.seekToBeginning(List.of(tp));
@@ -228,7 +254,9 @@ public class ChaosTxn {
                     offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                     txn.send(producer, "ctp", rng.nextInt(PARTITIONS), "jx-" + n + "-" + i++);
                 }
-                producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                KafkaProducer<byte[], byte[]> p = producer;
+                run("jx", "sendOffsetsToTransaction",
+                        () -> p.sendOffsetsToTransaction(offsets, consumer.groupMetadata()));
                 outcome = txn.finish(producer, rng.nextInt(5) == 0);
             } catch (RuntimeException e) {
                 log("jx", "transaction", e);

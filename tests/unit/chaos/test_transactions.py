@@ -8,12 +8,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from tests.chaos import transactions
+from tests.chaos import transactions, workload
 
 
 class Recorder:
@@ -78,3 +79,20 @@ def test_a_rewind_gives_up_when_the_offsets_cannot_be_read(monkeypatch: pytest.M
     c = Consumer([KafkaError(KafkaError._TIMED_OUT)] * 3)
     assert not transactions._rewind(c, "x1", Recorder(), threading.Event())  # type: ignore[arg-type]
     assert c.sought == []
+
+
+def test_the_java_clients_lines_are_operations_and_the_calls_they_are_in(tmp_path: Path) -> None:
+    """A Java call still running after BLOCKED_S is noted `blocked`, as a confluent-kafka one is."""
+    rec = workload.Recorder()
+    transactions.java_line(rec, f"CALL jx commitTransaction {workload.now() - 7}\n")
+    transactions.java_line(rec, f"CALL j1 send {workload.now()}\n")
+    rec.note_blocked()
+    transactions.java_line(rec, "CALL jx\n")
+    rec.note_blocked()
+    transactions.java_line(rec, 'OP {"process":"jx","kind":"txn","invoke_s":1.5,"complete_s":2.5,'
+                                '"outcome":"ok","writes":[{"key":["ctp",1],"offset":7,"value":"jx-0-0"}],'
+                                '"reads":[],"committed_reader":true,"commit_s":2.0}\n')
+    rec.save(tmp_path / "history.json")
+    notes = [(n.process, n.what, n.name) for n in rec.history.notes]
+    assert notes == [("jx", "blocked", "commitTransaction")]
+    assert [(op.process, op.writes[0].offset) for op in rec.history.ops] == [("jx", 7)]
