@@ -208,7 +208,7 @@ def transform(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, s
         while producer is not None and not stop.is_set():
             messages = note_errors(rec, name, c.consume(10, 0.3))
             if not messages:
-                rec.note(name, "consume", "nothing", f"positions {_tps(c.position(c.assignment()))}")
+                rec.note(name, "consume", "nothing", f"positions {tps(c.position(c.assignment()))}")
                 continue
             txn = _Txn(name)
             try:
@@ -241,11 +241,11 @@ def _transform_consumer(bootstrap: str, name: str, rec: Recorder) -> Consumer:
 
 def _rebalances(rec: Recorder, name: str) -> dict[str, Any]:
     def noted(event: str) -> Any:
-        return lambda _c, parts: rec.note(name, "rebalance", event, _tps(parts))
+        return lambda _c, parts: rec.note(name, "rebalance", event, tps(parts))
     return {"on_assign": noted("assigned"), "on_revoke": noted("revoked"), "on_lost": noted("lost")}
 
 
-def _tps(parts: list[TopicPartition]) -> str:
+def tps(parts: list[TopicPartition]) -> str:
     """The partitions, with their offsets where set: `txn-0@12 txn-2`."""
     return " ".join(f"{tp.topic}-{tp.partition}" + (f"@{tp.offset}" if tp.offset >= 0 else "")
                     for tp in parts) or "none"

@@ -39,6 +39,11 @@ QUEUE = "queue"
 WORKLOADS = ("queue", "txn", "ctp", "java-txn", "java-ctp")
 PACE_S = 0.02  # one send per producer every 20 ms at most: a bounded load
 BLOCKED_S = 5.0  # a client call running longer than this is noted each second ("blocked")
+# The queue producers' message.timeout.ms: librdkafka's default, far above the longest outage.
+# A message that expires in flight is re-sent under a bumped epoch and new sequence numbers,
+# so a short timeout makes duplicates that are the client's (seed 53: 6,569 with 8 s).
+MESSAGE_TIMEOUT_MS = 300_000
+UNASSIGNED_GIVE_UP_S = 30.0  # a subscriber without partitions this long gets a new consumer
 COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 
 
@@ -112,7 +117,7 @@ def create_topics(bootstrap: str) -> None:
 
 def produce_queue(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": 8000,
+                         "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS,
                          "error_cb": transactions.on_error(rec, name, "producer error"), **COMMON})
     n = 0
     while not stop.is_set():
@@ -169,17 +174,36 @@ def poll_assigned(bootstrap: str, topics: list[str], name: str, committed: bool,
 
 
 def poll_subscribed(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> None:
+    """The group `chaos-queue`'s only member. After UNASSIGNED_GIVE_UP_S without partitions
+    it is replaced: librdkafka's consumer can keep its group coordinator cached after the
+    broker left the metadata and wait for it for good (confluentinc/librdkafka#5511; seed 53's
+    `cs` had no partitions for its last 63 minutes after its session timed out)."""
+    c, unassigned_since = _subscriber(bootstrap, name, rec), now()
+    try:
+        while not stop.is_set():
+            poll_into(c, rec, name, True)
+            if c.assignment():
+                unassigned_since = now()
+            elif now() - unassigned_since > UNASSIGNED_GIVE_UP_S:
+                rec.note(name, "subscribe", "gave up", f"no partitions for {UNASSIGNED_GIVE_UP_S:.0f} s: "
+                         "a new consumer")
+                threading.Thread(target=c.close, daemon=True).start()  # may wait on its lost group
+                c, unassigned_since = _subscriber(bootstrap, name, rec), now()
+    finally:
+        c.close()
+
+
+def _subscriber(bootstrap: str, name: str, rec: Recorder) -> Consumer:
     c = consumer(bootstrap, True, group="chaos-queue", rec=rec, name=name)
 
     def assigned(_c: Any, parts: list[TopicPartition]) -> None:
         rec.add(Op(ProcessId(name), Kind.ASSIGN, now(), now(), Outcome.OK))
 
-    c.subscribe([QUEUE], on_assign=assigned)
-    try:
-        while not stop.is_set():
-            poll_into(c, rec, name, True)
-    finally:
-        c.close()
+    def noted(event: str) -> Callable[[Any, list[TopicPartition]], None]:
+        return lambda _c, parts: rec.note(name, "rebalance", event, transactions.tps(parts))
+
+    c.subscribe([QUEUE], on_assign=assigned, on_revoke=noted("revoked"), on_lost=noted("lost"))
+    return c
 
 
 # -- the end: drain ----------------------------------------------------------------------------
