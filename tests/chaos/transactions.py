@@ -52,7 +52,9 @@ COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 JAVA_DEPS = Path(__file__).resolve().parents[2] / ".deps" / "java4"
 JAVA_WORKLOADS = ("java-txn", "java-ctp")
-REWIND_GIVE_UP_S = 30.0  # a transformer that cannot read its group's offsets this long gets a new consumer
+# a transformer that cannot read its group's offsets this long (to rewind, or to start fetching:
+# librdkafka's consumer can wait for good on a coordinator it cached, librdkafka#5511) gets a new consumer
+REWIND_GIVE_UP_S = 30.0
 
 
 def java_missing() -> str | None:
@@ -201,15 +203,16 @@ def produce_txns(bootstrap: str, name: str, rec: Recorder, stop: threading.Event
 def transform(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, seed: int) -> None:
     """Consume-transform-produce from `txn` to `ctp`, offsets committed in each transaction."""
     rng = random.Random(seed + 1)
-    c = _transform_consumer(bootstrap, name, rec)
+    c, placed = _transform_consumer(bootstrap, name, rec), now()
     producer = txn_producer(bootstrap, name, rec, stop)
     n = 0
     try:
         while producer is not None and not stop.is_set():
             messages = note_errors(rec, name, c.consume(10, 0.3))
             if not messages:
-                rec.note(name, "consume", "nothing", f"positions {tps(c.position(c.assignment()))}")
+                c, placed = _idle(c, placed, bootstrap, name, rec)
                 continue
+            placed = now()
             txn = _Txn(name)
             try:
                 outcome, commit_s = _transform_one(producer, c, txn, messages, n, rng, rec)
@@ -220,14 +223,33 @@ def transform(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, s
             rec.add(txn.op(outcome, commit_s))
             if outcome != Outcome.OK and not _rewind(c, name, rec, stop):
                 rec.note(name, "rewind", "gave up", f"after {REWIND_GIVE_UP_S:.0f} s: a new consumer")
-                threading.Thread(target=c.close, daemon=True).start()  # may wait on its lost group
-                c = _transform_consumer(bootstrap, name, rec)  # starts at the committed offsets
+                c, placed = _replace(c, bootstrap, name, rec), now()
             n += 1
     except Exception as exc:  # the thread ends and the clients fail: noted where it happened
         log(rec, name, "transform (ended)", exc)
         raise
     finally:
         c.close()
+
+
+def _idle(c: Consumer, placed: float, bootstrap: str, name: str, rec: Recorder) -> tuple[Consumer, float]:
+    """A consume() that returned nothing: the consumer, and since when it had a position. One
+    without a position for REWIND_GIVE_UP_S is replaced (its committed offsets never came)."""
+    positions = c.position(c.assignment())
+    rec.note(name, "consume", "nothing", f"positions {tps(positions)}")
+    if any(tp.offset >= 0 for tp in positions):
+        return c, now()
+    if now() - placed <= REWIND_GIVE_UP_S:
+        return c, placed
+    rec.note(name, "consume", "gave up", f"no position for {REWIND_GIVE_UP_S:.0f} s: a new consumer")
+    return _replace(c, bootstrap, name, rec), now()
+
+
+def _replace(c: Consumer, bootstrap: str, name: str, rec: Recorder) -> Consumer:
+    """A new consumer for the transformer (it starts at the group's committed offsets); the
+    old one is closed aside, as its close may wait on the group coordinator it lost."""
+    threading.Thread(target=c.close, daemon=True).start()
+    return _transform_consumer(bootstrap, name, rec)
 
 
 def _transform_consumer(bootstrap: str, name: str, rec: Recorder) -> Consumer:

@@ -43,6 +43,8 @@ BLOCKED_S = 5.0  # a client call running longer than this is noted each second (
 # A message that expires in flight is re-sent under a bumped epoch and new sequence numbers,
 # so a short timeout makes duplicates that are the client's (seed 53: 6,569 with 8 s).
 MESSAGE_TIMEOUT_MS = 300_000
+# Their idempotence states (PID, epoch bumps, drains) go to clients.log: seed 53's p2 timed out
+# every message for its last 38 minutes without another line there.
 UNASSIGNED_GIVE_UP_S = 30.0  # a subscriber without partitions this long gets a new consumer
 COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 
@@ -117,7 +119,7 @@ def create_topics(bootstrap: str) -> None:
 
 def produce_queue(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+                         "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "debug": "eos",
                          "error_cb": transactions.on_error(rec, name, "producer error"), **COMMON})
     n = 0
     while not stop.is_set():
@@ -133,6 +135,8 @@ def produce_queue(bootstrap: str, name: str, rec: Recorder, stop: threading.Even
 def _on_send(rec: Recorder, name: str, value: str, invoked: float) -> Callable[[Any, Any], None]:
     def done(err: Any, msg: Any) -> None:
         key = (msg.topic(), msg.partition())
+        if err is not None:  # counted per second in the notes: which error, and how often
+            rec.note(name, "delivery", err.name(), f"{key[0]}-{key[1]}: {err.str()}")
         outcome = Outcome.OK if err is None else Outcome.INFO  # a time-out may have been written
         offset = transactions.delivered_offset(msg) if err is None else NO_OFFSET
         rec.add(Op(ProcessId(name), Kind.SEND, invoked, now(), outcome, (Write(key, value, offset),)))
