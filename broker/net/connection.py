@@ -338,6 +338,9 @@ class Connection:
                 continue
             if self.auth is not None and self.auth.failed:
                 await self._delay_failed_authentication()
+            if self.writer.is_closing():  # the client went away (uvloop refuses the write)
+                closing = True
+                continue
             try:
                 self.writer.writelines(parts)
                 await self.writer.drain()

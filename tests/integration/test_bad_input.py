@@ -351,6 +351,28 @@ def test_connection_reset_mid_frame(scene: Scene) -> None:
     c.close()
 
 
+def test_connection_reset_while_an_answer_waits(scene: Scene) -> None:
+    """A client that resets its connection while a fetch long-polls: the answer, ready after
+    the reset, is dropped without a traceback (uvloop refuses a write to a closed transport
+    with a RuntimeError; a chaos campaign's broker logged one as an unhandled exception)."""
+    cls = REQUESTS[1]
+    fetch = cls(
+        version=12, replica_id=-1, max_wait_ms=300, min_bytes=1, max_bytes=1 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1,
+        topics=[cls.FetchTopic(topic=scene.topic, partitions=[cls.FetchTopic.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=scene.leo[0], log_start_offset=-1,
+            partition_max_bytes=1 << 20)])],
+        forgotten_topics_data=[], rack_id="",
+    )
+    c = scene.bad()
+    c.send_request(1, 12, encode_body(fetch, 12))
+    time.sleep(0.1)  # the fetch waits in the broker for records that never come
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
+    c.close()
+    time.sleep(0.6)  # past max_wait_ms: the broker has written (or dropped) its answer
+    assert "Traceback" not in scene.broker.log_text()
+
+
 @pytest.mark.parametrize(
     "payload",
     [
