@@ -31,7 +31,8 @@ class LogDirLockedError(Exception):
 
 
 class LogDirUnusableError(Exception):
-    """A log dir that cannot be created or locked (permissions, not a directory...)."""
+    """A log dir that cannot be created or locked (permissions, not a directory...), or whose
+    logs cannot be loaded (a full disk or an I/O error during recovery)."""
 
 
 class DirLock:

@@ -102,6 +102,17 @@ class LogManager:
                 MetaProperties(self.node_id, resolved, random_kafka_uuid()).write(d)
         return resolved
 
+    def _open_log(self, child: Path, tp: TopicPartition, recovery_point: int, start: int | None,
+                  clean: bool, now_ms: int) -> Log:
+        """One partition's log, recovered if need be. A file that cannot be read or written
+        (a full disk, an I/O error) makes the dir unusable: the broker stops with one line, as
+        Kafka's stops once all its log dirs have failed, and recovers again at its next start."""
+        try:
+            recover_swaps(child)  # a cleaning interrupted by a crash: finish or undo its swap
+            return Log.open(child, self._config_for(tp[0]), recovery_point, start, clean, now_ms)
+        except OSError as exc:
+            raise LogDirUnusableError(f"{child}: cannot load the log: {exc.strerror or exc}") from exc
+
     def _load_dir(self, directory: Path, now_ms: int) -> None:
         marker = directory / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
@@ -119,15 +130,7 @@ class LogManager:
         for child, tp in found:
             if tp in self._logs:
                 raise InconsistentMetaPropertiesError(f"{tp} found in two log dirs")
-            recover_swaps(child)  # a cleaning interrupted by a crash: finish or undo its swap
-            opened = Log.open(
-                child,
-                self._config_for(tp[0]),
-                recovery.get(tp, 0),
-                starts.get(tp),
-                clean,
-                now_ms,
-            )
+            opened = self._open_log(child, tp, recovery.get(tp, 0), starts.get(tp), clean, now_ms)
             opened.on_flush = self._on_flush
             self._logs[tp] = opened
             self._dir_of[tp] = directory

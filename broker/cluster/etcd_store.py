@@ -127,9 +127,7 @@ class EtcdMetadataStore:
     async def close(self, stop_lease: bool = True) -> None:
         """Stop; `stop_lease=False` leaves the lease to expire, as a dead broker's does."""
         self._closed = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_until_done(self._tasks)
         if stop_lease and self._client is not None and self._lease_id is not None:
             with contextlib.suppress(Exception):
                 await self._client.revoke_lease(self._lease_id)
@@ -396,3 +394,17 @@ class EtcdMetadataStore:
         if await self._txn([tx.version(key) == 0, epoch_guard], puts):
             return record
         return None
+
+
+async def cancel_until_done(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait until each has ended, cancelling again those still running: on
+    Python 3.11 a cancel that arrives as an `asyncio.wait_for` inside them completes is
+    swallowed (aetcd's watch set-up), and the task then waits on its stream for good (a
+    broker whose start failed right after it opened the store hung in its close)."""
+    while pending := [t for t in tasks if not t.done()]:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=0.1)
+    for task in tasks:  # retrieved: an exception a task ended with is not logged at exit
+        if not task.cancelled():
+            task.exception()

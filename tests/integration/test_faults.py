@@ -3,6 +3,8 @@
 over as after a lease expiry; a broker whose data dir is full answers KAFKA_STORAGE_ERROR
 per partition (one log line per partition and change, no traceback, connection kept),
 serves reads, hands leadership to an in-sync follower, and writes again once space returns;
+one that cannot recover its log at start-up on a full disk stops with one line, and
+recovers at the next start once space is back;
 a producer's sequence gap that a refused write left is a storage error, not its own.
 
 One etcd and three brokers for the module; broker 3's data dir is a small tmpfs.
@@ -22,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from protocol.errors import ErrorCode
 from tests.integration.cluster import Cluster, running_cluster, wait_until_served
 from tests.integration.disks import fill, free, small_tmpfs
-from tests.integration.harness import wait_until
+from tests.integration.harness import BrokerStartError, wait_until
 from tests.integration.test_idempotence_wire import init_producer_id
 from tests.integration.wire import WireClient, build_batch, partition_errors
 
@@ -173,3 +175,26 @@ def test_a_sequence_gap_left_by_a_failed_write_is_a_storage_error(cluster: Clust
         assert [error(1, 65536), error(2)] == [ErrorCode.NONE, ErrorCode.NONE]
     stored = consume(broker.bootstrap, topic, 0, 3)
     assert [v[:1] for v in stored] == [b"0", b"1", b"2"]
+
+
+def test_a_broker_that_cannot_recover_on_a_full_disk_stops_with_one_line(cluster: Cluster) -> None:
+    """Recovery after kill -9 writes (indexes, producer snapshots): on a full disk the broker
+    exits with one line, as Kafka's stops once all its log dirs failed; a chaos campaign's
+    broker printed a traceback. Its next start, with space back, recovers everything."""
+    topic = placed_topic(cluster, [[FULL, 1, 2]])
+    produce(cluster, topic, values("r", 300))
+    broker = cluster.broker(FULL)
+    broker.kill9()
+    filler = fill(Path(broker.config["log.dirs"]).parent)
+    try:
+        with pytest.raises(BrokerStartError, match="exited with code"):
+            broker.start()
+    finally:
+        free(filler)
+    log = broker.log_text()
+    assert "gregor: cannot start:" in log and "No space left on device" in log, log[-3000:]
+    assert "Traceback" not in log
+    broker.start()
+    cluster.wait_for(lambda i: FULL in i.brokers and FULL in i.partitions[(topic, 0)].isr)
+    produce(cluster, topic, values("r2", 50))
+    assert consume(cluster.bootstrap, topic, 0, 350) == values("r", 300) + values("r2", 50)
