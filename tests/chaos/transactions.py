@@ -257,11 +257,11 @@ def _transform_consumer(bootstrap: str, name: str, rec: Recorder) -> Consumer:
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
                   "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
                   "error_cb": on_error(rec, name, "consumer error"), **COMMON})
-    c.subscribe([TXN], **_rebalances(rec, name))
+    c.subscribe([TXN], **rebalances(rec, name))
     return c
 
 
-def _rebalances(rec: Recorder, name: str) -> dict[str, Any]:
+def rebalances(rec: Recorder, name: str) -> dict[str, Any]:
     def noted(event: str) -> Any:
         return lambda _c, parts: rec.note(name, "rebalance", event, tps(parts))
     return {"on_assign": noted("assigned"), "on_revoke": noted("revoked"), "on_lost": noted("lost")}

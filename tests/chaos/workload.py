@@ -203,10 +203,7 @@ def _subscriber(bootstrap: str, name: str, rec: Recorder) -> Consumer:
     def assigned(_c: Any, parts: list[TopicPartition]) -> None:
         rec.add(Op(ProcessId(name), Kind.ASSIGN, now(), now(), Outcome.OK))
 
-    def noted(event: str) -> Callable[[Any, list[TopicPartition]], None]:
-        return lambda _c, parts: rec.note(name, "rebalance", event, transactions.tps(parts))
-
-    c.subscribe([QUEUE], on_assign=assigned, on_revoke=noted("revoked"), on_lost=noted("lost"))
+    c.subscribe([QUEUE], **{**transactions.rebalances(rec, name), "on_assign": assigned})
     return c
 
 
