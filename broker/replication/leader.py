@@ -9,8 +9,11 @@ fetch offset is the follower's log end offset); from those it computes
   counts (Kafka's "maximal ISR"), so the HW never passes a replica that may
   still be in the ISR;
 - ISR changes to propose: a follower joins once its log end offset reaches
-  the HW and the start of the leader's epoch; it leaves once it has not been
-  caught up for `replica.lag.time.max.ms`.
+  the HW and the start of the leader's epoch; it leaves once it is behind the
+  leader's log end and has not been caught up for `replica.lag.time.max.ms`
+  (Kafka's `isCaughtUp`: a follower at the log end stays however long ago it
+  fetched, so a leader that stalled does not drop followers for the fetches it
+  did not serve meanwhile).
 
 A proposal becomes the ISR only when the metadata store accepted it
 (`committed`), as Kafka's AlterPartition.
@@ -88,7 +91,7 @@ class LeaderState:
         return follower.log_end_offset if follower is not None else NOT_FETCHED
 
     def proposal(
-        self, hw: int, now_ms: int, lag_max_ms: int, fetched_by: NodeId | None = None
+        self, hw: int, leader_leo: int, now_ms: int, lag_max_ms: int, fetched_by: NodeId | None = None
     ) -> tuple[NodeId, ...] | None:
         """The ISR to propose to the store, or None (also while a proposal is in flight).
 
@@ -97,7 +100,7 @@ class LeaderState:
         since died must not bring it back."""
         if self.pending is not None:
             return None
-        isr = [n for n in self.state.isr if not self._lagging(n, now_ms, lag_max_ms)]
+        isr = [n for n in self.state.isr if not self._lagging(n, leader_leo, now_ms, lag_max_ms)]
         if fetched_by is not None and fetched_by not in isr and self._may_join(fetched_by, hw):
             isr.append(fetched_by)
         proposed = tuple(n for n in self.state.replicas if n in isr)
@@ -106,9 +109,10 @@ class LeaderState:
         self.pending = proposed
         return proposed
 
-    def _lagging(self, node: NodeId, now_ms: int, lag_max_ms: int) -> bool:
+    def _lagging(self, node: NodeId, leader_leo: int, now_ms: int, lag_max_ms: int) -> bool:
         follower = self.followers.get(node)
-        return follower is not None and now_ms - follower.last_caught_up_ms > lag_max_ms
+        return (follower is not None and follower.log_end_offset != leader_leo
+                and now_ms - follower.last_caught_up_ms > lag_max_ms)
 
     def _may_join(self, node: NodeId, hw: int) -> bool:
         follower = self.followers.get(node)

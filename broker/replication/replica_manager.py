@@ -333,7 +333,7 @@ class ReplicaManager:
         part.advance_high_watermark()
         if self.isr_changes is not None:
             hw = part.log.high_watermark
-            proposed = part.leader.proposal(hw, now_ms, self.replica_lag_ms, fetched_by=NodeId(node))
+            proposed = leader.proposal(hw, log_end, now_ms, self.replica_lag_ms, fetched_by=NodeId(node))
             if proposed is not None:
                 self.isr_changes(part, proposed)
 
@@ -343,7 +343,10 @@ class ReplicaManager:
             return
         for part in self._partitions.values():
             if part.leader is not None:
-                proposed = part.leader.proposal(part.log.high_watermark, now_ms, self.replica_lag_ms)
+                log = part.log
+                proposed = part.leader.proposal(
+                    log.high_watermark, log.log_end_offset, now_ms, self.replica_lag_ms
+                )
                 if proposed is not None:
                     self.isr_changes(part, proposed)
 

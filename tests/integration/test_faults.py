@@ -5,7 +5,8 @@ per partition (one log line per partition and change, no traceback, connection k
 serves reads, hands leadership to an in-sync follower, and writes again once space returns;
 one that cannot recover its log at start-up on a full disk stops with one line, and
 recovers at the next start once space is back;
-a producer's sequence gap that a refused write left is a storage error, not its own.
+a producer's sequence gap that a refused write left is a storage error, not its own;
+a leader paused past replica.lag.time.max.ms keeps the followers that had all its records.
 
 One etcd and three brokers for the module; broker 3's data dir is a small tmpfs.
 """
@@ -13,6 +14,7 @@ One etcd and three brokers for the module; broker 3's data dir is a small tmpfs.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +107,26 @@ def test_a_broker_restarted_at_once_after_kill9_comes_back_as_a_follower(cluster
     assert consume(cluster.bootstrap, topic, 0, 400) == values("before", 200) + values("after", 200)
     log = cluster.broker(1).log_text()
     assert "ended the session of its previous incarnation" in log and "Traceback" not in log
+
+
+def test_a_leader_paused_past_the_lag_time_keeps_its_caught_up_followers(cluster: Cluster) -> None:
+    """Kafka's isCaughtUp: a follower at the leader's log end is in sync however long ago it
+    fetched. Gregor's leader dropped every follower of every partition it led when it came back
+    from a stall (a pause, or starvation) longer than the lag time, as its ISR check ran before
+    the followers' waiting fetches: acks=all writes then got NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
+    and librdkafka's handling of those made the long runs' duplicates. The pause (3 s) is past
+    the lag time (2 s), within the session (10 s)."""
+    topic = placed_topic(cluster, [[1, 2, 3]])
+    produce(cluster, topic, values("before", 20))
+    before = cluster.partition(topic)
+    cluster.broker(1).pause()
+    time.sleep(3.0)
+    cluster.broker(1).resume()
+    produce(cluster, topic, values("after", 20))  # its ISR check was due first: it has run
+    produce(cluster, topic, values("later", 20))
+    after = cluster.partition(topic)
+    assert (after.isr, after.partition_epoch) == (before.isr, before.partition_epoch)
+    assert f"partition {topic}-0: ISR" not in cluster.broker(1).log_text()
 
 
 def test_a_full_disk_answers_storage_error_serves_reads_and_hands_over(cluster: Cluster) -> None:

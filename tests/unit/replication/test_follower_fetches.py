@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from broker.cluster.image import PartitionEpoch, PartitionState
-from broker.replication.replica_manager import Partition, ReplicaManager
 from broker.coordination.internal_topics import record_batch
+from broker.replication.replica_manager import Partition, ReplicaManager
 from protocol.types import LeaderEpoch, NodeId
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -74,7 +74,9 @@ def test_a_settled_follower_fetching_again_changes_nothing_but_its_time(replicas
     assert not proposals and part.log.high_watermark == 1
 
 
-async def test_a_followers_fetch_waits_for_records_a_consumers_also_for_the_hw(replicas: ReplicaManager) -> None:
+async def test_a_followers_fetch_waits_for_records_a_consumers_also_for_the_hw(
+    replicas: ReplicaManager,
+) -> None:
     part = lead(replicas, isr=(ME, F2))
     write(replicas, part)
     follower = replicas.waiter([part], follower=True)
