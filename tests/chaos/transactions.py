@@ -14,7 +14,9 @@
   and the calls it is in as `CALL` lines (`java_line`).
 
 A commit that fails but whose abort then goes through is recorded as failed; one whose abort
-fails too is unknown (info), and the producer is replaced (a new one fences the old). What the
+fails too is unknown (info), and the producer is replaced (a new one fences the old). So is the
+transformer's producer when its send_offsets_to_transaction still runs after SEND_OFFSETS_GIVE_UP_S
+(its transaction failed: the producer left in that call never commits). What the
 confluent-kafka clients see besides (an exception, an error a poll returned or a callback
 reported, a rebalance, a poll of the transformer that returned nothing, a call still running
 after BLOCKED_S) goes to the history's notes, counted per second, and each exception also to
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,6 +58,11 @@ JAVA_WORKLOADS = ("java-txn", "java-ctp")
 # a transformer that cannot read its group's offsets this long (to rewind, or to start fetching:
 # librdkafka's consumer can wait for good on a coordinator it cached, librdkafka#5511) gets a new consumer
 REWIND_GIVE_UP_S = 30.0
+# librdkafka's send_offsets_to_transaction can wait far past its time-out for a group coordinator
+# that went down or left the metadata (librdkafka#5456: the coordinator request's deadline is never
+# checked; #5511): the transformer gives such a call up after this long, leaves it to its thread,
+# and goes on with a new producer (which fences the old one) from the group's committed offsets
+SEND_OFFSETS_GIVE_UP_S = 20.0
 
 
 def java_missing() -> str | None:
@@ -115,6 +123,31 @@ def delivered_offset(msg: Message) -> int:
     which Gregor never gives (a duplicate batch is answered with its first offset)."""
     offset = msg.offset()
     return offset if offset is not None and offset >= 0 else NO_OFFSET
+
+
+class Abandoned(Exception):
+    """A client call given up on while it still runs (its thread is left to end it)."""
+
+
+def bounded(call: Callable[[], object], give_up_s: float) -> None:
+    """`call` in a thread of its own, waited for `give_up_s`: its exception is raised here;
+    Abandoned if it is still running then."""
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # re-raised in the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    if not done.wait(give_up_s):
+        raise Abandoned(f"still running after {give_up_s:.0f} s")
+    if failed:
+        raise failed[0]
 
 
 def txn_producer(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> Producer | None:
@@ -216,6 +249,10 @@ def transform(bootstrap: str, name: str, rec: Recorder, stop: threading.Event, s
             txn = _Txn(name)
             try:
                 outcome, commit_s = _transform_one(producer, c, txn, messages, n, rng, rec)
+            except Abandoned as exc:  # it can never commit: the producer is left in the call
+                rec.note(name, "send_offsets_to_transaction", "gave up", f"{exc}: a new producer")
+                outcome, commit_s = Outcome.FAIL, txn.invoked
+                producer = txn_producer(bootstrap, name, rec, stop)
             except Exception as exc:  # fatal, as in produce_txns
                 log(rec, name, "transaction (fatal)", exc)
                 outcome, commit_s = Outcome.INFO, txn.invoked
@@ -282,9 +319,10 @@ def _transform_one(producer: Producer, c: Consumer, txn: _Txn, messages: list[Me
         txn.send(producer, CTP, rng.randrange(PARTITIONS), f"{txn.name}-{n}-{i}")
     positions = {(m.topic(), m.partition()): m.offset() + 1 for m in messages}
     try:
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        group = c.consumer_group_metadata()
         with rec.calling(txn.name, "send_offsets_to_transaction"):
-            producer.send_offsets_to_transaction(
-                [TopicPartition(t, p, o) for (t, p), o in positions.items()], c.consumer_group_metadata(), 10)
+            bounded(lambda: producer.send_offsets_to_transaction(offsets, group, 10), SEND_OFFSETS_GIVE_UP_S)
     except KafkaException as exc:
         log(rec, txn.name, "send_offsets_to_transaction", exc)
         if exc.args[0].fatal():

@@ -46,6 +46,7 @@ MESSAGE_TIMEOUT_MS = 300_000
 # Their idempotence states (PID, epoch bumps, drains) go to clients.log: seed 53's p2 timed out
 # every message for its last 38 minutes without another line there.
 UNASSIGNED_GIVE_UP_S = 30.0  # a subscriber without partitions this long gets a new consumer
+PRODUCER_GIVE_UP_S = 60.0  # a queue producer without a delivery this long gets replaced
 COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 
 
@@ -118,25 +119,43 @@ def create_topics(bootstrap: str) -> None:
 
 
 def produce_queue(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "debug": "eos",
-                         "error_cb": transactions.on_error(rec, name, "producer error"), **COMMON})
+    """One value every PACE_S, round-robin over the partitions. After PRODUCER_GIVE_UP_S without
+    a delivery the producer is replaced: librdkafka's can stop sending for good after a
+    re-bootstrap (seeds 53, 63, 64: silent for the last 38 to 54 minutes, idempotence state
+    Assigned, messages still queued at the end). The old one is flushed aside, so that each of
+    its messages still ends in an operation (a delivery, or unknown once timed out)."""
+    producer, delivered = _queue_producer(bootstrap, name, rec), [now()]
     n = 0
     while not stop.is_set():
         value = f"{name}-{n}"
-        done = _on_send(rec, name, value, now())
+        done = _on_send(rec, name, value, now(), delivered)
         producer.produce(QUEUE, value.encode(), partition=n % PARTITIONS, on_delivery=done)
         producer.poll(0)
         n += 1
+        if now() - delivered[0] > PRODUCER_GIVE_UP_S:
+            rec.note(name, "produce", "gave up", f"no delivery for {PRODUCER_GIVE_UP_S:.0f} s: "
+                     "a new producer")
+            threading.Thread(target=producer.flush, args=(MESSAGE_TIMEOUT_MS / 1000,), daemon=True).start()
+            producer, delivered[0] = _queue_producer(bootstrap, name, rec), now()
         time.sleep(PACE_S)
     producer.flush(15)
 
 
-def _on_send(rec: Recorder, name: str, value: str, invoked: float) -> Callable[[Any, Any], None]:
+def _queue_producer(bootstrap: str, name: str, rec: Recorder) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                     "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "debug": "eos",
+                     "error_cb": transactions.on_error(rec, name, "producer error"), **COMMON})
+
+
+def _on_send(rec: Recorder, name: str, value: str, invoked: float,
+             delivered: list[float]) -> Callable[[Any, Any], None]:
+    """The delivery callback of one value: its operation; a success's time in `delivered[0]`."""
     def done(err: Any, msg: Any) -> None:
         key = (msg.topic(), msg.partition())
         if err is not None:  # counted per second in the notes: which error, and how often
             rec.note(name, "delivery", err.name(), f"{key[0]}-{key[1]}: {err.str()}")
+        else:
+            delivered[0] = now()
         outcome = Outcome.OK if err is None else Outcome.INFO  # a time-out may have been written
         offset = transactions.delivered_offset(msg) if err is None else NO_OFFSET
         rec.add(Op(ProcessId(name), Kind.SEND, invoked, now(), outcome, (Write(key, value, offset),)))

@@ -96,3 +96,18 @@ def test_the_java_clients_lines_are_operations_and_the_calls_they_are_in(tmp_pat
     notes = [(n.process, n.what, n.name) for n in rec.history.notes]
     assert notes == [("jx", "blocked", "commitTransaction")]
     assert [(op.process, op.writes[0].offset) for op in rec.history.ops] == [("jx", 7)]
+
+
+def test_a_bounded_call_returns_raises_or_is_given_up() -> None:
+    """send_offsets_to_transaction runs this way: librdkafka can block in it far past its
+    time-out (librdkafka#5456), and the transformer must go on without it."""
+    def fenced() -> None:
+        raise KafkaException(KafkaError(KafkaError._FENCED))
+
+    transactions.bounded(lambda: None, 5.0)
+    with pytest.raises(KafkaException):
+        transactions.bounded(fenced, 5.0)
+    release = threading.Event()
+    with pytest.raises(transactions.Abandoned, match="still running after 0 s"):
+        transactions.bounded(release.wait, 0.05)
+    release.set()
