@@ -13,6 +13,11 @@ from dataclasses import dataclass
 BLOCK_SIZE = 1000
 
 
+class ProducerIdsUnavailable(Exception):
+    """No block of ids can be had now (the metadata store is out of reach). Kafka's coordinator
+    answers COORDINATOR_LOAD_IN_PROGRESS then, and the client tries again."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerIdBlock:
     first: int
@@ -24,7 +29,8 @@ class ProducerIdBlock:
 
 
 class ProducerIdManager:
-    """Hands out ids from the current block; asks `reserve` for the next one."""
+    """Hands out ids from the current block; asks `reserve` for the next one (which may raise
+    ProducerIdsUnavailable: no id is handed out, the next call asks again)."""
 
     def __init__(self, reserve: Callable[[int], ProducerIdBlock]) -> None:
         self._reserve = reserve

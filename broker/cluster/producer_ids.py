@@ -14,16 +14,12 @@ import logging
 import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
-from coordinator.producer_ids import BLOCK_SIZE, ProducerIdBlock
+from coordinator.producer_ids import BLOCK_SIZE, ProducerIdBlock, ProducerIdsUnavailable
 
 log = logging.getLogger(__name__)
 
 AHEAD = 2  # blocks kept in reserve
 RETRY_S = 1.0
-
-
-class ProducerIdsExhausted(Exception):
-    """No reserved block is ready (etcd unreachable for a long time)."""
 
 
 class PrefetchedProducerIdBlocks:
@@ -36,12 +32,14 @@ class PrefetchedProducerIdBlocks:
         await self._fill()
 
     def reserve(self, size: int) -> ProducerIdBlock:
-        """The next reserved block (its size is the store's BLOCK_SIZE); refills behind it."""
+        """The next reserved block (its size is the store's BLOCK_SIZE); refills behind it.
+        ProducerIdsUnavailable when none is ready (etcd out of reach while more than AHEAD
+        blocks' worth of ids went out)."""
         if size != BLOCK_SIZE:
             raise ValueError(f"blocks are reserved ahead with {BLOCK_SIZE} ids, not {size}")
         if not self._ready:
             self._start_refill()
-            raise ProducerIdsExhausted("no producer-id block reserved yet")
+            raise ProducerIdsUnavailable("no producer-id block reserved yet")
         block = self._ready.popleft()
         self._start_refill()
         return block

@@ -11,6 +11,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 from broker.handlers.resolve import resolve_partition
 from broker.security.acl import AclOperation, ResourceType
 from broker.security.authorizer import authorize, authorize_any, authorize_cluster
+from coordinator.producer_ids import ProducerIdsUnavailable
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 
@@ -51,7 +52,11 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
         return InitResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
     # Like Kafka, an idempotent producer always gets a fresh id with epoch 0,
     # also when it asks for an epoch bump of its current id (KIP-360).
-    producer_id = ctx.services.producer_ids.generate()
+    try:
+        producer_id = ctx.services.producer_ids.generate()
+    except ProducerIdsUnavailable:  # etcd out of reach for long: Kafka's answer, the client retries
+        return InitResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                            producer_id=-1, producer_epoch=-1)
     log.info("new idempotent producer id %d for client %s", producer_id, ctx.header.client_id)
     return InitResponse(
         throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0

@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
+from typing import Concatenate, ParamSpec
 
 from coordinator.hashing import coordinator_partition
+from coordinator.producer_ids import ProducerIdsUnavailable
 from coordinator.transaction.state import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -144,6 +146,25 @@ def append_error_to_coordinator_error(error: ErrorCode) -> ErrorCode:
     if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
         return ErrorCode.UNKNOWN_SERVER_ERROR
     return error
+
+
+_P = ParamSpec("_P")
+
+
+def _needs_producer_ids(
+    method: Callable[Concatenate[TransactionStateMachine, str, _P], Outcome],
+) -> Callable[Concatenate[TransactionStateMachine, str, _P], Outcome]:
+    """An operation that may allocate a producer id answers COORDINATOR_LOAD_IN_PROGRESS when
+    none can be had now (Kafka's, while its producer-id block is not there yet). Nothing has
+    changed by then: ids are allocated before any record is staged."""
+    def answered(
+        self: TransactionStateMachine, transactional_id: str, /, *args: _P.args, **kw: _P.kwargs
+    ) -> Outcome:
+        try:
+            return method(self, transactional_id, *args, **kw)
+        except ProducerIdsUnavailable:
+            return Outcome(transactional_id, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    return answered
 
 
 class TransactionStateMachine:
@@ -289,6 +310,7 @@ class TransactionStateMachine:
 
     # ------------------------------------------------------------ InitProducerId
 
+    @_needs_producer_ids
     def init_producer_id(
         self,
         transactional_id: str,
@@ -507,6 +529,7 @@ class TransactionStateMachine:
 
     # ------------------------------------------------------------ EndTxn and markers
 
+    @_needs_producer_ids
     def end_txn(
         self,
         transactional_id: str,

@@ -6,24 +6,30 @@ process that rewinds to the stale offset commits the same input twice. Etcd is p
 real (SIGSTOP) beyond the session timeout: every broker's lease may have lapsed; OffsetFetch
 is NOT_COORDINATOR (the client looks the coordinator up again and retries), as are the other
 keyed reads, the lists COORDINATOR_NOT_AVAILABLE; the committed offset comes back once the
-registrations are renewed."""
+registrations are renewed. While etcd is away a broker hands out the idempotent producer ids
+it reserved ahead; past them InitProducerId is COORDINATOR_LOAD_IN_PROGRESS (Kafka's answer
+while no producer-id block is there), and a producer that started meanwhile gets its id once
+etcd is back."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from coordinator.hashing import coordinator_partition
+from coordinator.producer_ids import BLOCK_SIZE
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 from tests.integration.cluster import SESSION_MS, Cluster, running_cluster
 from tests.integration.harness import wait_until
 from tests.integration.test_eos_zombie_wire import offset_fetch
-from tests.integration.wire import WireClient
+from tests.integration.wire import WireClient, encode_body
 
 PARTITIONS = 3
 OVERRIDES = {"offsets.topic.num.partitions": PARTITIONS, "transaction.state.log.num.partitions": PARTITIONS,
@@ -103,3 +109,29 @@ def test_a_coordinator_without_a_live_registration_answers_no_read_from_memory(
             cluster.etcd.resume()
     # registrations renewed: the group's coordinator (the same broker or a successor) answers
     wait_until(lambda: fetched_by_coordinator(cluster, group, topic) == stored, timeout=30)
+
+
+def init_errors(c: WireClient, count: int) -> list[int]:
+    """The error codes of `count` idempotent InitProducerId requests, pipelined."""
+    init = REQUESTS[ApiKey.INIT_PRODUCER_ID]
+    body = encode_body(init(version=1, transactional_id=None, transaction_timeout_ms=60000), 1)
+    sent = [c.send_request(ApiKey.INIT_PRODUCER_ID, 1, body) for _ in range(count)]
+    return [c.recv_response(ApiKey.INIT_PRODUCER_ID, 1, cid).error_code for cid in sent]
+
+
+def test_producer_ids_run_out_while_etcd_is_away_then_come_back(cluster: Cluster) -> None:
+    topic, broker = cluster.create_topic(partitions=1), cluster.broker(1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all"})
+    with WireClient(broker.port) as c:
+        assert init_errors(c, 1) == [ErrorCode.NONE]  # its blocks are reserved by now
+        cluster.etcd.pause()
+        try:
+            errors = Counter(init_errors(c, 3 * BLOCK_SIZE + 10))  # its block and two ahead at most
+            assert set(errors) == {ErrorCode.NONE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}, errors
+            producer.produce(topic, b"started while no id was to be had", partition=0)
+            producer.poll(1.0)
+        finally:
+            cluster.etcd.resume()
+        assert producer.flush(30) == 0
+        wait_until(lambda: init_errors(c, 1) == [ErrorCode.NONE], timeout=30)
+    assert "Traceback" not in broker.log_text()

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.hashing import coordinator_partition, java_abs, java_string_hash
+from coordinator.producer_ids import ProducerIdsUnavailable
 from coordinator.transaction import (
     MAX_EPOCH,
     TV2,
@@ -392,6 +393,25 @@ def test_tv2_epoch_overflow_moves_to_next_producer_id(h: Harness) -> None:
     assert (md.producer_id, md.producer_epoch, md.previous_producer_id) == (1001, 0, 1000)
     retry = h.end(1000, MAX_EPOCH - 1, commit=True, tv=TV2)
     assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.NONE, 1001, 0)
+
+
+def test_no_producer_id_to_be_had_is_load_in_progress_and_changes_nothing(h: Harness) -> None:
+    """Kafka's answer while its producer-id block is not there yet; the client retries."""
+    h.init()
+    h.m.apply(TID, replace(h.state(), producer_epoch=MAX_EPOCH - 1).to_log_value())
+    h.add(1000, MAX_EPOCH - 1, TP0, tv=TV2)
+    before, logged = h.state(), len(h.log)
+
+    def unavailable() -> int:
+        raise ProducerIdsUnavailable("etcd out of reach")
+
+    h.m._allocate = unavailable
+    assert h.end(1000, MAX_EPOCH - 1, commit=True, tv=TV2).error is E.COORDINATOR_LOAD_IN_PROGRESS
+    assert h.init(tid="txn-new").error is E.COORDINATOR_LOAD_IN_PROGRESS
+    assert (h.state(), len(h.log), h.m.get("txn-new")) == (before, logged, None)
+    assert not h.m.is_pending(TID) and not h.m.is_pending("txn-new")
+    h.m._allocate = lambda: 2000
+    assert h.end(1000, MAX_EPOCH - 1, commit=True, tv=TV2).producer_id == 2000
 
 
 # ------------------------------------------------------------------ concurrency while a write is pending
