@@ -320,19 +320,32 @@ class EtcdMetadataStore:
     async def register(self, registration: BrokerRegistration) -> None:
         """Register under a fresh lease. NodeIdInUse if a live broker of another data dir holds
         the id; a holder without a data dir identity (an older broker) is waited out until its
-        session ends, as Kafka's broker retries its registration."""
-        lease = await self.client.lease(self._ttl)
-        try:
-            await self._claim(registration, lease.id)
-        except BaseException:
-            with contextlib.suppress(aetcd.exceptions.ClientError, OSError):
-                await self.client.revoke_lease(lease.id)
-            raise
+        session ends, as Kafka's broker retries its registration. A lease that expired before
+        its claim (the broker stalled longer than the session in between) is replaced."""
+        while True:
+            asked = time.monotonic()  # the lease may expire a session after this, not later
+            lease = await self.client.lease(self._ttl)
+            try:
+                await self._claim(registration, lease.id)
+                break
+            except aetcd.exceptions.ClientError as exc:
+                if not _lease_not_found(exc):
+                    await self._revoke_quietly(lease.id)
+                    raise
+                log.warning("broker %d: registration lease expired before it was claimed; registering again",
+                            registration.node_id)
+            except BaseException:
+                await self._revoke_quietly(lease.id)
+                raise
         self._registration = registration
         self._lease_id = lease.id
-        self._lease_deadline = time.monotonic() + self._ttl
+        self._lease_deadline = asked + self._ttl
         if not any(t.get_name() == "etcd-keepalive" for t in self._tasks):
             self._tasks.append(asyncio.create_task(self._keep_alive(), name="etcd-keepalive"))
+
+    async def _revoke_quietly(self, lease_id: int) -> None:
+        with contextlib.suppress(aetcd.exceptions.ClientError, OSError):
+            await self.client.revoke_lease(lease_id)
 
     async def _claim(self, registration: BrokerRegistration, lease_id: int) -> None:
         tx = self.client.transactions
@@ -368,15 +381,18 @@ class EtcdMetadataStore:
                     await self._connect()
 
     async def _refresh_or_reregister(self) -> None:
-        assert self._lease_id is not None and self._registration is not None
-        sent = time.monotonic()
-        reply = await self.client.refresh_lease(self._lease_id)
-        if reply is not None and reply.TTL > 0:
-            self._lease_deadline = sent + reply.TTL
-            return
-        log.warning("broker %d: registration lease expired; registering again",
-                    self._registration.node_id)
-        self._lease_id = None
+        """Refresh the lease; once it expired, register again (also on the next round, when
+        the last registration failed: etcd out of reach, say)."""
+        assert self._registration is not None
+        if self._lease_id is not None:
+            sent = time.monotonic()
+            reply = await self.client.refresh_lease(self._lease_id)
+            if reply is not None and reply.TTL > 0:
+                self._lease_deadline = sent + reply.TTL
+                return
+            log.warning("broker %d: registration lease expired; registering again",
+                        self._registration.node_id)
+            self._lease_id = None
         await self.register(self._registration)
 
     async def campaign(self, node_id: NodeId) -> ControllerRecord | None:
@@ -408,3 +424,9 @@ async def cancel_until_done(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:  # retrieved: an exception a task ended with is not logged at exit
         if not task.cancelled():
             task.exception()
+
+
+def _lease_not_found(exc: aetcd.exceptions.ClientError) -> bool:
+    """etcd's NOT_FOUND for a lease: it expired (or was revoked) before the request used it."""
+    cause = exc.__cause__
+    return isinstance(cause, aetcd.rpc.AioRpcError) and cause.code() == aetcd.rpc.StatusCode.NOT_FOUND

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aetcd.exceptions import ConnectionFailedError
@@ -103,6 +104,51 @@ async def test_a_dead_brokers_lease_expires_and_frees_its_id(new_store: StoreFac
     assert await b.wait_for(lambda image: set(image.brokers) == {2}, LEASE_TTL_S * 3)
     c = await new_store()
     await c.register(registration(1))
+
+
+async def test_a_lease_that_expired_before_its_claim_is_replaced(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker stalled between taking its lease and claiming its node id past the session
+    (seed 71's n2, starved at start-up) crashed with "requested lease not found"."""
+    store = await new_store()
+    grant, granted = store.client.lease, []
+
+    async def lapsing_once(ttl: int) -> Any:
+        lease = await grant(ttl)
+        if not granted:
+            await store.client.revoke_lease(lease.id)  # gone before the claim, as if expired
+        granted.append(lease.id)
+        return lease
+
+    monkeypatch.setattr(store.client, "lease", lapsing_once)
+    await store.register(registration(1))
+    assert len(granted) == 2 and store.registration_alive
+    assert await store.wait_for(lambda image: set(image.brokers) == {1}, 5)
+
+
+async def test_a_failed_registration_after_a_lapse_is_tried_again(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keep-alive registers again once the lease expired; when that registration failed
+    (etcd out of reach), its next round used to stop on an assertion, and the broker stayed
+    out of the cluster for good."""
+    store, other = await new_store(), await new_store()
+    await store.register(registration(1))
+    grant, failures = store.client.lease, [ConnectionFailedError("etcd away")]
+
+    async def failing_once(ttl: int) -> Any:
+        if failures:
+            raise failures.pop()
+        return await grant(ttl)
+
+    monkeypatch.setattr(store.client, "lease", failing_once)
+    lease_id = store._lease_id
+    assert lease_id is not None
+    await other.client.revoke_lease(lease_id)  # the session ends (as after a long stall)
+    assert await other.wait_for(lambda image: set(image.brokers) == set(), 5)
+    assert await other.wait_for(lambda image: set(image.brokers) == {1}, LEASE_TTL_S * 4)
+    assert not failures
 
 
 async def test_controller_is_elected_once_and_again_after_its_death(new_store: StoreFactory) -> None:
