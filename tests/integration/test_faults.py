@@ -118,7 +118,8 @@ def test_a_leader_paused_past_the_lag_time_keeps_its_caught_up_followers(cluster
     the lag time (2 s), within the session (10 s)."""
     topic = placed_topic(cluster, [[1, 2, 3]])
     produce(cluster, topic, values("before", 20))
-    before = cluster.partition(topic)
+    before = cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3).partitions[(topic, 0)]
+    changes = cluster.broker(1).log_text().count(f"partition {topic}-0: ISR")
     cluster.broker(1).pause()
     time.sleep(3.0)
     cluster.broker(1).resume()
@@ -126,7 +127,7 @@ def test_a_leader_paused_past_the_lag_time_keeps_its_caught_up_followers(cluster
     produce(cluster, topic, values("later", 20))
     after = cluster.partition(topic)
     assert (after.isr, after.partition_epoch) == (before.isr, before.partition_epoch)
-    assert f"partition {topic}-0: ISR" not in cluster.broker(1).log_text()
+    assert cluster.broker(1).log_text().count(f"partition {topic}-0: ISR") == changes
 
 
 def test_a_full_disk_answers_storage_error_serves_reads_and_hands_over(cluster: Cluster) -> None:
