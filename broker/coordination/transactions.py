@@ -264,7 +264,18 @@ class TransactionCoordinator:
             tid, lambda: self.machine.end_txn(tid, producer_id, epoch, commit, now_ms(), transaction_version),
             self._deadline(),
         )
+        if outcome.error is ErrorCode.INVALID_TXN_STATE:  # fatal for the client: say what was found
+            self._log_refused_end(tid, producer_id, epoch, commit)
         return await self._persist(outcome), outcome.producer_id, outcome.producer_epoch
+
+    def _log_refused_end(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
+        _, found = self.machine.describe(tid)
+        state = "no metadata" if found is None else (
+            f"{found.state.display_name} (producer id {found.producer_id}, epoch {found.producer_epoch}, "
+            f"{len(found.partitions)} partitions)")
+        log.info("transactional id %s: EndTxn %s from producer id %d, epoch %d refused "
+                 "INVALID_TXN_STATE: the transaction is %s", tid, "commit" if commit else "abort",
+                 producer_id, epoch, state)
 
     async def check_writes(
         self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation,

@@ -81,7 +81,11 @@ def test_back_to_back_transactions_are_never_bounced(target: Target, client: str
             producer.begin()
             producer.send(topic, 0, f"t{i}-a")
             producer.send(topic, 0, f"t{i}-b")
-            producer.commit()
+            try:
+                producer.commit()
+            except Exception as e:  # the coordinators' word on a refused commit, for the record
+                said = [ln for b in target.brokers for ln in b.log_text().splitlines() if "refused" in ln]
+                raise AssertionError(f"commit of transaction {i}: {e}\n" + "\n".join(said[-5:])) from e
         after = target.counters()
     finally:
         kit.close()

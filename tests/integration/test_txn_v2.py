@@ -288,6 +288,23 @@ def test_produce_adds_partition_and_end_txn_bumps_epoch(
         assert lso(c, topic) == 4
 
 
+def test_a_commit_with_nothing_written_since_the_last_is_refused_and_logged(
+    client: WireClient, tv2_broker: BrokerProcess
+) -> None:
+    """Kafka's table for transaction version 2 (KAFKA-14563): a commit at the current epoch
+    of a transaction that is CompleteCommit is INVALID_TXN_STATE, fatal for a Java client. The
+    coordinator logs what it found, so that such a refusal can be explained afterwards."""
+    topic = new_topic(client, "tv2-its")
+    txn = Txn(client)
+    assert txn.produce(topic, b"only") == NONE
+    assert txn.end(commit=True).error_code == NONE
+    refused = txn.end(commit=True)  # the bumped epoch, nothing produced under it
+    assert refused.error_code == INVALID_TXN_STATE, refused
+    line = (f"transactional id {txn.tid}: EndTxn commit from producer id {txn.pid}, epoch {txn.epoch} "
+            f"refused INVALID_TXN_STATE: the transaction is CompleteCommit")
+    wait_until(lambda: line in tv2_broker.log_text(), timeout=10, msg=line)
+
+
 def test_old_produce_version_still_needs_add_partitions(client: WireClient) -> None:
     topic = new_topic(client, "tv1")
     txn = Txn(client, "tv1-id")
