@@ -5,7 +5,10 @@ seeded order (each: start, hold, stop, heal), then the history checked and repor
         --out chaos-report                                   (what `make chaos` runs)
 
 With `--tally tests/chaos/tally.json` the run adds its faults and anomalies to the tally of
-long runs (tests.chaos.tally) and prints the totals.
+long runs (tests.chaos.tally) and prints the totals. With `--keep-data` the brokers' data dirs
+are kept and read (tests.chaos.evidence): a duplicate they show the client sent again under a
+new producer epoch is reported apart from the anomalies. `--recheck OUT` checks a kept run
+again with this checker and rewrites its report.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.chaos.checker import Verdict, check
-from tests.chaos.evidence import describe, duplicates
+from tests.chaos.checker import Verdict, check, set_apart
+from tests.chaos.evidence import Copy, client_resends, describe, duplicates
 from tests.chaos.history import Fault, History
 from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
@@ -64,15 +67,16 @@ def run(options: Options) -> Result:
     sweep(options.run_id)
     with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
         cluster = ChaosCluster(Path(base), options.run_id)
+        kept: list[dict[str, dict[str, list[Copy]]]] = []
         try:
             history, code = _drive(cluster, options, Path(base))
         finally:
             _keep_logs(cluster, options.out)
             if options.keep_data:
-                _keep_data(cluster, Path(base), options.out)
+                kept = _keep_data(cluster, Path(base), options.out)
             cluster.close()
     history.save(options.out / "history.json")  # before the check: a checker that fails loses nothing
-    verdict = check(history)
+    verdict = set_apart(check(history), client_resends(kept))
     result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
     assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
     return result
@@ -128,17 +132,34 @@ def _keep_logs(cluster: ChaosCluster, out: Path) -> None:
         (out / f"{name}.log").write_text(broker.log_text())
 
 
-def _keep_data(cluster: ChaosCluster, base: Path, out: Path) -> None:
-    """The data dirs as the brokers left them (copied after they stopped, before the tmpfs go)."""
+def _keep_data(cluster: ChaosCluster, base: Path, out: Path) -> list[dict[str, dict[str, list[Copy]]]]:
+    """The data dirs as the brokers left them (copied after they stopped, before the tmpfs go),
+    and the queue's values each holds twice."""
     for broker in cluster.brokers.values():
         broker.close()
-    lines = []
     for disk in sorted(base.glob("*-disk")):
         target = out / "data" / disk.name.removesuffix("-disk")
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(disk / "data", target, dirs_exist_ok=True)
-        lines += [f"{target.name} {line}" for line in describe(duplicates(target, QUEUE))]
+    return _stored_twice(out)
+
+
+def _stored_twice(out: Path) -> list[dict[str, dict[str, list[Copy]]]]:
+    """Per kept data dir (OUT/data/*), the queue's values stored twice; written to
+    OUT/stored-twice.txt."""
+    kept = [(d.name, duplicates(d, QUEUE)) for d in sorted((out / "data").iterdir()) if d.is_dir()]
+    lines = [f"{name} {line}" for name, found in kept for line in describe(found)]
     (out / "stored-twice.txt").write_text("\n".join(lines) + "\n")
+    return [found for _, found in kept]
+
+
+def recheck(out: Path) -> Verdict:
+    """A kept run (`--keep-data`) checked again by this checker; its report rewritten."""
+    history = History.load(out / "history.json")
+    seed = json.loads((out / "report.json").read_text())["seed"]
+    verdict = set_apart(check(history), client_resends(_stored_twice(out)))
+    write_report(out, history, verdict, seed)
+    return verdict
 
 
 def main() -> int:
@@ -155,7 +176,13 @@ def main() -> int:
     parser.add_argument("--run-id", type=int, default=1, help="1-250: hosts 10.222.ID.*, namespaces gchID-*")
     parser.add_argument("--keep-data", action="store_true", help="copy the brokers' data dirs to OUT/data")
     parser.add_argument("--tally", type=Path, help="add the run to this tally (tests/chaos/tally.json)")
+    parser.add_argument("--recheck", type=Path, metavar="OUT",
+                        help="check a kept run (--keep-data) again, rewrite its report")
     args = parser.parse_args()
+    if args.recheck is not None:
+        verdict = recheck(args.recheck)
+        print((args.recheck / "summary.txt").read_text())
+        return 0 if verdict.valid else 1
     names = tuple(NEMESES) if args.nemeses == "all" else tuple(args.nemeses.split(","))
     unknown = [n for n in names if n not in NEMESES]
     if unknown:

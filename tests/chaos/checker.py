@@ -2,7 +2,8 @@
 
 - lost write: acknowledged (a send, a committed transaction), never read, although some
   reader read past its offset;
-- duplicate: one value at two offsets;
+- duplicate: one value at two offsets (those the kept data shows the client sent again under
+  a new producer epoch are counted apart: `set_apart`);
 - aborted read: a read_committed reader saw a value whose write definitely failed or whose
   transaction aborted;
 - inconsistent offsets: two values at one offset of one partition;
@@ -33,8 +34,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Set
+from dataclasses import dataclass, replace
 
 from tests.chaos.history import NO_OFFSET, Fault, History, Key, Kind, Op, Outcome, Read
 
@@ -50,6 +51,7 @@ ANOMALIES = (
 class Anomaly:
     kind: str
     detail: str
+    values: tuple[str, ...] = ()  # the values it is about, where one names them (a duplicate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class Verdict:
     ok_writes: int
     reads: int
     interleavings: int = 0  # cycles only concurrent transactions' write order makes: allowed
+    client_resends: tuple[Anomaly, ...] = ()  # duplicates the client made: see `set_apart`
 
     @property
     def valid(self) -> bool:
@@ -107,6 +110,17 @@ def check(history: History) -> Verdict:
         sum(1 for _ in index.acknowledged()), len(index.all_reads),
         sum(1 for _ in cycles(index, ww, wr)) - sum(1 for a in anomalies if a.kind in ("G0", "G1c")),
     )
+
+
+def set_apart(verdict: Verdict, resent: Set[str]) -> Verdict:
+    """The verdict with the duplicates of `resent` values moved from its anomalies to its
+    `client_resends`: values the brokers' data shows stored again by one producer under a
+    higher producer epoch (tests.chaos.evidence). Sequences restart with each epoch, so no
+    broker, Gregor or Kafka, can tell such a copy from a new message: the client sent it twice."""
+    moved = tuple(a for a in verdict.anomalies
+                  if a.kind == "duplicate" and a.values and set(a.values) <= resent)
+    return replace(verdict, anomalies=tuple(a for a in verdict.anomalies if a not in moved),
+                   client_resends=verdict.client_resends + moved)
 
 
 class _Index:
@@ -160,7 +174,8 @@ class _Index:
     def duplicates(self) -> Iterator[Anomaly]:
         for value, where in sorted(self.offsets_of.items()):
             if len(where) > 1:
-                yield Anomaly("duplicate", f"{value} at {sorted(f'{_tp(k)}@{o}' for k, o in where)}")
+                yield Anomaly("duplicate", f"{value} at {sorted(f'{_tp(k)}@{o}' for k, o in where)}",
+                              (value,))
 
     def lost_writes(self) -> Iterator[Anomaly]:
         for op, value, key, offset in self.acknowledged():

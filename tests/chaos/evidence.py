@@ -3,6 +3,11 @@ for each value at two offsets of one partition, both copies' producer id, produc
 record sequence and partition leader epoch, as `gregor dump --json` reads them. The same
 producer epoch and sequence at both offsets is a deduplication the broker missed; a new
 epoch (sequences restarted) is the client re-sending after bumping its epoch (KIP-360).
+librdkafka does that: an OUT_OF_ORDER_SEQUENCE_NUMBER on one partition (a batch in flight
+behind one that failed) makes it bump the epoch for all of them and re-sequence from 0 every
+message not yet acknowledged, including one whose first send was appended and answered with a
+retriable error (its issue 4953, seen against Apache Kafka; the Java client retries such a
+batch under the same epoch).
 
     python -m tests.chaos.evidence OUT/data/n1 [--topic queue]
 """
@@ -14,7 +19,9 @@ import json
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +60,31 @@ def duplicates(data_dir: Path, topic: str) -> dict[str, dict[str, list[Copy]]]:
             for p in sorted(data_dir.glob(f"{topic}-*")) if p.is_dir()}
 
 
+def resent_under_new_epoch(found: list[Copy]) -> bool:
+    """Every copy after the first stored by the same producer id under a higher epoch."""
+    ordered = sorted(found, key=lambda c: c.offset)
+    return len({c.producer_id for c in ordered}) == 1 and all(
+        a.producer_epoch < b.producer_epoch for a, b in pairwise(ordered))
+
+
+def client_resends(per_broker: Iterable[dict[str, dict[str, list[Copy]]]]) -> set[str]:
+    """The values stored twice that every broker holding them twice shows re-sent under a new
+    epoch (a broker's copies are its own evidence: one disagreeing keeps the value an anomaly)."""
+    verdicts: dict[str, set[bool]] = defaultdict(set)
+    for found in per_broker:
+        for values in found.values():
+            for value, stored in values.items():
+                verdicts[value].add(resent_under_new_epoch(stored))
+    return {value for value, seen in verdicts.items() if seen == {True}}
+
+
 def describe(found: dict[str, dict[str, list[Copy]]]) -> list[str]:
     lines = []
     for partition, values in found.items():
         same = sum(1 for c in values.values() if len({(x.producer_epoch, x.sequence) for x in c}) == 1)
+        resent = sum(1 for c in values.values() if resent_under_new_epoch(c))
         lines.append(f"{partition}: {len(values)} values stored twice, {same} of them with the same "
-                     f"producer epoch and sequence at both offsets")
+                     f"producer epoch and sequence at both offsets, {resent} re-sent under a new epoch")
         lines += [f"  {v}: " + "; ".join(f"@{x.offset} pid {x.producer_id} epoch {x.producer_epoch} "
                                         f"seq {x.sequence} leader epoch {x.leader_epoch}" for x in c)
                   for v, c in sorted(values.items(), key=lambda kv: kv[1][0].offset)]

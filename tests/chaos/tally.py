@@ -32,6 +32,7 @@ def run_entry(figures: dict[str, Any], command: str, ended: float) -> dict[str, 
         "acknowledged_writes": figures["acknowledged_writes"], "faults": sum(faults.values()),
         "faults_per_nemesis": faults,
         "anomalies_per_kind": {k: n for k, n in figures["anomalies_per_kind"].items() if n},
+        "client_resend_duplicates": figures.get("client_resend_duplicates", 0),
         "stalls_over_60s": len(figures.get("stalls_over_60s", ())),
     }
 
@@ -59,7 +60,9 @@ def text(tally: dict[str, Any]) -> str:
     lines = [f"since {tally['since']}: {len(runs)} long run{'s' if len(runs) != 1 else ''}, "
              f"{sum(r['operations'] for r in runs):,} operations, {sum(faults.values()):,} faults; "
              "anomalies: "
-             + (", ".join(f"{k} {n}" for k, n in sorted(anomalies.items())) or "none"),
+             + (", ".join(f"{k} {n}" for k, n in sorted(anomalies.items())) or "none")
+             + f"; duplicates the client made under a new producer epoch (not anomalies): "
+               f"{sum(r.get('client_resend_duplicates', 0) for r in runs)}",
              f"faults per nemesis (goal {GOAL:,} each):"]
     lines += [f"  {name:20} {n:5} {'done' if n >= GOAL else f'{GOAL - n} to go'}"
               for name, n in sorted(faults.items())]

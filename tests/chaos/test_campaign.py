@@ -3,7 +3,8 @@
 Java client 4.3), each nemesis once (3 s: beyond the 2 s session and lag timeouts, then 3 s
 healed); no anomaly but the open bugs named below, no stall (every producer and consumer
 progressing again within 60 s of each heal), every fault injected, every client making
-progress, the report written, everything torn down. `make chaos` runs long campaigns of the same code."""
+progress, the report written, the brokers' data kept and read for values stored twice,
+everything torn down. `make chaos` runs long campaigns of the same code."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ OPEN_BUGS: frozenset[str] = frozenset()
 
 def test_every_nemesis_once_finds_no_anomaly_and_no_stall(tmp_path: Path) -> None:
     result = run(Options(seconds=0, nemeses=tuple(NEMESES), workloads=WORKLOADS, seed=22, fault_s=3.0,
-                         heal_s=3.0, out=tmp_path / "report", run_id=201))
+                         heal_s=3.0, out=tmp_path / "report", run_id=201, keep_data=True))
     summary = (result.report / "summary.txt").read_text()
     unexplained = [a for a in result.verdict.anomalies if a.kind not in OPEN_BUGS]
     assert not unexplained, summary
@@ -40,5 +41,7 @@ def test_every_nemesis_once_finds_no_anomaly_and_no_stall(tmp_path: Path) -> Non
     committed = Counter(op.process for op in ops if op.kind == Kind.TXN and op.outcome == Outcome.OK)
     assert all(committed[p] >= 10 for p in ("t1", "x1", "j1", "jx")), (committed, summary)
     assert (result.report / "timeline.png").stat().st_size > 10_000
+    stored_twice = (result.report / "stored-twice.txt").read_text()
+    assert stored_twice.count("values stored twice") == 9, stored_twice  # 3 brokers, 3 partitions
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"{PREFIX}201-" not in left, left

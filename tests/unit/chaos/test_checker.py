@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.chaos.checker import Verdict, check
+from tests.chaos.checker import Verdict, check, set_apart
+from tests.chaos.evidence import Copy, client_resends
 from tests.chaos.history import Fault, History, Kind, NoteCounter, Op, Outcome, ProcessId, Read, Write
 from tests.chaos.report import saw
 
@@ -56,6 +57,26 @@ def test_an_acknowledged_write_beyond_every_read_is_not_lost() -> None:
 def test_a_duplicate() -> None:
     v = verdict(send("a", 0), poll((0, "a"), (1, "a")))
     assert found(v) == {"duplicate": 1}
+
+
+def copy(offset: int, epoch: int, sequence: int, producer_id: int = 2001) -> Copy:
+    return Copy(offset, producer_id, epoch, sequence, leader_epoch=10, batch_base=offset)
+
+
+def test_a_duplicate_the_data_shows_resent_under_a_new_epoch_is_the_clients() -> None:
+    resent = client_resends([
+        {"q-0": {"a": [copy(3, 3, 0), copy(1, 2, 1923)], "b": [copy(4, 2, 7), copy(6, 2, 7)],
+                 "c": [copy(5, 2, 8), copy(9, 3, 0, producer_id=2002)], "f": [copy(7, 3, 0), copy(8, 2, 9)]}},
+        {"q-0": {"a": [copy(1, 2, 1923), copy(3, 2, 1923)]}},  # this broker's copies disagree on "a"
+        {"q-1": {"d": [copy(0, 1, 14389), copy(2, 2, 0)]}},
+    ])
+    # "b": one epoch and sequence twice; "c": two producer ids; "f": the later copy's epoch is older
+    assert resent == {"d"}
+    v = verdict(send("d", 0), send("e", 1), poll((0, "d"), (1, "e"), (2, "d"), (3, "e")))
+    apart = set_apart(v, resent)
+    assert found(v) == {"duplicate": 2} and found(apart) == {"duplicate": 1}
+    assert [a.values for a in apart.client_resends] == [("d",)] and not apart.valid
+    assert set_apart(v, {"d", "e"}).valid
 
 
 def test_an_aborted_read() -> None:
