@@ -105,6 +105,13 @@ def on_error(rec: Recorder, name: str, what: str) -> Any:
     return lambda err: rec.note(name, what, err.name(), err.str())
 
 
+def client_of(rec: Recorder, name: str, what: str) -> dict[str, Any]:
+    """The settings every client of process `name` has: COMMON, its errors noted as `what`, and
+    `chaos-NAME` as client.id, so that librdkafka's log lines (`chaos-tc#consumer-8`) and the
+    brokers' (`new idempotent producer id 2001 for client chaos-p2`) say whose they are."""
+    return {"client.id": f"chaos-{name}", "error_cb": on_error(rec, name, what), **COMMON}
+
+
 def note_errors(rec: Recorder, name: str, messages: list[Message]) -> list[Message]:
     """The messages of a consume() that are records; the errors among them are noted."""
     for m in messages:
@@ -154,7 +161,7 @@ def txn_producer(bootstrap: str, name: str, rec: Recorder, stop: threading.Event
     """A producer whose InitProducerId went through (None if the run stopped first)."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"chaos-{name}",
                          "transaction.timeout.ms": 10000, "message.timeout.ms": 8000,
-                         "error_cb": on_error(rec, name, "producer error"), **COMMON})
+                         **client_of(rec, name, "producer error")})
     while not stop.is_set():
         try:
             with rec.calling(name, "init_transactions"):
@@ -293,7 +300,7 @@ def _transform_consumer(bootstrap: str, name: str, rec: Recorder) -> Consumer:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{name}", "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
                   "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
-                  "error_cb": on_error(rec, name, "consumer error"), **COMMON})
+                  **client_of(rec, name, "consumer error")})
     c.subscribe([TXN], **rebalances(rec, name))
     return c
 

@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.chaos import transactions
 from tests.chaos.checker import DRAIN
 from tests.chaos.history import NO_OFFSET, History, Kind, NoteCounter, Op, Outcome, ProcessId, Read, Write
-from tests.chaos.transactions import CTP, TXN
+from tests.chaos.transactions import COMMON, CTP, TXN
 
 PARTITIONS = 3
 QUEUE = "queue"
@@ -46,8 +46,11 @@ MESSAGE_TIMEOUT_MS = 300_000
 # Their idempotence states (PID, epoch bumps, drains) go to clients.log: seed 53's p2 timed out
 # every message for its last 38 minutes without another line there.
 UNASSIGNED_GIVE_UP_S = 30.0  # a subscriber without partitions this long gets a new consumer
+# The read_committed reader of the transactions' topics logs its fetching and partition
+# leaders (some 100 lines a second): seed 82's `tc` stopped reading for good as the leader it
+# fetched from was killed, reporting nothing, while a fresh reader read everything at the end.
+TC_DEBUG = "fetch,topic"
 PRODUCER_GIVE_UP_S = 60.0  # a queue producer without a delivery this long gets replaced
-COMMON = {"socket.timeout.ms": 3000, "reconnect.backoff.max.ms": 500}
 
 
 class Recorder:
@@ -144,7 +147,7 @@ def produce_queue(bootstrap: str, name: str, rec: Recorder, stop: threading.Even
 def _queue_producer(bootstrap: str, name: str, rec: Recorder) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                      "linger.ms": 5, "message.timeout.ms": MESSAGE_TIMEOUT_MS, "debug": "eos",
-                     "error_cb": transactions.on_error(rec, name, "producer error"), **COMMON})
+                     **transactions.client_of(rec, name, "producer error")})
 
 
 def _on_send(rec: Recorder, name: str, value: str, invoked: float,
@@ -163,14 +166,16 @@ def _on_send(rec: Recorder, name: str, value: str, invoked: float,
 
 
 def consumer(bootstrap: str, committed: bool, group: str | None = None, rec: Recorder | None = None,
-             name: str = "") -> Consumer:
-    """A consumer; with `rec`, the errors librdkafka reports go to its notes as `name`'s."""
-    noted = {"error_cb": transactions.on_error(rec, name, "consumer error")} if rec is not None else {}
+             name: str = "", debug: str = "") -> Consumer:
+    """A consumer; with `rec`, the errors librdkafka reports go to its notes as `name`'s;
+    `debug`: librdkafka's debug contexts, logged to the clients' log."""
+    noted = transactions.client_of(rec, name, "consumer error") if rec is not None else COMMON
     return Consumer({
         "bootstrap.servers": bootstrap, "group.id": group or f"chaos-{uuid.uuid4().hex[:6]}",
         "enable.auto.commit": group is not None, "auto.offset.reset": "earliest",
         "isolation.level": "read_committed" if committed else "read_uncommitted",
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **COMMON, **noted,
+        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, **noted,
+        **({"debug": debug} if debug else {}),
     })
 
 
@@ -186,8 +191,8 @@ def poll_into(c: Consumer, rec: Recorder, name: str, committed: bool) -> int:
 
 
 def poll_assigned(bootstrap: str, topics: list[str], name: str, committed: bool, rec: Recorder,
-                  stop: threading.Event) -> None:
-    c = consumer(bootstrap, committed, rec=rec, name=name)
+                  stop: threading.Event, debug: str = "") -> None:
+    c = consumer(bootstrap, committed, rec=rec, name=name, debug=debug)
     c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(PARTITIONS)])
     try:
         while not stop.is_set():
@@ -265,7 +270,7 @@ def jobs_of(bootstrap: str, stop_file: Path, workloads: list[str], seed: int, re
     topics += [CTP] if {"ctp", "java-ctp"} & set(workloads) else []
     if set(topics) & {TXN, CTP}:
         readable = [t for t in topics if t != QUEUE]
-        jobs += [lambda: poll_assigned(bootstrap, readable, "tc", True, rec, stop),
+        jobs += [lambda: poll_assigned(bootstrap, readable, "tc", True, rec, stop, TC_DEBUG),
                  lambda: poll_assigned(bootstrap, readable, "tu", False, rec, stop)]
     return jobs, topics
 
