@@ -188,6 +188,9 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown nemeses {unknown}; known: {', '.join(NEMESES)}")
     workloads = WORKLOADS if args.workload == "all" else tuple(args.workload.split(","))
+    # A campaign stopped with SIGTERM (kill, a CI time-out) tears its hosts down like one that
+    # ended: brokers, etcd, clients, namespaces and tmpfs (SIGTERM would skip the finally blocks).
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     result = run(Options(args.seconds, names, workloads, args.seed,
                          args.fault_seconds, args.heal_seconds, args.out, args.run_id, args.keep_data))
     print((result.report / "summary.txt").read_text())
