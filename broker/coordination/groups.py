@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
+GROUP_MEMBERS_LOGGED = 5  # of a group whose JoinGroup refusal is logged
 NO_PRODUCER = (-1, -1)
 WaiterKey = tuple[str, str, Kind]
 _K = TypeVar("_K")
@@ -222,12 +223,27 @@ class GroupCoordinator:
         answer = await self._answer(request.group_id, Kind.JOIN, result)
         if not isinstance(answer, JoinResponse):
             return JoinResponse(answer)
+        if answer.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+            self._log_inconsistent(request)
         if answer.error == ErrorCode.NONE and answer.member_id == answer.leader:
             metrics.rebalance_completed()
             log.info("group %s: generation %d with %d members, leader %s, protocol %s",
                      request.group_id, answer.generation_id, len(answer.members), answer.leader,
                      answer.protocol_name)
         return answer
+
+    def _log_inconsistent(self, request: JoinRequest) -> None:
+        """A refusal the client cannot get past by retrying, with what the group has (Kafka
+        logs none): chaos runs saw librdkafka consumers refused so for minutes."""
+        group = self.machine.group(request.group_id)
+        found = "gone" if group is None else (
+            f"{group.state.name}, type {group.protocol_type!r}, members "
+            + ", ".join(f"{m.member_id} {[n for n, _ in m.protocols]}"
+                        for m in list(group.members.values())[:GROUP_MEMBERS_LOGGED]))
+        log.info("group %s: JoinGroup v%d from member %r (client %s, %s) refused "
+                 "INCONSISTENT_GROUP_PROTOCOL: it offers type %r, %s; the group is %s",
+                 request.group_id, request.api_version, request.member_id, request.client_id,
+                 request.client_host, request.protocol_type, [n for n, _ in request.protocols], found)
 
     async def sync_group(self, request: SyncRequest) -> SyncResponse:
         result = self.machine.sync_group(request, now_ms())

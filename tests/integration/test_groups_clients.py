@@ -38,6 +38,7 @@ from tests.integration.harness import (
     BrokerProcess,
     started_broker,
     unique_topic,
+    wait_until,
 )
 from tests.integration.test_groups_member import (
     LIBS,
@@ -397,3 +398,43 @@ def test_duplicate_static_instance_fences_the_first(
         assert_exactly_once([intruder, b], later, {p: m.name for m in (intruder, b) for p in m.current()})
     assert rebalance_events(b) == b_events, f"the other member went through a rebalance\n{b.describe()}"
     assert b.last_assignment() == b_assignment
+
+
+
+def test_a_member_without_a_common_protocol_is_refused_and_the_refusal_logged(
+    group_broker: BrokerProcess,
+) -> None:
+    """A confluent-kafka consumer offering only `roundrobin` to a group whose member chose
+    `range` is refused INCONSISTENT_GROUP_PROTOCOL, as Kafka refuses it; the coordinator logs
+    the refusal with what it offered and what the group has (chaos runs saw librdkafka
+    consumers refused so for minutes, with nothing to tell why)."""
+    from confluent_kafka import Consumer
+
+    topic, group = unique_topic("inconsistent"), unique_topic("inconsistent-group")
+    create_topic(group_broker.port, topic, 1)
+    settings = {"bootstrap.servers": group_broker.bootstrap, "group.id": group,
+                "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS}
+    first = Consumer({**settings, "partition.assignment.strategy": "range"})
+    second = Consumer({**settings, "partition.assignment.strategy": "roundrobin"})
+    errors: list[str] = []
+
+    def polled_error(consumer: Any) -> None:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is not None:
+            errors.append(message.error().name())
+
+    try:
+        first.subscribe([topic])
+        wait_until(lambda: polled_error(first) or bool(first.assignment()), timeout=20,
+                   msg="the first member assigned")
+        second.subscribe([topic])
+        wait_until(lambda: polled_error(second) or "INCONSISTENT_GROUP_PROTOCOL" in errors, timeout=20,
+                   msg=f"the second member refused (its errors: {errors})")
+        logged = (f"group {group}: JoinGroup v", "refused INCONSISTENT_GROUP_PROTOCOL: it offers type "
+                  "'consumer', ['roundrobin']; the group is STABLE, type 'consumer', members ", "['range']")
+        wait_until(lambda: any(all(part in line for part in logged)
+                               for line in group_broker.log_text().splitlines()),
+                   timeout=10, msg=f"the refusal in the broker's log: {logged}")
+    finally:
+        first.close()
+        second.close()
