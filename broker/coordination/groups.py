@@ -5,7 +5,8 @@ Operations ask the machine for a Result, append its records to the group's
 wait until they are replicated (the CoordinatorLog), replay them, and answer;
 the handlers call these operations, never the machine. Partitions load in the
 background as this broker becomes their leader. Parked JoinGroup/SyncGroup requests wait on futures
-that completions resolve; the machine's deadlines arm one loop timer.
+that completions resolve; the machine's deadlines arm one loop timer. The machine's time is
+`steady_ms`: a step of the wall clock expires no member and keeps no dead one alive.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker import metrics
-from broker.clock import now_ms
+from broker.clock import steady_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
@@ -118,7 +119,7 @@ class GroupCoordinator:
     def loaded(self, index: int, epoch: int, started: float) -> None:
         if self.machine.coordinator_epoch(index) != epoch:
             return
-        self.machine.finish_load(index, now_ms())
+        self.machine.finish_load(index, steady_ms())
         metrics.coordinator_loaded("group", started)
         self._arm_timer()
         log.info("%s-%d: now coordinating its groups (coordinator epoch %d, loaded in %.0f ms)",
@@ -161,7 +162,7 @@ class GroupCoordinator:
     async def _append(
         self, group_id: str, records: tuple[tuple[bytes, bytes | None], ...], producer: tuple[int, int]
     ) -> ErrorCode:
-        now = now_ms()
+        now = steady_ms()
         index = self.machine.partition_for(group_id)
         pid, epoch = producer
         batch = record_batch(list(records), now, pid, epoch, transactional=pid >= 0)
@@ -170,12 +171,12 @@ class GroupCoordinator:
         if written.coordinator_epoch >= 0 and epoch_now != written.coordinator_epoch:
             return ErrorCode.NOT_COORDINATOR  # unloaded meanwhile: parked requests were answered
         if written.error != ErrorCode.NONE:
-            self._deliver(self.machine.write_failed(records, written.error, now_ms()))
+            self._deliver(self.machine.write_failed(records, written.error, steady_ms()))
             return append_error_to_coordinator_error(written.error)
         completions: list[Completion] = []
         for i, (key, value) in enumerate(records):
             completions.extend(self.machine.replay(
-                key, value, offset=written.base_offset + i, producer_id=pid, now_ms=now_ms()
+                key, value, offset=written.base_offset + i, producer_id=pid, now_ms=steady_ms()
             ))
         self._deliver(completions)
         return ErrorCode.NONE
@@ -203,23 +204,23 @@ class GroupCoordinator:
             self._timer = None
         deadline = self.machine.next_deadline_ms()
         if deadline is not None:
-            delay = max(0.0, (deadline - now_ms()) / 1000)
+            delay = max(0.0, (deadline - steady_ms()) / 1000)
             self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.runtime.spawn(self.persist(self.machine.on_timer(now_ms())))
+        self.runtime.spawn(self.persist(self.machine.on_timer(steady_ms())))
 
     async def _expire_offsets_loop(self) -> None:
         interval = int(self.settings["offsets.retention.check.interval.ms"]) / 1000
         while True:
             await asyncio.sleep(interval)
-            self.runtime.spawn(self.persist(self.machine.expire_offsets(now_ms())))
+            self.runtime.spawn(self.persist(self.machine.expire_offsets(steady_ms())))
 
     # -- operations with parked answers -------------------------------------------------------
 
     async def join_group(self, request: JoinRequest) -> JoinResponse:
-        result = self.machine.join_group(request, now_ms())
+        result = self.machine.join_group(request, steady_ms())
         answer = await self._answer(request.group_id, Kind.JOIN, result)
         if not isinstance(answer, JoinResponse):
             return JoinResponse(answer)
@@ -246,7 +247,7 @@ class GroupCoordinator:
                  request.client_host, request.protocol_type, [n for n, _ in request.protocols], found)
 
     async def sync_group(self, request: SyncRequest) -> SyncResponse:
-        result = self.machine.sync_group(request, now_ms())
+        result = self.machine.sync_group(request, steady_ms())
         answer = await self._answer(request.group_id, Kind.SYNC, result)
         return answer if isinstance(answer, SyncResponse) else SyncResponse(answer)
 
@@ -266,12 +267,12 @@ class GroupCoordinator:
     async def heartbeat(
         self, group_id: str, member_id: str, generation: int, instance_id: str | None
     ) -> ErrorCode:
-        result = self.machine.heartbeat(group_id, member_id, generation, now_ms(), instance_id)
+        result = self.machine.heartbeat(group_id, member_id, generation, steady_ms(), instance_id)
         await self.persist(result)
         return _response(result)
 
     async def leave_group(self, group_id: str, members: Sequence[LeaveMember]) -> LeaveResponse:
-        result = self.machine.leave_group(group_id, members, now_ms())
+        result = self.machine.leave_group(group_id, members, steady_ms())
         await self.persist(result)
         return _response(result)
 
@@ -293,7 +294,7 @@ class GroupCoordinator:
         self, group_id: str, generation: int, member_id: str,
         offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
     ) -> dict[TopicPartition, ErrorCode]:
-        result = self.machine.offset_commit(group_id, generation, member_id, offsets, now_ms(), **options)
+        result = self.machine.offset_commit(group_id, generation, member_id, offsets, steady_ms(), **options)
         return _or_append_error(_response(result), await self.persist(result))
 
     async def txn_offset_commit(
@@ -301,7 +302,7 @@ class GroupCoordinator:
         offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
     ) -> dict[TopicPartition, ErrorCode]:
         result = self.machine.txn_offset_commit(
-            transactional_id, group_id, *producer, offsets, now_ms(), **options
+            transactional_id, group_id, *producer, offsets, steady_ms(), **options
         )
         return _or_append_error(_response(result), await self.persist(result, producer))
 
