@@ -7,6 +7,7 @@ the handlers call these operations, never the machine. Partitions load in the
 background as this broker becomes their leader. Parked JoinGroup/SyncGroup requests wait on futures
 that completions resolve; the machine's deadlines arm one loop timer. The machine's time is
 `steady_ms`: a step of the wall clock expires no member and keeps no dead one alive.
+Batches appended carry the wall clock's `now_ms`, as every append does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker import metrics
-from broker.clock import steady_ms
+from broker.clock import now_ms, steady_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
@@ -162,7 +163,7 @@ class GroupCoordinator:
     async def _append(
         self, group_id: str, records: tuple[tuple[bytes, bytes | None], ...], producer: tuple[int, int]
     ) -> ErrorCode:
-        now = steady_ms()
+        now = now_ms()  # the batch's and the append's time: the wall clock's, as every append's
         index = self.machine.partition_for(group_id)
         pid, epoch = producer
         batch = record_batch(list(records), now, pid, epoch, transactional=pid >= 0)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.chaos.checker import Verdict, check, set_apart
-from tests.chaos.evidence import Copy, client_resends, describe, duplicates
+from tests.chaos.evidence import StoredTwice, client_resends, describe, duplicates
 from tests.chaos.history import Fault, History
 from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
@@ -67,7 +67,7 @@ def run(options: Options) -> Result:
     sweep(options.run_id)
     with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
         cluster = ChaosCluster(Path(base), options.run_id)
-        kept: list[dict[str, dict[str, list[Copy]]]] = []
+        kept: list[StoredTwice] = []
         try:
             history, code = _drive(cluster, options, Path(base))
         finally:
@@ -132,7 +132,7 @@ def _keep_logs(cluster: ChaosCluster, out: Path) -> None:
         (out / f"{name}.log").write_text(broker.log_text())
 
 
-def _keep_data(cluster: ChaosCluster, base: Path, out: Path) -> list[dict[str, dict[str, list[Copy]]]]:
+def _keep_data(cluster: ChaosCluster, base: Path, out: Path) -> list[StoredTwice]:
     """The data dirs as the brokers left them (copied after they stopped, before the tmpfs go),
     and the queue's values each holds twice."""
     for broker in cluster.brokers.values():
@@ -144,7 +144,7 @@ def _keep_data(cluster: ChaosCluster, base: Path, out: Path) -> list[dict[str, d
     return _stored_twice(out)
 
 
-def _stored_twice(out: Path) -> list[dict[str, dict[str, list[Copy]]]]:
+def _stored_twice(out: Path) -> list[StoredTwice]:
     """Per kept data dir (OUT/data/*), the queue's values stored twice; written to
     OUT/stored-twice.txt."""
     kept = [(d.name, duplicates(d, QUEUE)) for d in sorted((out / "data").iterdir()) if d.is_dir()]

@@ -36,6 +36,9 @@ class Copy:
     batch_base: int
 
 
+StoredTwice = dict[str, dict[str, list[Copy]]]  # one data dir's: partition -> value -> its copies
+
+
 def copies(partition_dir: Path) -> dict[str, list[Copy]]:
     """Every value of one partition dir with the copies of it the log holds."""
     done = subprocess.run([sys.executable, "-m", "broker.cli", "dump", "--print-data", "--json",
@@ -54,7 +57,7 @@ def copies(partition_dir: Path) -> dict[str, list[Copy]]:
     return found
 
 
-def duplicates(data_dir: Path, topic: str) -> dict[str, dict[str, list[Copy]]]:
+def duplicates(data_dir: Path, topic: str) -> StoredTwice:
     """Partition -> value -> its copies, for the values stored more than once."""
     return {p.name: {v: c for v, c in copies(p).items() if len(c) > 1}
             for p in sorted(data_dir.glob(f"{topic}-*")) if p.is_dir()}
@@ -67,7 +70,7 @@ def resent_under_new_epoch(found: list[Copy]) -> bool:
         a.producer_epoch < b.producer_epoch for a, b in pairwise(ordered))
 
 
-def client_resends(per_broker: Iterable[dict[str, dict[str, list[Copy]]]]) -> set[str]:
+def client_resends(per_broker: Iterable[StoredTwice]) -> set[str]:
     """The values stored twice that every broker holding them twice shows re-sent under a new
     epoch (a broker's copies are its own evidence: one disagreeing keeps the value an anomaly)."""
     verdicts: dict[str, set[bool]] = defaultdict(set)
@@ -78,7 +81,7 @@ def client_resends(per_broker: Iterable[dict[str, dict[str, list[Copy]]]]) -> se
     return {value for value, seen in verdicts.items() if seen == {True}}
 
 
-def describe(found: dict[str, dict[str, list[Copy]]]) -> list[str]:
+def describe(found: StoredTwice) -> list[str]:
     lines = []
     for partition, values in found.items():
         same = sum(1 for c in values.values() if len({(x.producer_epoch, x.sequence) for x in c}) == 1)
