@@ -48,7 +48,14 @@ class LogSegment:
             self.offset_index = OffsetIndex(self.path_for(INDEX_SUFFIX), base_offset)
             self.time_index = TimeIndex(self.path_for(TIME_INDEX_SUFFIX), base_offset)
             self.needs_recovery = True
-        self.txn_index = TransactionIndex(self.path_for(TXN_INDEX_SUFFIX), base_offset)
+        try:
+            self.txn_index = TransactionIndex(self.path_for(TXN_INDEX_SUFFIX), base_offset)
+        except CorruptIndexError:
+            # A torn entry (a write cut short on a full disk): recover() and the log's
+            # transaction-index rebuild write it again from the segment's markers.
+            self.path_for(TXN_INDEX_SUFFIX).unlink(missing_ok=True)
+            self.txn_index = TransactionIndex(self.path_for(TXN_INDEX_SUFFIX), base_offset)
+            self.needs_recovery = True
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
