@@ -222,9 +222,13 @@ class ClassicGroup:
         return {name for name, count in self._supported_counts().items() if count == n}
 
     def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's supportsProtocols: some offered protocol is supported by every member. A
+        group that is not Empty but has no member left (its last one left while another's
+        member-id round trip was pending) accepts any, as Kafka's (0 supporters == 0 members)."""
         if self.state is GroupState.EMPTY:
             return bool(protocol_type) and bool(names)
-        return self.protocol_type == protocol_type and bool(names & self.candidate_protocols())
+        counts = self._supported_counts()
+        return self.protocol_type == protocol_type and any(counts[n] == len(self.members) for n in names)
 
     def select_protocol(self) -> str:
         if not self.members:

@@ -237,6 +237,26 @@ def test_inconsistent_protocol() -> None:
     assert other is not None and other.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
+def test_a_group_rebalancing_without_members_accepts_a_joiner() -> None:
+    """The only member leaves while a new one is between its two JoinGroups (member id
+    required): the group is PreparingRebalance with no member. Kafka's supportsProtocols then
+    accepts any protocol (0 supporters == 0 members), so the new member joins and leads the
+    next generation. Gregor refused it INCONSISTENT_GROUP_PROTOCOL until the rebalance timed
+    out (seed 87's transformer `x1`, refused for up to 140 s)."""
+    h = Harness()
+    [leaving], generation = h.stable_group(1)
+    first, _ = h.join()
+    assert first is not None and first.error is ErrorCode.MEMBER_ID_REQUIRED
+    h.apply(h.machine.leave_group(GROUP, [LeaveMember(leaving)], h.now))
+    group = h.machine.group(GROUP)
+    assert group is not None and group.is_in(S.PREPARING_REBALANCE) and not group.members
+    joined, _ = h.join(first.member_id)
+    assert joined is not None and joined.error is ErrorCode.NONE, joined
+    assert joined.leader == first.member_id and joined.generation_id == generation + 1
+    newcomer, _ = h.join(client_id="other")  # an unknown member is let in too, not refused
+    assert newcomer is not None and newcomer.error is ErrorCode.MEMBER_ID_REQUIRED
+
+
 def test_pending_sync_expiration_removes_silent_members() -> None:
     h = Harness()
     a = h.new_member(client_id="a")
