@@ -14,6 +14,7 @@ again with this checker and rewrites its report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -36,6 +37,9 @@ from tests.chaos.report import write_report
 from tests.chaos.tally import add, run_entry, text
 from tests.chaos.transactions import JAVA_WORKLOADS, java_missing
 from tests.chaos.workload import QUEUE, WORKLOADS
+
+DRAIN_WAIT_S = 180  # from the stop file until the clients have drained and saved the history
+TERMINATED_WAIT_S = 30  # then, terminated, until they have saved what they have
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +100,31 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History
         time.sleep(options.heal_s)
         stop_file.touch()
         print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
-        code = clients.wait(180)
+        code = _wait(clients)
     finally:
-        if clients.poll() is None:  # the whole session: the workload and its JVM
+        with contextlib.suppress(ProcessLookupError):  # the whole session: the workload, its JVM
             os.killpg(clients.pid, signal.SIGKILL)
     print(f"{time.monotonic():.1f} the clients ended", flush=True)
+    assert out.exists(), f"the clients saved no history (exit code {code}; see {options.out / 'clients.log'})"
     history = History.load(out)
     history.faults.extend(faults)
     return history, code
+
+
+def _wait(clients: subprocess.Popen[bytes], within_s: float = DRAIN_WAIT_S) -> int:
+    """The clients' exit code once they drained; if they did not within `within_s`, they are
+    terminated (SIGTERM: the workload saves the history it has, undrained) and fail."""
+    try:
+        return clients.wait(within_s)
+    except subprocess.TimeoutExpired:
+        print(f"{time.monotonic():.1f} the clients did not end within {within_s:g} s: terminated",
+              flush=True)
+        os.killpg(clients.pid, signal.SIGTERM)
+        try:
+            clients.wait(TERMINATED_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass  # killed by the caller; no history
+        return -signal.SIGTERM
 
 
 def _schedule(cluster: ChaosCluster, options: Options) -> list[Fault]:

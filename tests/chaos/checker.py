@@ -72,6 +72,12 @@ class Recovery:
         return any(t > bound_s if t is not None else self.watched_s > bound_s
                    for t in (self.producers_s, self.consumers_s))
 
+    @property
+    def took_s(self) -> float:
+        """Until the slowest progressed again (if one never did: as long as it was watched)."""
+        times = (self.producers_s, self.consumers_s)
+        return self.watched_s if None in times else max(t for t in times if t is not None)
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -89,6 +95,18 @@ class Verdict:
 
     def stalls(self, bound_s: float) -> list[Recovery]:
         return [r for r in self.recoveries if r.stalled(bound_s)]
+
+    def outages(self, bound_s: float) -> list[Recovery]:
+        """The stalls, one per outage: a process stuck across several faults' heals stalls
+        after each of them until the same moment; the first of those stands for them all."""
+        seen: set[tuple[str, str, float]] = set()
+        first: list[Recovery] = []
+        for r in sorted(self.stalls(bound_s), key=lambda r: r.fault.stop_s):
+            outage = (r.topic, r.slowest, round(r.fault.stop_s + r.took_s, 1))
+            if outage not in seen:
+                seen.add(outage)
+                first.append(r)
+        return first
 
     def counts(self) -> dict[str, int]:
         found = {kind: 0 for kind in ANOMALIES}

@@ -49,6 +49,7 @@ def summary_figures(history: History, verdict: Verdict, seed: int) -> dict[str, 
         "recovery_s_per_nemesis": _recovery_by_nemesis(verdict.recoveries),
         "worst_recovery": _worst(verdict.recoveries),
         f"stalls_over_{int(STALL_S)}s": [_stall_json(r, history) for r in verdict.stalls(STALL_S)],
+        f"outages_over_{int(STALL_S)}s": len(verdict.outages(STALL_S)),
         "notes_per_process": _notes_by_process(history.notes),
     }
 
@@ -62,10 +63,8 @@ def _recovery_json(r: Recovery) -> dict[str, Any]:
 def _stall_json(r: Recovery, history: History) -> dict[str, Any]:
     """A stall, and what its slowest process saw from the heal until it progressed again (or
     the end)."""
-    times = (r.producers_s, r.consumers_s)
-    took = max(t for t in times if t is not None) if None not in times else r.watched_s
     healed = r.fault.stop_s
-    return {**_recovery_json(r), "saw": saw(history.notes_of(r.slowest, healed, healed + took), healed)}
+    return {**_recovery_json(r), "saw": saw(history.notes_of(r.slowest, healed, healed + r.took_s), healed)}
 
 
 def saw(notes: list[Note], since_s: float) -> list[str]:
@@ -129,7 +128,9 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
              f"{figures['write_interleavings']}",
              f"worst recovery: {figures['worst_recovery']}",
              f"stalls (no progress for over {int(STALL_S)} s after a heal): "
-             f"{len(figures[f'stalls_over_{int(STALL_S)}s'])}",
+             f"{len(figures[f'stalls_over_{int(STALL_S)}s'])}, in "
+             f"{figures[f'outages_over_{int(STALL_S)}s']} outages (a process stuck across several "
+             "heals stalls after each; one outage)",
              "every producer and consumer progressing again on its partitions after the fault healed "
              "(median s of the slowest, producers / consumers; max; never before the end):"]
     for name, r in figures["recovery_s_per_nemesis"].items():

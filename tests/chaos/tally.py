@@ -34,6 +34,7 @@ def run_entry(figures: dict[str, Any], command: str, ended: float) -> dict[str, 
         "anomalies_per_kind": {k: n for k, n in figures["anomalies_per_kind"].items() if n},
         "client_resend_duplicates": figures.get("client_resend_duplicates", 0),
         "stalls_over_60s": len(figures.get("stalls_over_60s", ())),
+        "outages_over_60s": figures.get("outages_over_60s"),  # None: a report from before they were counted
     }
 
 

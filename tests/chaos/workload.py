@@ -18,6 +18,8 @@ second as its notes.
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 import threading
 import time
 import uuid
@@ -51,6 +53,9 @@ UNASSIGNED_GIVE_UP_S = 30.0  # a subscriber without partitions this long gets a 
 # fetched from was killed, reporting nothing, while a fresh reader read everything at the end.
 TC_DEBUG = "fetch,topic"
 PRODUCER_GIVE_UP_S = 60.0  # a queue producer without a delivery this long gets replaced
+# After the stop file: the client threads get this long, together, to stop; then the drain
+# (at most its limit, 40 s). Well within the campaign's wait for the clients (DRAIN_WAIT_S).
+STOP_S = 60.0
 
 
 class Recorder:
@@ -291,15 +296,32 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
     threads.append(threading.Thread(target=rec.watch, args=(stop,), daemon=True))
     for t in threads:
         t.start()
-    while not stop_file.exists():
-        time.sleep(0.1)
-    stop.set()
-    for t in threads:
-        t.join(60)
-    drain(bootstrap, topics, rec)
-    rec.save(out)
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        while not stop_file.exists():
+            time.sleep(0.1)
+        stop.set()
+        _join(threads, STOP_S)
+        drain(bootstrap, topics, rec)
+    finally:
+        rec.save(out)  # also when terminated: the history so far
     if failed:
         raise SystemExit(f"a client failed: {failed[0]!r}")
+
+
+def _join(threads: list[threading.Thread], within_s: float) -> None:
+    """The client threads joined within one deadline (a client blocked in a call on a dead
+    broker is left behind, a daemon, so the drain and the history do not wait for it)."""
+    deadline = now() + within_s
+    for t in threads:
+        t.join(max(0.0, deadline - now()))
+    if left := sum(t.is_alive() for t in threads):
+        print(f"{left} client threads did not stop within {within_s:.0f} s; the drain goes on",
+              file=sys.stderr, flush=True)
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(f"terminated by signal {signum} before the clients ended; the history so far is saved")
 
 
 def main() -> None:

@@ -199,6 +199,21 @@ def test_a_stall_is_a_recovery_beyond_the_bound_or_none_watched_longer() -> None
     assert late.producers_s is None and not late.stalled(60.0)  # watched for 6 s only
 
 
+def test_a_process_stuck_across_several_heals_is_one_outage() -> None:
+    p2 = [Op(ProcessId("p2"), Kind.SEND, at, at + 0.1, OK, (Write(A, v, o),))
+          for at, v, o in ((0.1, "y", 0), (150.0, "z", 4))]  # stuck from 0.2 s to 150.1 s, then for good
+    p1 = [send(v, o, at=at) for at, v, o in ((0.5, "a", 1), (2.5, "b", 2), (10.5, "c", 3),
+                                              (161.0, "d", 5), (240.0, "e", 6))]
+    polls = [poll((o, v), at=at + 0.5) for at, v, o in ((0.1, "y", 0), (0.5, "a", 1), (2.5, "b", 2),
+                                                         (10.5, "c", 3), (150.0, "z", 4), (161.0, "d", 5),
+                                                         (240.0, "e", 6))]
+    faults = (Fault("pause", 1.0, 2.0, "n1"), Fault("kill", 9.0, 10.0, "n2"),
+              Fault("pause", 159.0, 160.0, "n3"))
+    v = verdict(*p2, *p1, *polls, faults=faults)
+    assert [(r.slowest, round(r.took_s)) for r in v.stalls(60.0)] == [("p2", 148), ("p2", 140), ("p2", 81)]
+    assert [r.fault.target for r in v.outages(60.0)] == ["n1", "n3"]  # until 150.1 s; never again
+
+
 def test_a_value_consumed_by_two_committed_transformations_is_reprocessed() -> None:
     source = txn(Write(A, "x", 0), who="t1")
     first = txn(Write(B, "o1", 0), reads=(Read(A, 0, "x"),), who="x1", at=2.0)

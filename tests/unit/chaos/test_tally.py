@@ -11,7 +11,7 @@ from tests.chaos.tally import add, run_entry, text, totals
 def figures(faults: dict[str, int], anomalies: dict[str, int], resends: int = 0) -> dict[str, object]:
     return {"seed": 7, "operations": 1000, "acknowledged_writes": 900, "faults_per_nemesis": faults,
             "anomalies_per_kind": {"lost-write": 0, **anomalies}, "client_resend_duplicates": resends,
-            "stalls_over_60s": [{}]}
+            "stalls_over_60s": [{}, {}], "outages_over_60s": 1}
 
 
 def test_runs_add_up_per_nemesis(tmp_path: Path) -> None:
@@ -23,7 +23,8 @@ def test_runs_add_up_per_nemesis(tmp_path: Path) -> None:
     assert tally["runs"][0] == {
         "ended": "1970-01-01T00:00Z", "command": "campaign --seed 7", "seed": 7, "operations": 1000,
         "acknowledged_writes": 900, "faults": 5, "faults_per_nemesis": {"kill": 3, "pause": 2},
-        "anomalies_per_kind": {}, "client_resend_duplicates": 0, "stalls_over_60s": 1}
+        "anomalies_per_kind": {}, "client_resend_duplicates": 0, "stalls_over_60s": 2,
+        "outages_over_60s": 1}
     faults, anomalies = totals(tally)
     assert (faults["kill"], faults["pause"], faults["ring"]) == (7, 2, 0) and anomalies == {"duplicate": 2}
     summary = text(tally)

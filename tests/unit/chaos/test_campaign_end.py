@@ -1,0 +1,54 @@
+"""The end of a campaign: clients that do not stop are left behind within one deadline, and
+clients that do not drain in time are terminated and still save the history they have (seed
+87 lost its history: the clients did not end within the campaign's wait and were killed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tests.chaos.campaign import _wait
+from tests.chaos.workload import _join
+
+SAVES_ON_SIGTERM = """
+import signal, sys, time
+from pathlib import Path
+from tests.chaos.workload import _terminated
+signal.signal(signal.SIGTERM, _terminated)
+try:
+    Path(sys.argv[1] + ".started").touch()
+    time.sleep(120)
+finally:
+    Path(sys.argv[1]).write_text("the history so far")
+"""
+
+
+def test_client_threads_are_joined_within_one_deadline_not_one_each() -> None:
+    release = threading.Event()
+    stuck = [threading.Thread(target=release.wait, daemon=True) for _ in range(3)]
+    done = threading.Thread(target=lambda: None)
+    for t in (*stuck, done):
+        t.start()
+    _join([*stuck, done], 0.3)  # three stuck threads: 0.3 s in all (they were given 60 s each)
+    assert all(t.is_alive() for t in stuck) and not done.is_alive()
+    release.set()
+
+
+def test_clients_that_do_not_drain_in_time_are_terminated_and_save_their_history(tmp_path: Path) -> None:
+    out = tmp_path / "history.json"
+    with subprocess.Popen([sys.executable, "-c", SAVES_ON_SIGTERM, str(out)], cwd=Path(__file__).parents[3],
+                          start_new_session=True, stderr=subprocess.PIPE) as clients:
+        try:
+            while not Path(f"{out}.started").exists() and clients.poll() is None:
+                threading.Event().wait(0.05)
+            assert _wait(clients, within_s=0.5) == -signal.SIGTERM
+            assert out.read_text() == "the history so far"
+            assert b"terminated by signal 15" in clients.stderr.read()  # type: ignore[union-attr]
+            assert clients.returncode == 1
+        finally:
+            if clients.poll() is None:
+                os.killpg(clients.pid, signal.SIGKILL)
