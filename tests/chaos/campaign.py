@@ -73,7 +73,7 @@ def run(options: Options) -> Result:
         cluster = ChaosCluster(Path(base), options.run_id)
         kept: list[StoredTwice] = []
         try:
-            history, code = _drive(cluster, options, Path(base))
+            history, code, failure = _drive(cluster, options, Path(base))
         finally:
             _keep_logs(cluster, options.out)
             if options.keep_data:
@@ -82,21 +82,33 @@ def run(options: Options) -> Result:
     history.save(options.out / "history.json")  # before the check: a checker that fails loses nothing
     verdict = set_apart(check(history), client_resends(kept))
     result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
+    if failure is not None:  # checked and reported first: what the run saw until then counts
+        raise failure
     assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
     return result
 
 
-def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History, int]:
-    """The history (reported even when a client failed) and the clients' exit code."""
+def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History, int, Exception | None]:
+    """The history (reported even when a client failed), the clients' exit code, and what
+    stopped the faults early if anything did (e.g. a broker that did not start again: the
+    clients still drain and the history is still checked)."""
     out, stop_file = base / "history.json", base / "stop"
+    faults: list[Fault] = []
+    failure: Exception | None = None
     with open(options.out / "clients.log", "wb") as log:
         clients = cluster.client("-m", "tests.chaos.workload", cluster.bootstrap, str(out), str(stop_file),
                                  "--workload", ",".join(options.workloads), "--seed", str(options.seed),
                                  stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     try:
         time.sleep(options.heal_s)  # the clients create their topics and start
-        faults = _schedule(cluster, options)
-        cluster.restore()
+        try:
+            _schedule(cluster, options, faults)
+            cluster.restore()
+        except Exception as exc:
+            failure = exc
+            print(f"{time.monotonic():.1f} the faults stopped early: {exc!r}", flush=True)
+            with contextlib.suppress(Exception):
+                cluster.restore()
         time.sleep(options.heal_s)
         stop_file.touch()
         print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
@@ -108,7 +120,7 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History
     assert out.exists(), f"the clients saved no history (exit code {code}; see {options.out / 'clients.log'})"
     history = History.load(out)
     history.faults.extend(faults)
-    return history, code
+    return history, code, failure
 
 
 def _wait(clients: subprocess.Popen[bytes], within_s: float = DRAIN_WAIT_S) -> int:
@@ -127,25 +139,27 @@ def _wait(clients: subprocess.Popen[bytes], within_s: float = DRAIN_WAIT_S) -> i
         return -signal.SIGTERM
 
 
-def _schedule(cluster: ChaosCluster, options: Options) -> list[Fault]:
+def _schedule(cluster: ChaosCluster, options: Options, faults: list[Fault]) -> None:
+    """The nemeses in the seed's order, into `faults` as each ends (kept if one fails)."""
     rng = random.Random(options.seed)
     chosen = [NEMESES[n] for n in options.nemeses]
     deadline = time.monotonic() + options.seconds
-    faults: list[Fault] = []
     while not faults or time.monotonic() < deadline:
         for nemesis in rng.sample(chosen, len(chosen)):
-            faults.append(_inject(cluster, nemesis, rng, options.fault_s))
+            _inject(cluster, nemesis, rng, options.fault_s, faults)
             time.sleep(options.heal_s)
-    return faults
 
 
-def _inject(cluster: ChaosCluster, nemesis: Nemesis, rng: random.Random, hold_s: float) -> Fault:
+def _inject(cluster: ChaosCluster, nemesis: Nemesis, rng: random.Random, hold_s: float,
+            faults: list[Fault]) -> None:
     start = time.monotonic()
     target = nemesis.start(cluster, rng)
     print(f"{start:.1f} {nemesis.name} on {target}", flush=True)
     time.sleep(hold_s)
-    nemesis.stop(cluster, target)
-    return Fault(nemesis.name, start, time.monotonic(), target)
+    try:
+        nemesis.stop(cluster, target)
+    finally:  # a fault whose stop failed happened too
+        faults.append(Fault(nemesis.name, start, time.monotonic(), target))
 
 
 def _keep_logs(cluster: ChaosCluster, out: Path) -> None:

@@ -1,18 +1,25 @@
 """The end of a campaign: clients that do not stop are left behind within one deadline, and
 clients that do not drain in time are terminated and still save the history they have (seed
-87 lost its history: the clients did not end within the campaign's wait and were killed)."""
+87 lost its history: the clients did not end within the campaign's wait and were killed); a
+fault whose stop fails is kept (seed 90: a broker that did not start again ended the run)."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from tests.chaos.campaign import _wait
+import pytest
+
+from tests.chaos.campaign import _inject, _wait
+from tests.chaos.history import Fault
+from tests.chaos.nemesis import Nemesis
 from tests.chaos.workload import _join
+from tests.integration.harness import BrokerStartError
 
 SAVES_ON_SIGTERM = """
 import signal, sys, time
@@ -52,3 +59,16 @@ def test_clients_that_do_not_drain_in_time_are_terminated_and_save_their_history
         finally:
             if clients.poll() is None:
                 os.killpg(clients.pid, signal.SIGKILL)
+
+
+def test_a_fault_whose_stop_fails_is_recorded_and_the_failure_raised() -> None:
+    def start(_cluster: object, _rng: random.Random) -> str:
+        return "n2"
+
+    def stop(_cluster: object, _target: str) -> None:
+        raise BrokerStartError("broker did not answer ApiVersions on 10.222.90.3:9092 within 40s")
+
+    faults: list[Fault] = []
+    with pytest.raises(BrokerStartError):
+        _inject(None, Nemesis("kill-long", start, stop, "test"), random.Random(1), 0.0, faults)  # type: ignore[arg-type]
+    assert [(f.nemesis, f.target) for f in faults] == [("kill-long", "n2")]
