@@ -91,7 +91,7 @@ run: $(STAMP)
 
 # kcat (the README's examples) from Debian's packages, unless it is there.
 kcat:
-	command -v kcat >/dev/null || (apt-get update -qq && apt-get install -y -qq kcat)
+	command -v kcat >/dev/null || (apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq kcat)
 
 # etcd and three brokers in the background (config/broker-{1,2,3}.yaml; data in cluster-data/).
 cluster: $(STAMP) $(ETCD)

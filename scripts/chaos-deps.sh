@@ -17,10 +17,11 @@ command -v openssl >/dev/null || wanted+=(openssl)
 command -v kcat >/dev/null || wanted+=(kcat)
 if [ ${#wanted[@]} -gt 0 ]; then
     echo "chaos: installing Debian's ${wanted[*]}" >&2
-    # A fresh machine has no package lists yet: refresh them once and retry.
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${wanted[@]}" >/dev/null 2>&1; then
-        apt-get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${wanted[@]}" >/dev/null
+    # A fresh machine has no package lists yet: refresh them once and retry. Another apt
+    # or dpkg (unattended-upgrades) holding the lock is waited for, up to 10 minutes.
+    if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${wanted[@]}" >/dev/null 2>&1; then
+        apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${wanted[@]}" >/dev/null
     fi
 fi
 mkdir -p "$DEST"

@@ -28,10 +28,11 @@ engine_answers() {
 
 apt_install() {
     echo "docker: installing Debian's $*" >&2
-    # A fresh machine has no package lists yet: refresh them once and retry.
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1; then
-        apt-get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+    # A fresh machine has no package lists yet: refresh them once and retry. Another apt
+    # or dpkg (unattended-upgrades) holding the lock is waited for, up to 10 minutes.
+    if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >/dev/null 2>&1; then
+        apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >/dev/null
     fi
 }
 

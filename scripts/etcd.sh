@@ -12,9 +12,10 @@ trap 'rm -rf "$TMP"' EXIT
 
 cd "$TMP"
 echo "etcd: downloading Debian's etcd-server package" >&2
-# A fresh machine has no package lists yet: refresh them once and retry.
+# A fresh machine has no package lists yet: refresh them once and retry (waiting up to
+# 10 minutes for another apt holding the lock).
 if ! apt-get download -q etcd-server >/dev/null 2>&1; then
-    apt-get update -q >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
     apt-get download -q etcd-server >/dev/null
 fi
 dpkg -x etcd-server_*.deb unpacked
