@@ -603,6 +603,10 @@ class TransactionStateMachine:
             and state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
         ):
             return self._prepare_end(current, False, now_ms, tv=tv, retry_ids=True, no_partitions=True)
+        if commit and is_retry and state is TxnState.COMPLETE_ABORT:
+            # A commit sent before the coordinator aborted on its own (a timeout): fenced, which
+            # clients survive, not INVALID_TXN_STATE, which is fatal (KAFKA-20785).
+            return Outcome(tid, ErrorCode.PRODUCER_FENCED)
         error = _settled_answer(state, commit, is_retry)
         if error is ErrorCode.NONE:
             return Outcome(tid, error, producer_id=current.producer_id, producer_epoch=current.producer_epoch)

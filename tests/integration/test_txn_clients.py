@@ -925,3 +925,25 @@ def test_abandoned_transaction_times_out(kit: Kit) -> None:
             zombie.commit()
         assert kit.is_fenced(info.value), f"{kit.name}: expected a fenced error, got {info.value!r}"
         assert "zombie-late" not in values(kit.consume(tps, UNCOMMITTED))
+
+
+def test_a_commit_after_the_coordinator_aborted_on_timeout_is_fenced(kit: Kit) -> None:
+    """The coordinator aborts a transaction at its timeout while its producer is still there;
+    that producer's commit then fails as fenced, at every transaction version. Under version 2
+    the abort bumped the epoch, so the commit looks like a retry of an EndTxn and found the
+    transaction CompleteAbort: Kafka answered INVALID_TXN_STATE there, fatal for the Java
+    client, until it answered PRODUCER_FENCED (KAFKA-20785), as Gregor does."""
+    topic = unique_topic(f"txn-late-commit-{kit.name}")
+    create_topics(kit.broker, {topic: 1})
+    transactional_id = tid(f"late-commit-{kit.name}")
+    timeout_ms = ZOMBIE_TIMEOUT_MS * (3 if kit.name.startswith("java") else 1)  # a JVM's first send
+    late = kit.producer(transactional_id, timeout_ms=timeout_ms)
+    late.init()
+    late.begin()
+    assert late.send_all([(topic, 0, "late-0")]) == [0]
+    state = lambda: describe_transaction(kit.broker, transactional_id).transaction_state  # noqa: E731
+    wait_until(lambda: state() == "CompleteAbort", timeout=20, msg="the coordinator aborts at the timeout")
+    with pytest.raises(Exception) as info:  # noqa: B017 - each client has its own fenced error
+        late.commit()
+    assert kit.is_fenced(info.value), f"{kit.name}: expected a fenced error, got {info.value!r}"
+    assert kit.consume([(topic, 0)], COMMITTED) == []

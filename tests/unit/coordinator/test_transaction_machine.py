@@ -364,7 +364,7 @@ def test_tv2_bumps_epoch_on_every_end_and_answers_retries(h: Harness) -> None:
     [(S.EMPTY, True, False, E.PRODUCER_FENCED), (S.EMPTY, False, False, "bump"),
      (S.EMPTY, True, True, E.PRODUCER_FENCED), (S.EMPTY, False, True, E.INVALID_TXN_STATE),
      (S.COMPLETE_ABORT, True, False, E.NONE), (S.COMPLETE_ABORT, False, False, "bump"),
-     (S.COMPLETE_ABORT, True, True, E.INVALID_TXN_STATE),
+     (S.COMPLETE_ABORT, True, True, E.PRODUCER_FENCED),  # KAFKA-20785: the coordinator aborted
      (S.COMPLETE_ABORT, False, True, E.INVALID_TXN_STATE),
      (S.COMPLETE_COMMIT, True, False, E.INVALID_TXN_STATE), (S.COMPLETE_COMMIT, False, False, "bump"),
      (S.COMPLETE_COMMIT, True, True, E.NONE), (S.COMPLETE_COMMIT, False, True, E.INVALID_TXN_STATE)],
