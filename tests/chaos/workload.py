@@ -131,22 +131,37 @@ def produce_queue(bootstrap: str, name: str, rec: Recorder, stop: threading.Even
     a delivery the producer is replaced: librdkafka's can stop sending for good after a
     re-bootstrap (seeds 53, 63, 64: silent for the last 38 to 54 minutes, idempotence state
     Assigned, messages still queued at the end). The old one is flushed aside, so that each of
-    its messages still ends in an operation (a delivery, or unknown once timed out)."""
+    its messages still ends in an operation (a delivery, or unknown once timed out). A producer
+    that raised a fatal error is replaced the same way: librdkafka gives up on its idempotence
+    state after an OUT_OF_ORDER_SEQUENCE_NUMBER it cannot explain ("sequence desynchronization",
+    seed 91: after a NOT_LEADER answer it took for "not persisted"), as it would with Kafka."""
     producer, delivered = _queue_producer(bootstrap, name, rec), [now()]
     n = 0
     while not stop.is_set():
         value = f"{name}-{n}"
         done = _on_send(rec, name, value, now(), delivered)
-        producer.produce(QUEUE, value.encode(), partition=n % PARTITIONS, on_delivery=done)
-        producer.poll(0)
         n += 1
+        try:
+            producer.produce(QUEUE, value.encode(), partition=(n - 1) % PARTITIONS, on_delivery=done)
+        except KafkaException as exc:  # never queued: no operation
+            if not exc.args[0].fatal():
+                raise
+            rec.note(name, "produce", "fatal", f"{exc.args[0].str()}: a new producer")
+            producer, delivered[0] = _replace_queue_producer(producer, bootstrap, name, rec), now()
+            continue
+        producer.poll(0)
         if now() - delivered[0] > PRODUCER_GIVE_UP_S:
             rec.note(name, "produce", "gave up", f"no delivery for {PRODUCER_GIVE_UP_S:.0f} s: "
                      "a new producer")
-            threading.Thread(target=producer.flush, args=(MESSAGE_TIMEOUT_MS / 1000,), daemon=True).start()
-            producer, delivered[0] = _queue_producer(bootstrap, name, rec), now()
+            producer, delivered[0] = _replace_queue_producer(producer, bootstrap, name, rec), now()
         time.sleep(PACE_S)
     producer.flush(15)
+
+
+def _replace_queue_producer(old: Producer, bootstrap: str, name: str, rec: Recorder) -> Producer:
+    """A new producer; the old one is flushed aside, so its messages still get their reports."""
+    threading.Thread(target=old.flush, args=(MESSAGE_TIMEOUT_MS / 1000,), daemon=True).start()
+    return _queue_producer(bootstrap, name, rec)
 
 
 def _queue_producer(bootstrap: str, name: str, rec: Recorder) -> Producer:
