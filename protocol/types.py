@@ -13,3 +13,9 @@ ProducerEpoch = NewType("ProducerEpoch", int)
 LeaderEpoch = NewType("LeaderEpoch", int)
 CoordinatorEpoch = NewType("CoordinatorEpoch", int)
 NodeId = NewType("NodeId", int)
+TransactionVersion = NewType("TransactionVersion", int)
+
+# The transaction.version level that bumps the producer epoch on every EndTxn (KIP-890 part 2);
+# its markers carry the bumped epoch, which the partitions check (KIP-1228).
+TV2 = TransactionVersion(2)
+TV0 = TransactionVersion(0)  # a marker's version when the request has none (WriteTxnMarkers v0-1)

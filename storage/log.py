@@ -26,7 +26,7 @@ from protocol.record_batch import (
     set_log_append_time,
     set_max_timestamp,
 )
-from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId
+from protocol.types import TV0, CoordinatorEpoch, ProducerEpoch, ProducerId, TransactionVersion
 from storage.checkpoints import fsync_dir
 from storage.index import AbortedTxn
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
@@ -477,17 +477,21 @@ class Log:
         coordinator_epoch: CoordinatorEpoch,
         leader_epoch: int,
         now_ms: int,
+        transaction_version: TransactionVersion = TV0,
     ) -> MarkerResult:
         """Append the COMMIT/ABORT marker of one producer's transaction (WriteTxnMarkers).
-        Refused with INVALID_PRODUCER_EPOCH for an epoch below the producer's, and with
-        TRANSACTION_COORDINATOR_FENCED for a coordinator epoch below the one recorded.
-        A marker for a producer without an open transaction is still written."""
+        Refused with INVALID_PRODUCER_EPOCH for an epoch below the producer's (at transaction
+        version 2 also at it while a transaction is open), and with
+        TRANSACTION_COORDINATOR_FENCED for a coordinator epoch below the one recorded. A marker
+        for a producer without an open transaction is still written."""
         if producer_id < 0 or producer_epoch < 0:  # -1 is "none": a marker must name one
             message = f"invalid producer id {producer_id} or epoch {producer_epoch} in a marker"
             return MarkerResult(ErrorCode.INVALID_REQUEST, -1, message)
         current = self.producer_state.entry_for(producer_id)
         origin = AppendOrigin.COORDINATOR
-        problem = validate_end_txn_marker(current, producer_epoch, coordinator_epoch, origin)
+        problem = validate_end_txn_marker(
+            current, producer_epoch, coordinator_epoch, origin, transaction_version
+        )
         if problem is not None:
             log.info("%s: marker refused: %s", self.directory.name, problem.message)
             return MarkerResult(problem.error, -1, problem.message)

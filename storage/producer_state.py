@@ -23,7 +23,7 @@ from protocol.record_batch import (
     ControlRecord,
     ControlType,
 )
-from protocol.types import CoordinatorEpoch, Offset, ProducerEpoch, ProducerId
+from protocol.types import TV2, CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, TransactionVersion
 from storage.snapshot import (
     CorruptSnapshotError,
     SnapshotEntry,
@@ -260,13 +260,21 @@ def validate_data_batch(
 
 
 def validate_end_txn_marker(
-    current: ProducerStateEntry, producer_epoch: int, coordinator_epoch: int, origin: AppendOrigin
+    current: ProducerStateEntry, producer_epoch: int, coordinator_epoch: int, origin: AppendOrigin,
+    transaction_version: TransactionVersion,
 ) -> AppendError | None:
     """Kafka's ProducerAppendInfo.appendEndTxnMarker checks: a stale producer epoch,
-    then a stale coordinator epoch (a zombie coordinator). Replication checks nothing."""
+    then a stale coordinator epoch (a zombie coordinator). Replication checks nothing.
+    At transaction version 2 the coordinator bumps the epoch to end every transaction, and
+    the producer writes its next transaction at that epoch: a marker at the producer's epoch
+    while a transaction is open is a late copy of the previous transaction's marker, which
+    would end the open one (KIP-1228); with none open it is a retry of this one, written
+    again (KAFKA-19999: refused, the coordinator would never complete the transaction)."""
     if origin is AppendOrigin.REPLICATION:
         return None
     problem = _check_epoch(current, producer_epoch)
+    if problem is None and transaction_version >= TV2:
+        problem = _check_marker_not_late(current, producer_epoch)
     if problem is None and coordinator_epoch < current.coordinator_epoch:
         problem = AppendError(
             ErrorCode.TRANSACTION_COORDINATOR_FENCED,
@@ -282,6 +290,16 @@ def _check_epoch(current: ProducerStateEntry, epoch: int) -> AppendError | None:
             ErrorCode.INVALID_PRODUCER_EPOCH,
             f"epoch {epoch} of producer {current.producer_id} is smaller than "
             f"the last seen epoch {current.producer_epoch}",
+        )
+    return None
+
+
+def _check_marker_not_late(current: ProducerStateEntry, epoch: int) -> AppendError | None:
+    if epoch == current.producer_epoch and current.has_ongoing_txn:
+        return AppendError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"transaction version 2 marker at epoch {epoch} of producer {current.producer_id}: "
+            f"not above the epoch of its open transaction (a late marker of the previous one)",
         )
     return None
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition
+from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
 if TYPE_CHECKING:
     from broker.api.caller import Caller
@@ -80,7 +80,7 @@ class Partitions(PartitionWriter, Protocol):
 
     def append_txn_marker(
         self, part: Partition, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,
-        coordinator_epoch: CoordinatorEpoch, now_ms: int,
+        coordinator_epoch: CoordinatorEpoch, now_ms: int, transaction_version: TransactionVersion,
     ) -> MarkerResult: ...
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None: ...

@@ -32,7 +32,7 @@ from protocol.types import TopicPartition
 log = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = 0.1
-WRITE_TXN_MARKERS_VERSION = 1
+WRITE_TXN_MARKERS_VERSION = 2  # v2 carries each marker's transaction version (KIP-1228)
 REQUEST_TIMEOUT_S = 40.0
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
 # The partition is gone (topic deleted): nothing left to mark, as in Kafka.
@@ -51,6 +51,7 @@ def marker(intent: MarkerIntent, partitions: set[TopicPartition]) -> Any:
     return Marker(
         producer_id=intent.producer_id, producer_epoch=intent.producer_epoch,
         transaction_result=intent.commit, coordinator_epoch=intent.coordinator_epoch,
+        transaction_version=intent.transaction_version,
         topics=[Marker.WritableTxnMarkerTopic(name=t, partition_indexes=p) for t, p in topics.items()],
     )
 

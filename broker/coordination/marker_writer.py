@@ -15,7 +15,7 @@ from broker.faults import crash_point
 from broker.replication.replica_manager import Partition, replicated
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC
-from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId
+from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TransactionVersion
 
 if TYPE_CHECKING:
     from broker.api.services import Partitions, Topics, TransactionCompletions
@@ -61,7 +61,7 @@ def _write_one(
         return error, None, -1
     result = writer.partitions.append_txn_marker(
         part, ProducerId(marker.producer_id), ProducerEpoch(marker.producer_epoch), marker.transaction_result,
-        CoordinatorEpoch(marker.coordinator_epoch), now_ms(),
+        CoordinatorEpoch(marker.coordinator_epoch), now_ms(), TransactionVersion(marker.transaction_version),
     )
     if result.error != ErrorCode.NONE:
         return ErrorCode(result.error), None, -1

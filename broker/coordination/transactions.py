@@ -31,7 +31,6 @@ from broker.faults import crash_point
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from broker.security.client import ClientSecurity
 from coordinator.transaction import (
-    TV2,
     ListResult,
     Outcome,
     TransactionStateMachine,
@@ -44,7 +43,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.internal_topics import TRANSACTION_STATE_TOPIC
 from protocol.messages import REQUESTS
-from protocol.types import TopicPartition
+from protocol.types import TV2, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Cluster, Markers, ProducerIds, Topics

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from coordinator.transaction import TV2
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.types import TV2
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext

@@ -17,9 +17,9 @@ from kafka.protocol.producer import (
 from broker.cluster.view import BrokerInfo
 from broker.security.acl import AclOperation, ResourceType
 from broker.security.authorizer import authorize, authorize_cluster
-from coordinator.transaction import TV2
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
+from protocol.types import TV2
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext

@@ -42,5 +42,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return await ctx.services.markers.write(request)
 
 
-VERSIONS = {API_KEY: (0, 1)}
+VERSIONS = {API_KEY: (0, 2)}
 HANDLERS = {API_KEY: handle}

@@ -20,7 +20,15 @@ from broker.replication.leader import LeaderState
 from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
-from protocol.types import CoordinatorEpoch, LeaderEpoch, NodeId, ProducerEpoch, ProducerId, TopicPartition
+from protocol.types import (
+    CoordinatorEpoch,
+    LeaderEpoch,
+    NodeId,
+    ProducerEpoch,
+    ProducerId,
+    TopicPartition,
+    TransactionVersion,
+)
 from storage.log import AppendResult, Log, MarkerResult
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -305,12 +313,13 @@ class ReplicaManager:
 
     def append_txn_marker(
         self, part: Partition, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,
-        coordinator_epoch: CoordinatorEpoch, now_ms: int,
+        coordinator_epoch: CoordinatorEpoch, now_ms: int, transaction_version: TransactionVersion,
     ) -> MarkerResult:
         """A COMMIT/ABORT marker; the LSO may move, so read_committed fetches wake."""
         try:
             result = part.log.append_txn_marker(
-                producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch, now_ms
+                producer_id, producer_epoch, commit, coordinator_epoch, part.leader_epoch, now_ms,
+                transaction_version,
             )
         except OSError as exc:
             self._write_failed(part, exc)

@@ -1,7 +1,6 @@
 """Transaction coordinator: a pure state machine over ``__transaction_state`` records."""
 
 from coordinator.transaction.machine import (
-    TV2,
     ListResult,
     MarkerIntent,
     Outcome,
@@ -23,7 +22,6 @@ from coordinator.transaction.state import (
 
 __all__ = [
     "MAX_EPOCH",
-    "TV2",
     "VALID_PREVIOUS_STATES",
     "IllegalStateTransition",
     "ListResult",

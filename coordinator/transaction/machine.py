@@ -39,9 +39,8 @@ from protocol.transaction_log import (
     encode_key,
     encode_value,
 )
-from protocol.types import ProducerId, TopicPartition
+from protocol.types import TV2, ProducerId, TopicPartition
 
-TV2 = 2  # transaction.version feature level that bumps the epoch on every EndTxn (KIP-890 part 2)
 _NO_ERRORS: Mapping[TopicPartition, ErrorCode] = MappingProxyType({})
 Record = tuple[bytes, bytes | None]
 

@@ -947,3 +947,65 @@ def test_a_commit_after_the_coordinator_aborted_on_timeout_is_fenced(kit: Kit) -
         late.commit()
     assert kit.is_fenced(info.value), f"{kit.name}: expected a fenced error, got {info.value!r}"
     assert kit.consume([(topic, 0)], COMMITTED) == []
+
+
+def describe_producer(broker: BrokerProcess, topic: str, partition: int) -> Any:
+    """DescribeProducers v0 of one partition: its one active producer."""
+    from protocol.messages import REQUESTS
+
+    cls = REQUESTS[61]
+    with WireClient(broker.port) as c:
+        resp = c.call(cls(topics=[cls.TopicRequest(name=topic, partition_indexes=[partition])]), 0)
+    (part,) = resp.topics[0].partitions
+    assert part.error_code == 0, part
+    (state,) = part.active_producers
+    return state
+
+
+def write_marker(
+    broker: BrokerProcess, state: Any, topic: str, commit: bool, transaction_version: int
+) -> int:
+    """WriteTxnMarkers v2 of one partition, as a transaction coordinator sends it."""
+    from protocol.messages import REQUESTS
+
+    cls = REQUESTS[27]
+    marker = cls.WritableTxnMarker(
+        producer_id=state.producer_id, producer_epoch=state.producer_epoch, transaction_result=commit,
+        coordinator_epoch=state.coordinator_epoch, transaction_version=transaction_version,
+        topics=[cls.WritableTxnMarker.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])],
+    )
+    with WireClient(broker.port) as c:
+        resp = c.call(cls(markers=[marker]), 2)
+    return int(resp.markers[0].topics[0].partitions[0].error_code)
+
+
+@pytest.mark.java
+def test_a_late_marker_of_the_previous_transaction_cannot_end_the_open_one(txn_broker: BrokerProcess) -> None:
+    """KIP-1228, with the Java 4.3 client at transaction version 2: a transaction's COMMIT
+    marker carries the epoch the coordinator bumped to, the epoch of the producer's next
+    transaction. The same marker arriving again while that next transaction is open (a
+    coordinator's late retry) is refused, INVALID_PRODUCER_EPOCH; Kafka's older check (at
+    or above the producer's epoch) took it and committed the open transaction's records."""
+    kit = Java43Kit(txn_broker)
+    try:
+        topic = unique_topic("txn-late-marker")
+        create_topics(txn_broker, {topic: 1})
+        tps = [(topic, 0)]
+        p = kit.producer(tid("late-marker"))
+        p.init()
+        p.begin()
+        assert p.send_all([(topic, 0, "first")]) == [0]
+        p.commit()
+        p.begin()
+        assert p.send_all([(topic, 0, "second")]) == [2]  # after the COMMIT marker, at the bumped epoch
+        state = describe_producer(txn_broker, topic, 0)
+        assert state.current_txn_start_offset == 2, state
+        late = write_marker(txn_broker, state, topic, commit=True, transaction_version=2)
+        assert late == 47  # INVALID_PRODUCER_EPOCH
+        assert list_offsets(txn_broker, topic, 0, 1) == 2  # the transaction is still open
+        assert values(kit.consume(tps, COMMITTED)) == ["first"]
+        p.abort()
+        assert values(kit.consume(tps, COMMITTED)) == ["first"]
+        assert values(kit.consume(tps, UNCOMMITTED)) == ["first", "second"]
+    finally:
+        kit.close()

@@ -11,7 +11,6 @@ from coordinator.hashing import coordinator_partition, java_abs, java_string_has
 from coordinator.producer_ids import ProducerIdsUnavailable
 from coordinator.transaction import (
     MAX_EPOCH,
-    TV2,
     VALID_PREVIOUS_STATES,
     IllegalStateTransition,
     Outcome,
@@ -23,6 +22,7 @@ from coordinator.transaction import (
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 from protocol.transaction_log import decode_key, decode_value
+from protocol.types import TV2
 
 E = ErrorCode
 S = TxnState

@@ -10,6 +10,7 @@ import pytest
 
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader, ControlType, iter_batches, parse_control_batch
+from protocol.types import TransactionVersion
 from storage.index import AbortedTxn
 from storage.log import Log
 from storage.log_config import LogConfig
@@ -234,6 +235,45 @@ def test_marker_validation(tmp_path: Path) -> None:
     assert (info.producer_epoch, info.coordinator_epoch, info.current_txn_start_offset) == (3, 6, -1)
     late = make_batch([b"z"], producer_id=A, producer_epoch=2, base_sequence=2, transactional=True)
     assert log.append_as_leader(late, 0, NOW).error is ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_a_late_transaction_version_2_marker_cannot_end_the_next_transaction(tmp_path: Path) -> None:
+    """KIP-1228: at transaction version 2 a transaction's markers carry the epoch the
+    coordinator bumped to, which is the epoch the producer writes its next transaction at.
+    A copy of the first transaction's marker arriving late is at that epoch: refused, where
+    the legacy check (at or above) would commit the open transaction's records. Before the
+    next transaction opens, the same marker is the coordinator's retry: written again."""
+    log = open_log(tmp_path)
+    tv2 = TransactionVersion(2)
+    p = Producer(log, A, epoch=2)
+    p.send()
+    first = log.append_txn_marker(A, 3, True, 5, 0, NOW, tv2)  # the first transaction ends at epoch 3
+    assert first.error is ErrorCode.NONE
+    retried = log.append_txn_marker(A, 3, True, 5, 0, NOW, tv2)  # no transaction open: a retry
+    assert (retried.error, retried.offset) == (ErrorCode.NONE, first.offset + 1)
+    p.epoch, p.seq = 3, 0
+    opened = p.send()  # the next transaction, at epoch 3
+    end = log.log_end_offset
+    late = log.append_txn_marker(A, 3, True, 5, 0, NOW, tv2)
+    assert late.error is ErrorCode.INVALID_PRODUCER_EPOCH and late.offset == -1
+    assert log.log_end_offset == end and log.last_stable_offset == opened
+    [info] = log.active_producers()
+    assert (info.producer_epoch, info.current_txn_start_offset) == (3, opened)
+    # The open transaction's own end, at the epoch bumped once more, is written.
+    r = log.append_txn_marker(A, 4, False, 5, 0, NOW, tv2)
+    assert (r.error, r.offset) == (ErrorCode.NONE, end)
+    assert index_entries(log) == [AbortedTxn(A, opened, end, end + 1)]
+
+
+def test_a_legacy_marker_at_the_producer_epoch_is_still_written(tmp_path: Path) -> None:
+    """Transaction versions 0 and 1 do not bump the epoch: their marker is at the epoch of
+    the records it ends (and `kafka-transactions.sh abort` sends version 0)."""
+    log = open_log(tmp_path)
+    p = Producer(log, A, epoch=2)
+    opened = p.send()
+    r = log.append_txn_marker(A, 2, False, 5, 0, NOW, TransactionVersion(1))
+    assert (r.error, r.offset) == (ErrorCode.NONE, opened + 1)
+    assert log.append_txn_marker(A, 2, False, 5, 0, NOW, TransactionVersion(0)).error is ErrorCode.NONE
 
 
 def test_marker_without_open_transaction_is_written_but_not_indexed(tmp_path: Path) -> None:
