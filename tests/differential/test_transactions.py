@@ -180,7 +180,7 @@ def describe_producers() -> Step:
     return Step(61, lambda side: {"topics": [{"name": topic(side), "partition_indexes": [0]}]})
 
 
-def markers(v: int, commit: bool) -> Step:
+def markers(v: int, commit: bool, transaction_version: int = 1) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
         return {
@@ -191,7 +191,7 @@ def markers(v: int, commit: bool) -> Step:
                     "transaction_result": commit,
                     "topics": [{"name": topic(side), "partition_indexes": [0]}],
                     "coordinator_epoch": 0,
-                    "transaction_version": 1,
+                    "transaction_version": transaction_version,
                 }
             ]
         }
@@ -286,7 +286,7 @@ CASES["txn-offset-commit-stale-generation"] = [
     txn_commit_offsets(2),
     end_txn(5, commit=False),
 ]
-for v in (0, 1):
+for v in (0, 1, 2):
     CASES[f"write-txn-markers-v{v}"] = [
         *new_topic(),
         init_txn(),
@@ -296,6 +296,23 @@ for v in (0, 1):
         wait_lso(2),
         fetch(18, isolation=1),
     ]
+
+
+# KIP-1228: a transaction version 2 transaction (Produce v12+ adds the partition, EndTxn v5
+# bumps the epoch) ends with a marker at the epoch its producer's next transaction is written
+# at; that marker sent again while the next transaction is open is refused.
+CASES["write-txn-markers-late-tv2-marker"] = [
+    *new_topic(),
+    init_txn(),
+    txn_produce([b"first"]),
+    end_txn(5, commit=True),
+    wait_lso(2),
+    wait_state("Complete"),
+    txn_produce([b"second"]),
+    markers(2, commit=True, transaction_version=2),
+    fetch(18, isolation=1),
+    describe_producers(),
+]
 
 
 @pytest.mark.parametrize("name", list(CASES))
