@@ -38,7 +38,7 @@ from tests.chaos.tally import add, run_entry, text
 from tests.chaos.transactions import JAVA_WORKLOADS, java_missing
 from tests.chaos.workload import QUEUE, WORKLOADS
 
-DRAIN_WAIT_S = 180  # from the stop file until the clients have drained and saved the history
+DRAIN_WAIT_S = 360  # from the stop file until the clients have drained and saved the history
 TERMINATED_WAIT_S = 30  # then, terminated, until they have saved what they have
 
 

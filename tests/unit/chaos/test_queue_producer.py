@@ -23,7 +23,8 @@ class FakeProducer:
     def produce(self, topic: str, value: bytes, partition: int, on_delivery: Any) -> None:
         self.produced += 1
         if self.produced == self.fail_at:
-            raise KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))
+            # as librdkafka raises it from produce(): the code _FATAL, the fatal flag not set (seed 92)
+            raise KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error"))
         on_delivery(None, FakeMessage(topic, partition))
         if self.produced >= self.stop_after:
             self.stop.set()
