@@ -180,11 +180,11 @@ class Broker:
         )
 
     def _metadata_view(self) -> Cluster:
-        if self.cluster is not None:
-            store = self.cluster.store
-            return ClusterView(lambda: store.image, self.node_id, self.cluster_id)
         ad = self.config.advertised
         me = BrokerInfo(self.node_id, ad.host, ad.port, self.config["broker.rack"] or None, self._endpoints())
+        if self.cluster is not None:
+            store = self.cluster.store
+            return ClusterView(lambda: store.image, me, self.cluster_id)
 
         def epoch_of(topic: str, index: int) -> int:
             part = self.replicas.partition(topic, index)

@@ -90,13 +90,21 @@ class SingleNodeView:
 class ClusterView:
     """The `Cluster` port of a broker in an etcd cluster: the image as it is now."""
 
-    def __init__(self, image: ImageSource, node_id: int, cluster_id: str) -> None:
+    def __init__(self, image: ImageSource, me: BrokerInfo, cluster_id: str) -> None:
         self._image = image
-        self.node_id = node_id
+        self._me = me
+        self.node_id = me.node_id
         self.cluster_id = cluster_id
 
     def brokers_on(self, listener: str) -> list[BrokerInfo]:
-        return on_listener(self.brokers(), listener)
+        """The brokers a client is told of: the registered ones, and this broker while its
+        registration lapsed (a lease that expired under load, until it registers again). It
+        is answering, and a client told of no broker at all keeps none to ask again (seed
+        92: librdkafka dropped every broker it knew and its consumer never fetched again)."""
+        told = self.brokers()
+        if all(b.node_id != self.node_id for b in told):
+            told.append(self._me)
+        return on_listener(told, listener)
 
     def brokers(self) -> list[BrokerInfo]:
         image = self._image()

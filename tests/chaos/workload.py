@@ -48,10 +48,11 @@ MESSAGE_TIMEOUT_MS = 300_000
 # Their idempotence states (PID, epoch bumps, drains) go to clients.log: seed 53's p2 timed out
 # every message for its last 38 minutes without another line there.
 UNASSIGNED_GIVE_UP_S = 30.0  # a subscriber without partitions this long gets a new consumer
-# The read_committed reader of the transactions' topics logs its fetching and partition
-# leaders (some 100 lines a second): seed 82's `tc` stopped reading for good as the leader it
-# fetched from was killed, reporting nothing, while a fresh reader read everything at the end.
-TC_DEBUG = "fetch,topic"
+# The read_committed reader of the transactions' topics logs its fetching, partition leaders,
+# metadata and broker connections (some 200 lines a second): seed 82's and seed 92's `tc`
+# stopped reading for good (seed 92's after a Metadata answer that listed no broker, which
+# made librdkafka drop every broker it knew), while a fresh reader read everything at the end.
+TC_DEBUG = "fetch,topic,metadata,broker"
 PRODUCER_GIVE_UP_S = 60.0  # a queue producer without a delivery this long gets replaced
 # After the stop file: the client threads get this long, together, to stop; then the drain
 # (at most DRAIN_LIMIT_S). Within the campaign's wait for the clients (DRAIN_WAIT_S).

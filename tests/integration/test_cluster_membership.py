@@ -1,7 +1,8 @@
 """Brokers on etcd, as real processes: registration under a lease, one controller
 re-elected after kill -9, a live node id or another cluster's data dir refused,
 a broker restarted at once after kill -9 taking over its own registration, an
-unreachable etcd reported after a bound, and an etcd restart survived."""
+unreachable etcd reported after a bound, an etcd restart survived, and a broker whose
+registration lapsed still telling clients of itself."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from broker.cluster.address import EtcdAddress
 from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import ClusterImage
 from protocol.messages import REQUESTS
+from tests.integration.clients import assign_consumer, poll_records
 from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import BrokerFactory, BrokerProcess, BrokerStartError, free_port, wait_until
 from tests.integration.wire import WireClient
@@ -204,3 +206,67 @@ async def test_each_listener_tells_its_own_addresses(
     with WireClient(host_ports[1]) as c:
         assert c.metadata([topic], version=4, auto_create=True).topics[0].error_code in (0, 5)
     await until(observer, lambda i: any(t == topic and len(s.isr) == 2 for (t, _), s in i.partitions.items()))
+
+
+async def test_a_broker_whose_registration_lapsed_still_tells_clients_of_itself(
+    broker_factory: BrokerFactory, store_url: str, observer: EtcdMetadataStore
+) -> None:
+    """A lease can expire before its keep-alive (a starved broker; seed 92 had all three at
+    once): until the broker registers again the image holds no broker, and its partitions no
+    leader. Metadata still lists the broker that answers: librdkafka drops every broker a
+    Metadata answer leaves out, and with none left its consumer never asked again (seed 92's
+    read_committed reader, for 100 minutes). A consumer reading across the lapse reads what
+    is written after it."""
+    from confluent_kafka import Producer, TopicPartition
+
+    broker = broker_factory(cluster_overrides(store_url, **{"broker.session.timeout.ms": 6000}))
+    await until(observer, lambda i: set(i.brokers) == {1})
+    topic = f"lapse-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    consumer = assign_consumer(broker.bootstrap, **{"topic.metadata.refresh.interval.ms": 100})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        produce(producer, topic, b"before")
+        assert [m for _, m in poll_records(consumer, 1)][0].value == b"before"
+        registered = await observer.client.get(f"{observer.address.root}/brokers/1".encode())
+        await observer.client.revoke_lease(registered.lease)
+        answers = await metadata_until_registered_again(broker.port, topic, observer)
+        assert any(leader == -1 for _, leader in answers), "no answer fell in the lapse"
+        assert all(1 in told for told, _ in answers), answers
+        produce(producer, topic, b"after")
+        assert [m for _, m in poll_records(consumer, 1)][0].value == b"after"
+    finally:
+        consumer.close()
+    assert "registration lease expired; registering again" in broker.log_text()
+
+
+async def metadata_until_registered_again(
+    port: int, topic: str, observer: EtcdMetadataStore
+) -> list[tuple[set[int], int]]:
+    """(brokers told, the partition's leader) of Metadata asked every 20 ms from the lease's
+    end until the broker is registered again."""
+    answers = []
+    lapsed = False
+    with WireClient(port) as c:
+        for _ in range(1000):
+            answer = c.metadata([topic], version=9)
+            leader = answer.topics[0].partitions[0].leader_id
+            answers.append(({b.node_id for b in answer.brokers}, leader))
+            lapsed = lapsed or leader == -1
+            if lapsed and 1 in observer.image.brokers and leader == 1:
+                return answers
+            await asyncio.sleep(0.02)
+    raise AssertionError(f"not registered again: {answers[-5:]}")
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def produce(producer: Any, topic: str, value: bytes) -> None:
+    producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
