@@ -21,6 +21,7 @@ from protocol.messages import REQUESTS
 from tests.integration.clients import assign_consumer, poll_records
 from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import BrokerFactory, BrokerProcess, BrokerStartError, free_port, wait_until
+from tests.integration.spark_support import create_topic
 from tests.integration.wire import WireClient
 
 SESSION_MS = 2000
@@ -258,13 +259,6 @@ async def metadata_until_registered_again(
                 return answers
             await asyncio.sleep(0.02)
     raise AssertionError(f"not registered again: {answers[-5:]}")
-
-
-def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
 
 
 def produce(producer: Any, topic: str, value: bytes) -> None:
