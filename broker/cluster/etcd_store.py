@@ -32,6 +32,7 @@ from broker.cluster.image import (
     TopicRecord,
     encode,
 )
+from broker.faults import slow_point
 from coordinator.producer_ids import ProducerIdBlock
 from protocol.types import NodeId
 
@@ -393,11 +394,20 @@ class EtcdMetadataStore:
             log.warning("broker %d: registration lease expired; registering again",
                         self._registration.node_id)
             self._lease_id = None
+            await slow_point("etcd-register-again")
         await self.register(self._registration)
 
     async def campaign(self, node_id: NodeId) -> ControllerRecord | None:
-        """Become controller if there is none; the new record, or None if another holds it."""
-        if self._lease_id is None:
+        """Become controller if there is none; the new record, or None if another holds it.
+
+        The record goes under the lease this broker held when it began: if that lease ends
+        meanwhile, etcd refuses the transaction (a ClientError, and the controller campaigns
+        again). Reading the lease after the awaits instead could find none while the broker
+        registers again, and aetcd writes a lease of None as no lease: a controller record
+        that outlives its broker, and no broker campaigns again (chaos seed 95: 90 minutes
+        without a controller)."""
+        lease = self._lease_id
+        if lease is None:
             return None
         tx = self.client.transactions
         key, epoch_key = self._key("controller"), self._key("controller_epoch")
@@ -406,7 +416,8 @@ class EtcdMetadataStore:
         epoch_guard = (tx.value(epoch_key) == str(epoch - 1).encode() if found is not None
                        else tx.version(epoch_key) == 0)
         record = ControllerRecord(node_id, epoch)
-        puts = [tx.put(key, encode(record), lease=self._lease_id), tx.put(epoch_key, str(epoch).encode())]
+        await slow_point("controller-campaign")
+        puts = [tx.put(key, encode(record), lease=lease), tx.put(epoch_key, str(epoch).encode())]
         if await self._txn([tx.version(key) == 0, epoch_guard], puts):
             return record
         return None

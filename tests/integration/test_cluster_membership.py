@@ -1,6 +1,7 @@
 """Brokers on etcd, as real processes: registration under a lease, one controller
 re-elected after kill -9, a live node id or another cluster's data dir refused,
-a broker restarted at once after kill -9 taking over its own registration, an
+a broker restarted at once after kill -9 taking over its own registration, a
+campaign whose lease ended meanwhile leaving no controller record behind, an
 unreachable etcd reported after a bound, an etcd restart survived, and a broker whose
 registration lapsed still telling clients of itself."""
 
@@ -74,6 +75,32 @@ async def test_brokers_register_and_a_killed_controller_is_replaced(
         observer, lambda i: i.controller is not None and i.controller.epoch == first.epoch + 2
     )
     assert set(image.brokers) == {1, 2, 3} - {first.node_id, second.node_id}
+
+
+async def test_a_lease_lost_during_a_campaign_leaves_no_controller_record_behind(
+    broker_factory: BrokerFactory, store_url: str, observer: EtcdMetadataStore
+) -> None:
+    """The controller record lives under its broker's lease. A campaign whose lease ended
+    while it ran (here: revoked while the campaign waits at a slow point, the broker slow to
+    register again) must not write the record without one: such a record outlives its
+    broker, and no broker campaigns again (chaos seed 95 ran 90 minutes without a
+    controller, four partitions leaderless). Then broker 1 dies and broker 2 takes over."""
+    first = broker_factory(cluster_overrides(store_url), start=False, node_id=1)
+    first.env["GREGOR_CRASH_POINTS"] = "controller-campaign@3,etcd-register-again@5"
+    first.start()
+    wait_until(lambda: "slow point controller-campaign reached" in first.log_text(), 10)
+    registered = await observer.client.get(f"{observer.address.root}/brokers/1".encode())
+    await observer.client.revoke_lease(registered.lease)
+    wait_until(lambda: "slow point etcd-register-again reached" in first.log_text(), 5)
+    await until(observer, lambda i: i.controller is not None and 1 in i.brokers, 30)
+    record = await observer.client.get(f"{observer.address.root}/controller".encode())
+    registration = await observer.client.get(f"{observer.address.root}/brokers/1".encode())
+    assert record.lease != 0 and record.lease == registration.lease, (record.lease, registration.lease)
+    second = broker_factory(cluster_overrides(store_url), node_id=2)
+    await until(observer, lambda i: 2 in i.brokers)
+    first.kill9()
+    await until(observer, lambda i: i.controller is not None and i.controller.node_id == 2)
+    assert "is now the controller" in second.log_text()
 
 
 async def test_a_clean_stop_deregisters_at_once(
