@@ -1,7 +1,8 @@
 """The end of a campaign: clients that do not stop are left behind within one deadline, and
 clients that do not drain in time are terminated and still save the history they have (seed
 87 lost its history: the clients did not end within the campaign's wait and were killed); a
-fault whose stop fails is kept (seed 90: a broker that did not start again ended the run)."""
+fault whose stop fails is kept (seed 90: a broker that did not start again ended the run); the
+healed cluster must be whole again (seed 95: no controller, four partitions without a leader)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.campaign import _inject, _wait
+from tests.chaos.campaign import _inject, _wait, unsettled
 from tests.chaos.history import Fault
 from tests.chaos.nemesis import Nemesis
 from tests.chaos.workload import _join
@@ -72,3 +73,21 @@ def test_a_fault_whose_stop_fails_is_recorded_and_the_failure_raised() -> None:
     with pytest.raises(BrokerStartError):
         _inject(None, Nemesis("kill-long", start, stop, "test"), random.Random(1), 0.0, faults)  # type: ignore[arg-type]
     assert [(f.nemesis, f.target) for f in faults] == [("kill-long", "n2")]
+
+
+def whole(**changed: object) -> dict[str, object]:
+    view: dict[str, object] = {"brokers": [1, 2, 3], "controller": 2, "controller_held": True,
+                               "leaders": {"queue/0": 1, "queue/1": 2, "txn/0": 3}}
+    return {**view, **changed}
+
+
+def test_a_healed_cluster_is_settled_only_when_whole() -> None:
+    """After the last heal the campaign waits for etcd to show every broker registered, a
+    controller whose record its broker's lease holds and every partition led; seed 95's
+    controller record held by no lease and its four leaderless partitions fail the run."""
+    assert unsettled(whole(), 3) is None
+    assert unsettled({}, 3) == "etcd did not answer"
+    assert unsettled(whole(brokers=[1, 3]), 3) == "registered brokers [1, 3]"
+    assert "not held by its broker's lease" in str(unsettled(whole(controller_held=False), 3))
+    left = unsettled(whole(leaders={"queue/0": 1, "queue/1": -1, "ctp/2": -1}), 3)
+    assert left == "partitions without a leader: ctp/2, queue/1"
