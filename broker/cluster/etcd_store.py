@@ -338,6 +338,7 @@ class EtcdMetadataStore:
             except BaseException:
                 await self._revoke_quietly(lease.id)
                 raise
+        await slow_point("etcd-registered")  # claimed, not yet known here: its watch event may come first
         self._registration = registration
         self._lease_id = lease.id
         self._lease_deadline = asked + self._ttl
@@ -421,6 +422,17 @@ class EtcdMetadataStore:
         if await self._txn([tx.version(key) == 0, epoch_guard], puts):
             return record
         return None
+
+    async def controller_held(self) -> bool:
+        """Whether the controller record lives under its broker's current registration lease
+        (read from etcd, not the image): a record under any other lease, or none, outlives
+        its broker and no broker campaigns again (6527edb). For checks from outside."""
+        record = await self.client.get(self._key("controller"))
+        if record is None or not record.lease:
+            return False
+        node = ControllerRecord.from_json(json.loads(bytes(record.value))).node_id
+        registration = await self.client.get(self._key(f"brokers/{node}"))
+        return registration is not None and registration.lease == record.lease
 
 
 async def cancel_until_done(tasks: list[asyncio.Task[None]]) -> None:

@@ -32,6 +32,10 @@ from protocol.types import TopicPartition
 log = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = 0.1
+# A marker still not written after this long is logged (again each time as long): the
+# transaction, and any InitProducerId for its id, waits on it (chaos seed 95: leaderless
+# partitions held one for 90 minutes without a line).
+STILL_WAITING_LOG_S = 30.0
 WRITE_TXN_MARKERS_VERSION = 2  # v2 carries each marker's transaction version (KIP-1228)
 REQUEST_TIMEOUT_S = 40.0
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
@@ -100,6 +104,12 @@ class _Destination:
             task.cancel()
 
 
+def _log_still_waiting(intent: MarkerIntent, errors: Results, waited_s: float) -> None:
+    waiting = ", ".join(f"{t}-{p} ({e.name})" for (t, p), e in sorted(errors.items()))
+    log.warning("transactional id %s: markers not written after %.0f s, still retrying: %s",
+                intent.transactional_id, waited_s, waiting)
+
+
 def _results(marker_result: Any) -> Results:
     return {
         (t.name, p.partition_index): ErrorCode(p.error_code)
@@ -132,8 +142,10 @@ class MarkerChannel:
 
     async def _deliver(self, intent: MarkerIntent) -> None:
         remaining = set(intent.partitions)
+        started = next_log = asyncio.get_running_loop().time()
         while remaining:
-            for tp, error in (await metrics.marker_round(self._round(intent, remaining))).items():
+            errors = await metrics.marker_round(self._round(intent, remaining))
+            for tp, error in errors.items():
                 if error in DONE or error in GIVE_UP:
                     remaining.discard(tp)
                 if error in GIVE_UP:
@@ -141,6 +153,10 @@ class MarkerChannel:
                              "coordinator moved on; dropped)",
                              intent.transactional_id, tp[0], tp[1], error.name)
             if remaining:
+                now = asyncio.get_running_loop().time()
+                if now - next_log >= STILL_WAITING_LOG_S:
+                    next_log = now
+                    _log_still_waiting(intent, {tp: errors[tp] for tp in remaining}, now - started)
                 await asyncio.sleep(RETRY_BACKOFF_S)
         self.on_written(intent.transactional_id)
 

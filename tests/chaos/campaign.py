@@ -112,11 +112,8 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History
             with contextlib.suppress(Exception):
                 cluster.restore()
         time.sleep(options.heal_s)
-        left = _settle(cluster)
-        if left is not None and failure is None:
-            failure = AssertionError(f"the cluster did not settle within {SETTLE_S:g} s of the last heal: "
-                                     f"{left}")
-            print(f"{time.monotonic():.1f} {failure}", flush=True)
+        if failure is None:  # a cluster whose faults stopped early cannot be expected to settle
+            failure = _settled_or_failure(cluster)
         stop_file.touch()
         print(f"{time.monotonic():.1f} faults done; the clients drain", flush=True)
         code = _wait(clients)
@@ -128,6 +125,15 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History
     history = History.load(out)
     history.faults.extend(faults)
     return history, code, failure
+
+
+def _settled_or_failure(cluster: ChaosCluster) -> Exception | None:
+    left = _settle(cluster)
+    if left is None:
+        return None
+    failure = AssertionError(f"the cluster did not settle within {SETTLE_S:g} s of the last heal: {left}")
+    print(f"{time.monotonic():.1f} {failure}", flush=True)
+    return failure
 
 
 def _settle(cluster: ChaosCluster) -> str | None:

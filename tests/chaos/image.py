@@ -15,7 +15,7 @@ async def _view(url: str) -> dict[str, object]:
     store = EtcdMetadataStore(EtcdAddress.parse(url))
     await store.open(attempts=2, interval_s=0.2)
     try:
-        held = await _controller_held(store)
+        held = await store.controller_held()
     finally:
         await store.close()
     image = store.image
@@ -25,18 +25,6 @@ async def _view(url: str) -> dict[str, object]:
         "controller_held": held,
         "leaders": {f"{t}/{p}": s.leader for (t, p), s in image.partitions.items()},
     }
-
-
-async def _controller_held(store: EtcdMetadataStore) -> bool:
-    """Whether the controller record is held by its broker's registration lease (a record
-    under no lease outlives its broker: no broker campaigns again; 6527edb)."""
-    root = store.address.root
-    record = await store.client.get(f"{root}/controller".encode())
-    if record is None or not record.lease:
-        return False
-    node = json.loads(bytes(record.value))["node_id"]
-    registration = await store.client.get(f"{root}/brokers/{node}".encode())
-    return registration is not None and registration.lease == record.lease
 
 
 if __name__ == "__main__":
