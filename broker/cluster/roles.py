@@ -164,8 +164,9 @@ class ClusterRoles:
         self._spawn(self._alter_isr(part, isr))
 
     async def _alter_isr(self, part: Partition, isr: tuple[NodeId, ...]) -> None:
-        assert part.leader is not None
         leader = part.leader
+        if leader is None:  # it became a follower before this task ran: nothing to propose
+            return
         current = leader.state
         new = current.with_isr(isr)
         try:
