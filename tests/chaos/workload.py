@@ -326,7 +326,7 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
         _join(threads, STOP_S)
         drain(bootstrap, topics, rec)
     finally:  # also when terminated: the history so far. A SIGTERM while it is written must not
-        # cut it short: seed 99's came 60 s into writing a history of 900 faults, and none was left.
+        # cut it short: seed 99's came 50 s or more into writing a history of 900 faults; none was left.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         rec.save(out)
     if failed:
