@@ -104,8 +104,11 @@ class _Destination:
             task.cancel()
 
 
-def _log_still_waiting(intent: MarkerIntent, errors: Results, waited_s: float) -> None:
-    waiting = ", ".join(f"{t}-{p} ({e.name})" for (t, p), e in sorted(errors.items()))
+def _log_still_waiting(intent: MarkerIntent, remaining: set[TopicPartition], errors: Results,
+                       waited_s: float) -> None:
+    """`errors`: the last round's answers, which need not name every partition still waiting."""
+    waiting = ", ".join(f"{t}-{p} ({errors[(t, p)].name if (t, p) in errors else 'no answer'})"
+                        for t, p in sorted(remaining))
     log.warning("transactional id %s: markers not written after %.0f s, still retrying: %s",
                 intent.transactional_id, waited_s, waiting)
 
@@ -156,7 +159,7 @@ class MarkerChannel:
                 now = asyncio.get_running_loop().time()
                 if now - next_log >= STILL_WAITING_LOG_S:
                     next_log = now
-                    _log_still_waiting(intent, {tp: errors[tp] for tp in remaining}, now - started)
+                    _log_still_waiting(intent, remaining, errors, now - started)
                 await asyncio.sleep(RETRY_BACKOFF_S)
         self.on_written(intent.transactional_id)
 
