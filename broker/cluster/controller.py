@@ -119,12 +119,6 @@ class ClusterController:
 
     async def _step(self) -> None:
         if self.store.image.controller is None:
-            if not self.store.registration_alive:
-                # A campaign needs this broker's lease. No event is due once it has one: the
-                # watch event of its registration can arrive before the store knows its lease.
-                await asyncio.sleep(RETRY_S)
-                self._wake.set()
-                return
             await self._campaign()
         if self.active and not await self.reconcile():
             await asyncio.sleep(RETRY_S)  # a state moved under us: look again

@@ -338,7 +338,6 @@ class EtcdMetadataStore:
             except BaseException:
                 await self._revoke_quietly(lease.id)
                 raise
-        await slow_point("etcd-registered")  # claimed, not yet known here: its watch event may come first
         self._registration = registration
         self._lease_id = lease.id
         self._lease_deadline = asked + self._ttl
