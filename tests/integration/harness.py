@@ -46,10 +46,20 @@ class BrokerStartError(RuntimeError):
     pass
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on, never one this process handed out before: the
+    kernel may give a just-closed port again, and a fixture asking for six ports at once must
+    not start two brokers on one (CI of 2cc71c4: broker 3 got broker 1's PLAINTEXT port)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def port_open(host: str, port: int, wrapper: list[str] | None = None) -> bool:

@@ -1,0 +1,11 @@
+"""The test harness's `free_port`: a module fixture asks for several ports before any broker
+listens, so the kernel handing back a port it just released must not give two brokers one."""
+
+from __future__ import annotations
+
+from tests.integration.harness import free_port
+
+
+def test_free_port_never_hands_out_a_port_twice() -> None:
+    ports = [free_port() for _ in range(3000)]  # ~28k ephemeral ports: repeats certain without the set
+    assert len(set(ports)) == len(ports)
