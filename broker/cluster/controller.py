@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import aetcd.exceptions
 
 from broker.api.caller import Caller
-from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.cluster.etcd_store import REGISTERED, EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import ClusterImage, ControllerRecord, PartitionState, TopicRecord
 from broker.cluster.placement import (
@@ -103,7 +103,7 @@ class ClusterController:
         await self.channel.close()
 
     def _on_change(self, key: str) -> None:
-        if key in ("", "controller") or key.startswith("brokers/") or key.startswith("partitions/"):
+        if key in ("", "controller", REGISTERED) or key.startswith(("brokers/", "partitions/")):
             self._wake.set()
 
     async def _run(self) -> None:

@@ -39,6 +39,7 @@ from protocol.types import NodeId
 log = logging.getLogger(__name__)
 
 Listener = Callable[[str], None]
+REGISTERED = "registered"  # told to listeners once this broker's registration and its lease are known here
 
 
 class StoreUnavailable(Exception):
@@ -140,7 +141,9 @@ class EtcdMetadataStore:
     # -- the image and its watch --------------------------------------------
 
     def subscribe(self, listener: Listener) -> None:
-        """`listener(key)` runs after each change is applied to the image."""
+        """`listener(key)` runs after each change is applied to the image (`""` after a load),
+        and with REGISTERED once this broker has registered (again) and knows its lease: the
+        watch event of the registration itself may arrive before that."""
         self._listeners.append(listener)
 
     async def _load(self) -> None:
@@ -151,8 +154,7 @@ class EtcdMetadataStore:
             image.apply(kv.key[len(prefix):].decode(), kv.value)
         self.image = image
         self._revision = found.header.revision
-        for listener in self._listeners:
-            listener("")
+        self._tell("")
 
     async def _watch_forever(self) -> None:
         while not self._closed:
@@ -184,6 +186,9 @@ class EtcdMetadataStore:
     def _apply(self, key: str, value: bytes | None, revision: int) -> None:
         self.image.apply(key, value)
         self._revision = max(self._revision, revision)
+        self._tell(key)
+
+    def _tell(self, key: str) -> None:
         for listener in self._listeners:
             listener(key)
 
@@ -338,9 +343,11 @@ class EtcdMetadataStore:
             except BaseException:
                 await self._revoke_quietly(lease.id)
                 raise
+        await slow_point("etcd-registered")  # claimed, not yet known here: its watch event may come first
         self._registration = registration
         self._lease_id = lease.id
         self._lease_deadline = asked + self._ttl
+        self._tell(REGISTERED)
         if not any(t.get_name() == "etcd-keepalive" for t in self._tasks):
             self._tasks.append(asyncio.create_task(self._keep_alive(), name="etcd-keepalive"))
 
