@@ -2,7 +2,10 @@
 
 A broker that is not the controller re-sends CreateTopics, DeleteTopics and
 CreatePartitions, as they came, to the controller named in the image, over the
-inter-broker client, and answers with the controller's response.
+inter-broker client, and answers with the controller's response. While no controller is
+elected (an election under way: the last one's lease ended) it waits for one, at most
+ELECTION_WAIT_S, as Kafka's forwarding waits for its controller: only then does the client
+hear NOT_CONTROLLER.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from typing import Any
 
 from broker.api.caller import Caller
 from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.cluster.image import ClusterImage
 from broker.net.client import BrokerClient, BrokerUnreachable
 from broker.security.client import ClientSecurity
 from broker.security.forwarded import forwarding_client_id
 
 FORWARD_TIMEOUT_S = 30.0
+ELECTION_WAIT_S = 15.0
 
 
 class NoController(BrokerUnreachable):
@@ -46,6 +51,7 @@ class ControllerChannel:
 
     async def call(self, request: Any, version: int, original: Caller | None = None) -> Any:
         """Forward `request`; `original` (who sent it here) rides in the client id."""
+        await self.store.wait_for(_controller_known, ELECTION_WAIT_S)
         client = self._controller_client()
         client_id = forwarding_client_id(client.client_id, original) if original is not None else None
         return await client.call(request, version, timeout_s=FORWARD_TIMEOUT_S, client_id=client_id)
@@ -53,3 +59,7 @@ class ControllerChannel:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+
+def _controller_known(image: ClusterImage) -> bool:
+    return image.controller is not None and image.controller.node_id in image.brokers

@@ -13,9 +13,6 @@ from typing import Protocol
 
 from broker.cluster.image import NO_LEADER, ClusterImage
 
-NO_CONTROLLER = -1
-
-
 Endpoint = tuple[str, str, int]  # listener name, advertised host, port
 
 
@@ -114,8 +111,13 @@ class ClusterView:
         ]
 
     def controller_id(self) -> int:
+        """The elected controller; while none is, this broker, as a KRaft broker names a live
+        broker rather than none: it forwards what only the controller does and answers
+        NOT_CONTROLLER until one is elected, which sends the client to look again. Told of
+        none, librdkafka's admin client waited out its whole request for the next Metadata
+        (a CreateTopics sent in the half second after etcd came back hung for 30 s)."""
         controller = self._image().controller
-        return controller.node_id if controller is not None else NO_CONTROLLER
+        return controller.node_id if controller is not None else self.node_id
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         image = self._image()
