@@ -112,10 +112,10 @@ class ClusterView:
 
     def controller_id(self) -> int:
         """The elected controller; while none is, this broker, as a KRaft broker names a live
-        broker rather than none: it forwards what only the controller does and answers
-        NOT_CONTROLLER until one is elected, which sends the client to look again. Told of
-        none, librdkafka's admin client waited out its whole request for the next Metadata
-        (a CreateTopics sent in the half second after etcd came back hung for 30 s)."""
+        broker rather than none: it holds what only the controller does until one is elected
+        and forwards it then (ControllerChannel). Told of none, librdkafka's admin client
+        waited out its whole request for the next Metadata (a CreateTopics sent in the half
+        second after etcd came back hung for 30 s)."""
         controller = self._image().controller
         return controller.node_id if controller is not None else self.node_id
 
