@@ -404,7 +404,7 @@ KEYS: dict[str, Key] = {
     "broker.session.timeout.ms": Key(_POSITIVE, 9000, "Lease of this broker's registration in etcd: "
                                      "after it, the broker counts as gone."),
     "metadata.store.connect.attempts": Key(_POSITIVE, 30, "etcd connection attempts at start-up, 1 s "
-                                           "apart."),
+                                           "apart; as many registration attempts after recovery."),
     "metrics.listener": Key(HttpListener(), "", "Where the Prometheus endpoint listens "
                             "(`http://host:port`, path `/metrics`); empty: no endpoint."),
     "transaction.hanging.check.interval.ms": Key(_POSITIVE_LONG, 60000, "How often the partitions this "

@@ -3,19 +3,24 @@
 Start-up order (cli → Broker): `join` opens the store and settles the cluster
 id before the data dir is opened, so a data dir of another cluster is refused
 by the log manager's meta.properties check; `register` runs once the data dir
-is locked and recovered, and refuses a node id that a live broker holds.
+is locked and recovered, and refuses a node id that a live broker holds; etcd out of
+reach meanwhile (paused, cut off) is retried as often as `join` tries to connect.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import uuid
 
+import aetcd.exceptions
+
 from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
-from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.cluster.etcd_store import EtcdMetadataStore, StoreUnavailable
 from broker.cluster.image import BrokerRegistration, ClusterImage
+from broker.faults import slow_point
 from broker.security.client import ClientSecurity
 from protocol.types import NodeId
 from storage.checkpoints import random_kafka_uuid
@@ -27,10 +32,12 @@ class ClusterMembership:
     def __init__(
         self, store: EtcdMetadataStore, node_id: NodeId, cluster_id: str,
         balancing: LeaderBalancing = KAFKA_BALANCING, security: ClientSecurity | None = None,
+        attempts: int = 30,
     ) -> None:
         self.store = store
         self.node_id = node_id
         self.cluster_id = cluster_id
+        self._attempts = attempts  # registration attempts at start-up, 1 s apart
         self.controller = ClusterController(store, node_id, balancing, security)
         self.channel = self.controller.channel
 
@@ -51,7 +58,7 @@ class ClusterMembership:
                 f"cluster.id is {configured_cluster_id!r} but the metadata store at {url} "
                 f"holds cluster {cluster_id!r}"
             )
-        return cls(store, NodeId(node_id), cluster_id, balancing, security)
+        return cls(store, NodeId(node_id), cluster_id, balancing, security, connect_attempts)
 
     async def register(
         self, host: str, port: int, rack: str | None, endpoints: tuple[tuple[str, str, int], ...] = (),
@@ -63,11 +70,30 @@ class ClusterMembership:
         registration = BrokerRegistration(
             self.node_id, host, port, rack, uuid.uuid4().hex, endpoints, data_dir_id
         )
-        await self._end_own_session(registration)
-        await self.store.register(registration)
+        await slow_point("broker-register")
+        await self._register_retrying(registration)
         log.info("broker %d registered in cluster %s (%s:%d, rack %s)",
                  self.node_id, self.cluster_id, host, port, rack)
         self.controller.start()
+
+    async def _register_retrying(self, registration: BrokerRegistration) -> None:
+        """etcd out of reach while registering (a chaos campaign's broker, restarted while cut
+        off from etcd, exited with a traceback) is retried with a line each, at most the
+        start-up's attempts, then StoreUnavailable; as Kafka's broker retries its registration
+        until initial.broker.registration.timeout.ms."""
+        for attempt in range(1, self._attempts + 1):
+            try:
+                await self._end_own_session(registration)
+                await self.store.register(registration)
+                return
+            except aetcd.exceptions.ClientError as exc:  # NodeIdInUse is not one: refused at once
+                log.warning("broker %d: registration in etcd failed (attempt %d of %d): %s",
+                            self.node_id, attempt, self._attempts, type(exc).__name__)
+                if attempt == self._attempts:
+                    raise StoreUnavailable(
+                        f"registration in the metadata store failed {attempt} times ({type(exc).__name__})"
+                    ) from None
+                await asyncio.sleep(1)
 
     async def _end_own_session(self, registration: BrokerRegistration) -> None:
         """A restart within the session timeout after kill -9 finds its dead incarnation still

@@ -14,6 +14,7 @@ import logging
 import aetcd.exceptions
 
 from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.faults import slow_point
 from coordinator.producer_ids import BLOCK_SIZE, ProducerIdBlock, ProducerIdsUnavailable
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,15 @@ class PrefetchedProducerIdBlocks:
         self._refill: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self._fill()
+        """Blocks reserved before serving; etcd out of reach now (a broker restarted while cut
+        off) leaves the reservation to the background, not the start-up."""
+        await slow_point("producer-ids-start")
+        try:
+            await self._fill()
+        except (aetcd.exceptions.ClientError, OSError) as exc:
+            log.warning("reserving producer ids in etcd failed (%s); retrying while serving",
+                        type(exc).__name__)
+            self._start_refill()
 
     def reserve(self, size: int) -> ProducerIdBlock:
         """The next reserved block (its size is the store's BLOCK_SIZE); refills behind it.

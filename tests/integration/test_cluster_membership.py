@@ -3,8 +3,9 @@ re-elected after kill -9, a live node id or another cluster's data dir refused,
 a broker restarted at once after kill -9 taking over its own registration, a
 campaign whose lease ended meanwhile leaving no controller record behind, a broker
 registered again campaigning again, a topic asked for while no controller is elected, an
-unreachable etcd reported after a bound, an etcd restart survived, and a broker whose
-registration lapsed still telling clients of itself."""
+unreachable etcd reported after a bound, a registration retried while etcd is paused, an
+etcd restart survived, and a broker whose registration lapsed still telling clients of
+itself."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.cluster.address import EtcdAddress
@@ -210,6 +212,46 @@ async def test_an_unreachable_etcd_stops_start_up_after_the_bound(broker_factory
     message = failed_start(broker_factory, {"metadata.store": url, "metadata.store.connect.attempts": 2})
     assert "cannot join the cluster: metadata store" in message and "unreachable after 2 attempts" in message
     assert "(attempt 1 of 2)" in message
+
+
+async def logged(broker: BrokerProcess, text: str, within_s: float = 30) -> None:
+    """Until `text` is in the broker's log; the event loop goes on meanwhile."""
+    await asyncio.to_thread(wait_until, lambda: text in broker.log_text(), within_s)
+
+
+async def test_a_broker_starting_while_etcd_is_paused_registers_once_it_answers(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    """etcd paused after the broker joined and before it registered (a slow point holds that
+    moment; a chaos campaign's broker restarted into a partition from etcd): its registration
+    calls time out and are retried, a line each, until etcd answers; it used to exit with a
+    traceback. Paused again before its first producer-id blocks are reserved: it serves and
+    reserves them once etcd answers (a transactional producer gets its id)."""
+    server = EtcdProcess(tmp_path / "etcd").start()
+    try:
+        broker = broker_factory(cluster_overrides(f"{server.url}/paused"), start=False, node_id=1)
+        broker.env["GREGOR_CRASH_POINTS"] = "broker-register@2,producer-ids-start@2"
+        starting = asyncio.create_task(asyncio.to_thread(broker.start, 90))
+        await logged(broker, "slow point broker-register reached")
+        server.pause()
+        await logged(broker, "registration in etcd failed (attempt 1 of")
+        server.resume()
+        await logged(broker, "slow point producer-ids-start reached")
+        server.pause()
+        await logged(broker, "reserving producer ids in etcd failed")
+        server.resume()
+        await starting
+        store = EtcdMetadataStore(EtcdAddress.parse(f"{server.url}/paused"))
+        await store.open(attempts=3, interval_s=0.2)
+        try:
+            await until(store, lambda i: 1 in i.brokers and i.controller is not None)
+        finally:
+            await store.close()
+        assert "Traceback" not in broker.log_text()
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "after-the-pause"})
+        producer.init_transactions(30)  # a producer id from the block reserved while serving
+    finally:
+        server.close()
 
 
 async def test_brokers_stay_registered_across_an_etcd_restart(
