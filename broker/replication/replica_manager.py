@@ -123,8 +123,13 @@ async def replicated(waits: list[tuple[Partition, int]], timeout_s: float) -> li
     below min.insync.replicas)."""
     futures = [part.until_replicated(end) for part, end in waits]
     pending = [f for f in futures if not f.done()]
-    if pending:
-        await asyncio.wait(pending, timeout=max(timeout_s, 0))
+    try:
+        if pending:
+            await asyncio.wait(pending, timeout=max(timeout_s, 0))
+    except asyncio.CancelledError:  # the request went (its client, say): nobody reads these
+        for future in pending:
+            future.cancel()
+        raise
     return [_replication_error(part, future) for (part, _), future in zip(waits, futures, strict=True)]
 
 
