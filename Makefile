@@ -124,6 +124,7 @@ bench: $(STAMP) $(ETCD) $(JAVA_DEPS) $(KAFKA_DEPS)
 	$(PY) -m bench.security
 	$(PY) -m bench.produce_validation
 	$(PY) -m bench.append_micro
+	$(PY) -m bench.coordinator_load
 	$(PY) -m bench.cluster
 	$(PY) -m bench.transactions_cluster
 	$(PY) -m bench.cleaner

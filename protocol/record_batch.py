@@ -367,24 +367,48 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             return (z >> 1) ^ -(z & 1), pos
 
 
+def iter_records(
+    batch: bytes, pos: int, header: BatchHeader,
+) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """``(offset, key, value)`` of each record of the uncompressed batch at ``pos`` (its
+    headers skipped): what a coordinator's load reads, without a record object each.
+    CorruptBatchError on a record that does not fit its batch."""
+    if header.compression:
+        raise CorruptBatchError(pos, "compressed: decompress before reading its records")
+    p = pos + HEADER_SIZE
+    end = pos + header.size_in_bytes
+    try:
+        for _ in range(header.records_count):
+            length, p = _read_varint(batch, p)
+            record_end = p + length
+            _ts_delta, p = _read_varint(batch, p + 1)  # past the record's attributes
+            offset_delta, p = _read_varint(batch, p)
+            key, p = _read_bytes(batch, p)
+            value, p = _read_bytes(batch, p)
+            if record_end > end or p > record_end:
+                raise ValueError("record overruns its batch")
+            yield header.base_offset + offset_delta, key, value
+            p = record_end
+    except ValueError as exc:
+        raise CorruptBatchError(pos, f"bad record: {exc}") from exc
+
+
+def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    return buf[pos : pos + length], pos + length
+
+
 def parse_control_batch(batch: bytes, pos: int = 0) -> ControlRecord:
     """Decode the single marker of an uncompressed control batch."""
     header = read_header(batch, pos)
     if not header.is_control or header.records_count < 1:
         raise CorruptBatchError(pos, "not a control batch")
-    p = pos + HEADER_SIZE
+    _offset, key, value = next(iter_records(batch, pos, header))
     try:
-        _length, p = _read_varint(batch, p)
-        p += 1  # record attributes
-        _ts_delta, p = _read_varint(batch, p)
-        _off_delta, p = _read_varint(batch, p)
-        key_len, p = _read_varint(batch, p)
-        key = batch[p : p + key_len]
-        p += key_len
-        value_len, p = _read_varint(batch, p)
-        value = batch[p : p + value_len]
-        _kver, ctype = struct.unpack(">hh", key[:4])
-        _vver, coordinator_epoch = struct.unpack(">hi", value[:6])
+        _kver, ctype = struct.unpack(">hh", (key or b"")[:4])
+        _vver, coordinator_epoch = struct.unpack(">hi", (value or b"")[:6])
         return ControlRecord(ControlType(ctype), coordinator_epoch)
     except (ValueError, struct.error) as exc:
         raise CorruptBatchError(pos, f"bad control record: {exc}") from exc

@@ -116,6 +116,16 @@ def encode_value(value: TxnLogValue, version: int = 1) -> bytes:
 # ---------------------------------------------------------------- decoding
 
 
+def known_versions(key: bytes, value: bytes | None) -> bool:
+    """Whether `decode_key` and `decode_value` know the record's versions (a load skips it
+    otherwise, as Kafka does), read from their first two bytes alone."""
+    if len(key) < 2 or (value is not None and len(value) < 2):
+        raise TransactionLogDecodeError("a record shorter than its version")
+    if I16.unpack_from(key)[0] != KEY_VERSION:
+        return False
+    return value is None or I16.unpack_from(value)[0] in VALUE_VERSIONS
+
+
 def decode_key(data: bytes | memoryview) -> str:
     reader = Reader(data, error=TransactionLogDecodeError)
     version = reader.unpack(I16)

@@ -129,6 +129,9 @@ class TransactionCoordinator:
         transaction found."""
         if self.machine.coordinator_epoch(index) != epoch:
             return
+        for key, exc in self.machine.replay_staged(index):
+            log.warning("%s-%d: skipping the unreadable last record of key %r: %s",
+                        TRANSACTION_STATE_TOPIC, index, key, exc)
         pending = self.machine.finish_load(index)
         metrics.coordinator_loaded("transaction", started)
         log.info("%s-%d: now coordinating its transactional ids (coordinator epoch %d, loaded in %.0f ms,"
@@ -139,7 +142,7 @@ class TransactionCoordinator:
 
     def replay_loaded(self, record: InternalRecord, index: int, epoch: int) -> None:
         if record.key is not None and self.machine.coordinator_epoch(index) == epoch:
-            self.machine.replay(record.key, record.value)
+            self.machine.stage(index, record.key, record.value)
 
     def _wake_partition(self, index: int) -> None:
         """Parked requests of the partition's ids ask the machine again (which now answers

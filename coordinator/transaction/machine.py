@@ -32,12 +32,14 @@ from coordinator.transaction.state import (
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.transaction_log import (
+    TransactionLogDecodeError,
     TxnLogValue,
     UnknownRecordVersion,
     decode_key,
     decode_value,
     encode_key,
     encode_value,
+    known_versions,
 )
 from protocol.types import TV2, ProducerId, TopicPartition
 
@@ -186,6 +188,7 @@ class TransactionStateMachine:
         self._failed_fence: dict[str, int] = {}  # id -> epoch of a fence whose write failed
         self._epochs: dict[int, int] = {}  # loaded partition -> coordinator epoch
         self._loading: set[int] = set()
+        self._staged: dict[int, dict[bytes, bytes | None]] = {}  # loading partition -> key -> last value
 
     # ------------------------------------------------------------ partitions and replay
 
@@ -197,6 +200,28 @@ class TransactionStateMachine:
         self._drop_partition(partition)
         self._epochs[partition] = coordinator_epoch
         self._loading.add(partition)
+        self._staged[partition] = {}
+
+    def stage(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """One record of ``partition``'s log as it loads. The log is a changelog: only each
+        id's last record counts (what compaction keeps), so values are decoded once, by
+        `replay_staged`, not once per state change the log holds: tens of thousands of them
+        for a busy producer, seconds of replay every time the coordinator moves. Records of
+        versions this code does not know are skipped here, as `replay` skips them."""
+        staged = self._staged.get(partition)
+        if staged is not None and known_versions(key, value):
+            staged[key] = value
+
+    def replay_staged(self, partition: int) -> list[tuple[bytes, TransactionLogDecodeError]]:
+        """Replay the last record of each id staged while ``partition`` loaded; the keys whose
+        record could not be decoded, each with why (their ids stay unknown here)."""
+        unreadable = []
+        for key, value in self._staged.pop(partition, {}).items():
+            try:
+                self.replay(key, value)
+            except TransactionLogDecodeError as exc:
+                unreadable.append((key, exc))
+        return unreadable
 
     def finish_load(self, partition: int) -> list[MarkerIntent]:
         """The log is replayed; the Prepare* transactions found must have their markers sent."""
@@ -211,6 +236,7 @@ class TransactionStateMachine:
         self._drop_partition(partition)
         self._epochs.pop(partition, None)
         self._loading.discard(partition)
+        self._staged.pop(partition, None)
 
     def _drop_partition(self, partition: int) -> None:
         for tid in [

@@ -8,6 +8,7 @@ import crc32c
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.record_batch import (
     HEADER_SIZE,
@@ -18,6 +19,7 @@ from protocol.record_batch import (
     build_control_batch,
     crc_ok,
     iter_batches,
+    iter_records,
     parse_control_batch,
     patch_offset_and_epoch,
     set_log_append_time,
@@ -143,3 +145,32 @@ def test_control_batch(kind: ControlType) -> None:
     (record,) = list(ref)
     assert record.key == struct.pack(">hh", 0, kind)
     assert record.value == struct.pack(">hi", 0, 12)
+
+
+keys_values = st.lists(st.tuples(st.none() | st.binary(max_size=300), st.none() | st.binary(max_size=300)),
+                       min_size=1, max_size=20)
+
+
+@given(keys_values, st.integers(0, 2**40), st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=9))))
+def test_iter_records_reads_what_kafka_python_reads(
+    records: list[tuple[bytes | None, bytes | None]], base_offset: int, headers: list[tuple[str, bytes]],
+) -> None:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=10**8)
+    for i, (key, value) in enumerate(records):
+        builder.append(i, timestamp=1000 + i, key=key, value=value, headers=headers)
+    batch = bytearray(builder.build())
+    patch_offset_and_epoch(batch, 0, base_offset, 3)
+    data = bytes(batch)
+    ours = list(iter_records(data, 0, BatchHeader.parse(data)))
+    assert ours == [(r.offset, r.key, r.value) for r in DefaultRecordBatch(batch)]
+
+
+def test_iter_records_refuses_a_record_that_overruns_its_batch() -> None:
+    batch = bytearray(make_batch([b"abc", b"def"]))
+    batch[HEADER_SIZE] = 0x7E  # the first record's length: far past the batch's end
+    with pytest.raises(CorruptBatchError):
+        list(iter_records(bytes(batch), 0, BatchHeader.parse(batch)))
+    compressed = make_batch([b"abc" * 100] * 5, compression=1)
+    with pytest.raises(CorruptBatchError):
+        list(iter_records(compressed, 0, BatchHeader.parse(compressed)))

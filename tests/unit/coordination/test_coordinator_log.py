@@ -15,9 +15,19 @@ from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.replication.replica_manager import Partition, ReplicaManager
 from protocol.errors import ErrorCode
-from protocol.types import LeaderEpoch, NodeId
+from protocol.record_batch import ControlType
+from protocol.types import (
+    CoordinatorEpoch,
+    LeaderEpoch,
+    NodeId,
+    ProducerEpoch,
+    ProducerId,
+    TransactionVersion,
+)
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
+from storage.producer_state import AppendOrigin
+from tests.unit.storage.batches import make_batch
 
 TOPIC = "__transaction_state"
 NOW = 1_000_000
@@ -99,3 +109,26 @@ async def test_a_load_stops_when_the_leadership_ends(replicas: ReplicaManager) -
     await asyncio.sleep(0.01)
     replicas.become_follower(TOPIC, 0, LogConfig(), state(2, leader=FOLLOWER))
     assert await asyncio.wait_for(load, 1) is False
+
+
+async def test_a_load_reads_every_kind_of_batch_the_log_can_hold(replicas: ReplicaManager) -> None:
+    """Many records a batch, a compressed batch (Kafka's coordinators may compress) and a
+    transaction's marker, in offset order; more than one read's (1 MiB) worth of them."""
+    part = lead(replicas)
+    big = b"x" * 300_000
+    first = record_batch([(b"a", b"1"), (b"b", None), (b"c", big)], NOW)
+    replicas.append(part, first, NOW, AppendOrigin.COORDINATOR)
+    replicas.append(part, make_batch([b"z" * 1000] * 5, compression=1), NOW, AppendOrigin.COORDINATOR)
+    pid, epoch = ProducerId(9), ProducerEpoch(0)
+    replicas.append_txn_marker(part, pid, epoch, True, CoordinatorEpoch(1), NOW, TransactionVersion(0))
+    for n in range(5):
+        replicas.append(part, record_batch([(b"k%d" % n, big)], NOW), NOW, AppendOrigin.COORDINATOR)
+    replicas.record_follower_fetch(part, FOLLOWER, part.log.log_end_offset, NOW)
+    seen: list[InternalRecord] = []
+    assert await CoordinatorLog(replicas, TOPIC, 5).load(part, seen.append)
+    read = [(r.offset, r.key, r.value) for r in seen]
+    assert read[:3] == [(0, b"a", b"1"), (1, b"b", None), (2, b"c", big)]
+    assert read[3:8] == [(3 + i, None, b"z" * 1000) for i in range(5)]
+    marker = seen[8]
+    assert (marker.offset, marker.control, marker.producer_id) == (8, ControlType.COMMIT, 9)
+    assert [r.key for r in seen[9:]] == [b"k%d" % n for n in range(5)]

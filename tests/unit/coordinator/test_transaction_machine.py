@@ -500,6 +500,45 @@ def test_reload_gives_the_same_state_and_finds_prepared(h: Harness) -> None:
     assert h.state().state is S.COMPLETE_COMMIT
 
 
+def staged_load(log: list[tuple[bytes, bytes | None]]) -> TransactionStateMachine:
+    """A load as the broker runs it: each record staged, the last of each id replayed."""
+    fresh = TransactionStateMachine(num_partitions=1, max_timeout_ms=MAX_TIMEOUT, new_producer_id=lambda: 1)
+    fresh.begin_load(0, coordinator_epoch=4)
+    for key, value in log:
+        fresh.stage(0, key, value)
+    assert fresh.replay_staged(0) == []
+    return fresh
+
+
+def test_a_staged_load_ends_where_replaying_every_record_does(h: Harness) -> None:
+    h.init(tid="gone")
+    h.now += 1000
+    [tombstone] = h.m.expire_idle(h.now, expiration_ms=1000)
+    h.run(tombstone)
+    for epoch in range(3):  # three transactions of one id: a dozen records of its state
+        pid = h.init().producer_id
+        h.add(pid, epoch, TP0, TP1)
+        h.end(pid, epoch, commit=epoch != 1)
+        h.complete()
+    other = h.init(tid="b").producer_id
+    h.add(other, 0, ("other", 3), tid="b")  # left ongoing
+    key, value = h.log[-1]
+    assert value is not None
+    h.log.append((key, b"\x00\x09" + value[2:]))  # a value version from the future: skipped
+    full, staged = h.reload(), staged_load(h.log)
+    for tid in (TID, "b", "gone"):
+        assert staged.get(tid) == full.get(tid)
+    assert staged.get(TID) is not None and staged.get("b") is not None and staged.get("gone") is None
+    assert staged.finish_load(0) == full.finish_load(0)
+
+
+def test_a_record_too_short_for_its_version_is_refused_when_staged() -> None:
+    m = TransactionStateMachine(num_partitions=1, max_timeout_ms=MAX_TIMEOUT, new_producer_id=lambda: 1)
+    m.begin_load(0, coordinator_epoch=1)
+    with pytest.raises(ValueError):
+        m.stage(0, b"\x00", None)
+
+
 def test_unowned_partition_is_not_coordinator() -> None:
     m = TransactionStateMachine(num_partitions=2, max_timeout_ms=MAX_TIMEOUT, new_producer_id=lambda: 1)
     assert m.init_producer_id(TID, 1000, -1, -1, 0).error is E.NOT_COORDINATOR
