@@ -17,8 +17,8 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aetcd
 import aetcd.exceptions
@@ -37,6 +37,7 @@ from coordinator.producer_ids import ProducerIdBlock
 from protocol.types import NodeId
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 Listener = Callable[[str], None]
 REGISTERED = "registered"  # told to listeners once this broker's registration and its lease are known here
@@ -78,24 +79,31 @@ class EtcdMetadataStore:
 
     async def open(self, attempts: int = 10, interval_s: float = 1.0) -> None:
         """Connect and load the image, retrying with a log line per failed attempt."""
-        for attempt in range(1, attempts + 1):
-            try:
-                await self._connect()
-                await self._load()
-                break
-            except aetcd.exceptions.ClientError as e:
-                host, port = self.address.endpoints[self._endpoint]
-                log.warning("etcd %s:%d unreachable (attempt %d of %d): %s",
-                            host, port, attempt, attempts, type(e).__name__)
-                await self._rotate_endpoint()
-                if attempt == attempts:
-                    raise StoreUnavailable(self._unreachable_message(attempts)) from None
-                await asyncio.sleep(interval_s)
+        await self.retrying("connecting", self._connect_and_load, attempts, interval_s)
         self._tasks.append(asyncio.create_task(self._watch_forever()))
 
-    def _unreachable_message(self, attempts: int) -> str:
+    async def _connect_and_load(self) -> None:
+        await self._connect()
+        await self._load()
+
+    async def retrying(
+        self, what: str, action: Callable[[], Awaitable[_T]], attempts: int, interval_s: float = 1.0,
+    ) -> _T:
+        """`action`'s result once etcd answers it: each failed attempt logs a line and moves to
+        the next endpoint; after `attempts` of them, StoreUnavailable."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return await action()
+            except aetcd.exceptions.ClientError as e:
+                host, port = self.address.endpoints[self._endpoint]
+                log.warning("%s: etcd %s:%d did not answer (attempt %d of %d): %s",
+                            what, host, port, attempt, attempts, type(e).__name__)
+                await self._rotate_endpoint()
+                if attempt < attempts:
+                    await asyncio.sleep(interval_s)
         where = ",".join(f"{h}:{p}" for h, p in self.address.endpoints)
-        return f"metadata store etcd://{where} unreachable after {attempts} attempts"
+        raise StoreUnavailable(f"metadata store etcd://{where} unreachable after {attempts} attempts"
+                               f" ({what})")
 
     async def _connect(self) -> None:
         if self._client is not None:

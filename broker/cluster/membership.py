@@ -9,16 +9,13 @@ reach meanwhile (paused, cut off) is retried as often as `join` tries to connect
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import uuid
 
-import aetcd.exceptions
-
 from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
-from broker.cluster.etcd_store import EtcdMetadataStore, StoreUnavailable
+from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.image import BrokerRegistration, ClusterImage
 from broker.faults import slow_point
 from broker.security.client import ClientSecurity
@@ -80,20 +77,12 @@ class ClusterMembership:
         """etcd out of reach while registering (a chaos campaign's broker, restarted while cut
         off from etcd, exited with a traceback) is retried with a line each, at most the
         start-up's attempts, then StoreUnavailable; as Kafka's broker retries its registration
-        until initial.broker.registration.timeout.ms."""
-        for attempt in range(1, self._attempts + 1):
-            try:
-                await self._end_own_session(registration)
-                await self.store.register(registration)
-                return
-            except aetcd.exceptions.ClientError as exc:  # NodeIdInUse is not one: refused at once
-                log.warning("broker %d: registration in etcd failed (attempt %d of %d): %s",
-                            self.node_id, attempt, self._attempts, type(exc).__name__)
-                if attempt == self._attempts:
-                    raise StoreUnavailable(
-                        f"registration in the metadata store failed {attempt} times ({type(exc).__name__})"
-                    ) from None
-                await asyncio.sleep(1)
+        until initial.broker.registration.timeout.ms. NodeIdInUse is refused at once."""
+        async def register() -> None:
+            await self._end_own_session(registration)
+            await self.store.register(registration)
+
+        await self.store.retrying(f"broker {self.node_id} registering", register, self._attempts)
 
     async def _end_own_session(self, registration: BrokerRegistration) -> None:
         """A restart within the session timeout after kill -9 finds its dead incarnation still

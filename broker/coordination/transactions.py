@@ -57,6 +57,21 @@ COMPLETE_RETRY_S = 0.2
 COMPLETE_RETRIABLE = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 
 
+def _log_completion(tid: str, error: ErrorCode) -> None:
+    """Why a transaction whose markers are all written was not completed here."""
+    if error == ErrorCode.NONE:
+        return
+    if error in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.INVALID_TXN_STATE):
+        log.debug("transactional id %s: markers written; another completion of the transaction is"
+                  " in flight or done (%s)", tid, error.name)
+    elif error in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+        log.info("transactional id %s: markers written; the partition's next coordinator completes"
+                 " the transaction (it sends the markers again when it loads): %s", tid, error.name)
+    else:
+        log.warning("transactional id %s: markers written, but writing the transaction's completion"
+                    " failed: %s", tid, error.name)
+
+
 class TransactionCoordinator:
     """The transaction coordinator's I/O edge: `log` is its `__transaction_state` partitions
     (on_leadership is called as this broker gains or loses one), `markers` writes the
@@ -362,8 +377,7 @@ class TransactionCoordinator:
             if error not in COMPLETE_RETRIABLE or self.machine.coordinator_epoch(index) != epoch:
                 break
             await asyncio.sleep(COMPLETE_RETRY_S)
-        if error != ErrorCode.NONE:
-            log.warning("transactional id %s: completing after markers failed: %s", tid, error.name)
+        _log_completion(tid, error)
 
     async def _timer_loop(self) -> None:
         interval = int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
