@@ -30,6 +30,7 @@ from broker.coordination.transactions import TransactionCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
 from broker.faults import crash_point
 from broker.handlers import HANDLER_TABLE
+from broker.loop_watch import watch_loop
 from broker.metrics import request_log
 from broker.metrics.collectors import StateSources
 from broker.metrics.service import BrokerMetrics, controller_status
@@ -264,9 +265,10 @@ class Broker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stopping.set)
-        housekeeping = asyncio.create_task(self._housekeeping())
+        background = [asyncio.create_task(self._housekeeping()), asyncio.create_task(watch_loop())]
         await self._stopping.wait()
-        housekeeping.cancel()
+        for task in background:
+            task.cancel()
         await self.stop()
 
     async def _housekeeping(self) -> None:
