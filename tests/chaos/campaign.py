@@ -63,6 +63,10 @@ class Options:
     keep_data: bool = False  # data dirs copied to <out>/data, values stored twice to stored-twice.txt
 
 
+class NoHistory(Exception):
+    """The clients ended without a history: the run has no verdict."""
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     history: History
@@ -127,7 +131,8 @@ def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History
         with contextlib.suppress(ProcessLookupError):  # the whole session: the workload, its JVM
             os.killpg(clients.pid, signal.SIGKILL)
     print(f"{time.monotonic():.1f} the clients ended", flush=True)
-    assert out.exists(), f"the clients saved no history (exit code {code}; see {options.out / 'clients.log'})"
+    if not out.exists():
+        raise NoHistory(f"the clients saved no history (exit code {code}; see {options.out / 'clients.log'})")
     history = History.load(out)
     history.faults.extend(faults)
     return history, code, failure
@@ -270,8 +275,12 @@ def main() -> int:
     # A campaign stopped with SIGTERM (kill, a CI time-out) tears its hosts down like one that
     # ended: brokers, etcd, clients, namespaces and tmpfs (SIGTERM would skip the finally blocks).
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
-    result = run(Options(args.seconds, names, workloads, args.seed,
-                         args.fault_seconds, args.heal_seconds, args.out, args.run_id, args.keep_data))
+    try:
+        result = run(Options(args.seconds, names, workloads, args.seed,
+                             args.fault_seconds, args.heal_seconds, args.out, args.run_id, args.keep_data))
+    except NoHistory as exc:  # one line: the reason, and where the clients said more
+        print(f"no verdict: {exc}", file=sys.stderr)
+        return 2
     print((result.report / "summary.txt").read_text())
     if args.tally is not None:
         figures = json.loads((result.report / "report.json").read_text())

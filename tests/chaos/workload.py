@@ -18,6 +18,7 @@ second as its notes.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -63,6 +64,7 @@ STOP_S = 60.0
 # The drain reads every value written (seed 92's 7,000 s left some 700,000; under load about
 # 5,000 a second): its former 40 s read a third of the partitions, the rest looked lost.
 DRAIN_LIMIT_S = 240.0
+CLOSE_S = 30.0  # then the drain's consumer closes
 
 
 class Recorder:
@@ -263,17 +265,19 @@ def _subscriber(bootstrap: str, name: str, rec: Recorder) -> Consumer:
 
 def drain(
     bootstrap: str, topics: list[str], rec: Recorder, quiet_s: float = 4.0, limit_s: float = DRAIN_LIMIT_S
-) -> None:
-    """Read every partition from the start until nothing new came for `quiet_s`."""
+) -> int:
+    """Read every partition from the start until nothing new came for `quiet_s`; how many
+    records it read."""
     c = consumer(bootstrap, True)
     c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(PARTITIONS)])
-    deadline, last_new = now() + limit_s, now()
+    deadline, last_new, read = now() + limit_s, now(), 0
     try:
         while now() < deadline and now() - last_new < quiet_s:
-            if poll_into(c, rec, DRAIN, True):
-                last_new = now()
+            if got := poll_into(c, rec, DRAIN, True):
+                read, last_new = read + got, now()
     finally:
         c.close()
+    return read
 
 
 def jobs_of(bootstrap: str, stop_file: Path, workloads: list[str], seed: int, rec: Recorder,
@@ -323,14 +327,55 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
         while not stop_file.exists():
             time.sleep(0.1)
         stop.set()
-        _join(threads, STOP_S)
-        drain(bootstrap, topics, rec)
+        ended = _within(lambda: _end(threads, bootstrap, topics, rec), STOP_S + DRAIN_LIMIT_S + CLOSE_S)
     finally:  # also when terminated: the history so far. A SIGTERM while it is written must not
         # cut it short: seed 99's came 50 s or more into writing a history of 900 faults; none was left.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        rec.save(out)
+        _save(rec, out)
+    if isinstance(ended, Exception):
+        failed.append(ended)
     if failed:
         raise SystemExit(f"a client failed: {failed[0]!r}")
+
+
+def _end(threads: list[threading.Thread], bootstrap: str, topics: list[str], rec: Recorder) -> None:
+    _join(threads, STOP_S)
+    began = now()
+    read = drain(bootstrap, topics, rec)
+    _say(f"the drain read {read} records in {now() - began:.0f} s")
+
+
+def _within(ending: Callable[[], object], within_s: float) -> bool | Exception:
+    """`ending` run aside for at most `within_s`: True once it ended, False if it had not, or
+    what it raised. Its calls into a client may not return (seeds 97, 99, 101: the clients never
+    ended and left no history); the main thread waits in Python, where SIGTERM reaches it."""
+    raised: list[Exception] = []
+
+    def guarded() -> None:
+        try:
+            ending()
+        except Exception as exc:
+            raised.append(exc)
+
+    aside = threading.Thread(target=guarded, daemon=True)
+    aside.start()
+    aside.join(within_s)
+    if aside.is_alive():
+        _say(f"the clients' end (stop, drain) did not finish within {within_s:.0f} s; "
+             "the history so far is saved")
+        return False
+    return raised[0] if raised else True
+
+
+def _save(rec: Recorder, out: Path) -> None:
+    began = now()
+    _say(f"saving the history ({len(rec.history.ops)} operations)")
+    rec.save(out)
+    _say(f"the history was saved in {now() - began:.0f} s")
+
+
+def _say(what: str) -> None:
+    print(f"{now():.1f} {what}", file=sys.stderr, flush=True)
 
 
 def _join(threads: list[threading.Thread], within_s: float) -> None:
@@ -340,8 +385,7 @@ def _join(threads: list[threading.Thread], within_s: float) -> None:
     for t in threads:
         t.join(max(0.0, deadline - now()))
     if left := sum(t.is_alive() for t in threads):
-        print(f"{left} client threads did not stop within {within_s:.0f} s; the drain goes on",
-              file=sys.stderr, flush=True)
+        _say(f"{left} client threads did not stop within {within_s:.0f} s; the drain goes on")
 
 
 def _terminated(signum: int, _frame: object) -> None:
@@ -357,7 +401,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     workloads = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
-    run(args.bootstrap, args.out, args.stop_file, workloads, args.seed)
+    try:
+        run(args.bootstrap, args.out, args.stop_file, workloads, args.seed)
+        code = 0
+    except SystemExit as exc:
+        _say(str(exc))
+        code = 1
+    # Not the interpreter's exit: it may wait on client objects left in a call that never
+    # returned (a consumer's destructor closes it), after the history is already saved.
+    os._exit(code)
 
 
 if __name__ == "__main__":
