@@ -1,31 +1,99 @@
-"""A line when the broker's event loop ran late.
+"""A line when the broker's event loop ran late, saying where it was held.
 
 Everything a broker does runs on one event loop: connections, replica fetchers, the
 coordinators' loads and the keep-alive of its etcd lease. When the loop cannot run for a
 while (a step that blocks it, the process paused or starved of CPU), all of them wait, and
 a wait past `broker.session.timeout.ms` costs the broker its registration and every
 leadership it holds. A chaos campaign (seed 101) saw leases lapse every few seconds with no
-fault running and could not say why: this line says when the loop itself was late, and by
-how much.
+fault running and could not say why; seed 102's loop ran 3.5 s late on a peer's restart.
+
+The watch sleeps a tick at a time on the loop and says how late each wake-up came. A
+sentinel thread beside it looks at the loop's thread whenever a tick is overdue and keeps
+where it found it: in a step of the broker's own (the file, line and function, innermost
+last), or idle in its selector (nothing to run: the process itself was paused or starved).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import time
+import traceback
+from pathlib import Path
+from types import FrameType
 
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 LATE_S = 1.0  # half the shortest session timeout the tests use (2 s)
+ROOT = Path(__file__).resolve().parents[1]
+SHOWN_FRAMES = 4  # the innermost frames of the broker's own code
 
 
 async def watch_loop(tick_s: float = TICK_S, late_s: float = LATE_S) -> None:
-    """Sleep `tick_s` at a time; log a warning when a wake-up comes `late_s` or more late."""
-    while True:
-        before = time.monotonic()
-        await asyncio.sleep(tick_s)
-        late = time.monotonic() - before - tick_s
-        if late >= late_s:
-            log.warning("the event loop ran %.1f s late: connections, replication and the etcd lease's"
-                        " keep-alive all waited (the process was paused, starved of CPU, or blocked)", late)
+    """Sleep `tick_s` at a time; log a warning when a wake-up comes `late_s` or more late,
+    with where the sentinel found the loop meanwhile."""
+    sentinel = Sentinel(threading.get_ident(), tick_s, late_s)
+    sentinel.start()
+    try:
+        while True:
+            before = time.monotonic()
+            sentinel.beat(before)
+            await asyncio.sleep(tick_s)
+            late = time.monotonic() - before - tick_s
+            if late >= late_s:
+                log.warning("the event loop ran %.1f s late: connections, replication and the etcd lease's"
+                            " keep-alive all waited; %s", late, sentinel.take() or "not seen meanwhile")
+    finally:
+        sentinel.stop()
+
+
+class Sentinel(threading.Thread):
+    """Looks at the loop's thread each `tick_s` and, the first time in an episode that its
+    last beat is `late_s` old, keeps where that thread was (one owner: `take` clears it)."""
+
+    def __init__(self, loop_thread: int, tick_s: float, late_s: float) -> None:
+        super().__init__(name="loop-sentinel", daemon=True)
+        self._loop_thread, self._tick_s, self._late_s = loop_thread, tick_s, late_s
+        self._beat = time.monotonic()
+        self._seen: str | None = None
+        self._stopped = threading.Event()
+
+    def beat(self, at: float) -> None:
+        self._beat = at
+
+    def take(self) -> str | None:
+        seen, self._seen = self._seen, None
+        return seen
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        while not self._stopped.wait(self._tick_s):
+            if self._seen is None and time.monotonic() - self._beat >= self._late_s:
+                frame = sys._current_frames().get(self._loop_thread)
+                if frame is not None:
+                    self._seen = where(frame)
+
+
+def where(frame: FrameType) -> str:
+    """Where a thread is, from its innermost frame: idle in a selector, or the innermost
+    frames of the broker's own code."""
+    stack = traceback.extract_stack(frame)
+    if stack and Path(stack[-1].filename).name == "selectors.py":
+        return "it was idle in its selector (the process was paused or starved of CPU)"
+    own = [f for f in stack if _own(f.filename)][-SHOWN_FRAMES:]
+    shown = own or stack[-SHOWN_FRAMES:]
+    steps = " > ".join(f"{_short(f.filename)}:{f.lineno} {f.name}" for f in shown)
+    return f"it was held in {steps}"
+
+
+def _own(filename: str) -> bool:
+    path = Path(filename).resolve()  # not "<frozen runpy>", which resolves into the cwd
+    return path.is_relative_to(ROOT) and "site-packages" not in path.parts and path.is_file()
+
+
+def _short(filename: str) -> str:
+    return str(Path(filename).resolve().relative_to(ROOT)) if _own(filename) else Path(filename).name

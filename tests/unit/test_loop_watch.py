@@ -1,24 +1,50 @@
-"""The broker's event-loop watch says when the loop ran late, and only then."""
+"""The broker's event-loop watch says when the loop ran late, and only then, and where the loop
+was held: in a step of the broker's own, or idle in its selector (the process paused or starved)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import selectors
+import socket
+import sys
+import threading
 import time
 
 import pytest
 
-from broker.loop_watch import watch_loop
+from broker.loop_watch import watch_loop, where
 
 
-async def test_a_blocked_loop_is_logged_with_how_late_it_ran(caplog: pytest.LogCaptureFixture) -> None:
+def a_step_that_blocks_the_loop(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+async def test_a_blocked_loop_is_logged_with_how_late_and_where(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "broker.loop_watch")
     watch = asyncio.create_task(watch_loop(tick_s=0.05, late_s=0.3))
     await asyncio.sleep(0.2)
     assert not caplog.records  # on time: nothing said
-    time.sleep(0.5)  # a step that blocks the loop
+    a_step_that_blocks_the_loop(0.5)
     await asyncio.sleep(0.1)
     watch.cancel()
     [record] = caplog.records
-    late = float(record.getMessage().split("ran ")[1].split(" s late")[0])
+    message = record.getMessage()
+    late = float(message.split("ran ")[1].split(" s late")[0])
     assert 0.3 <= late <= 0.6
+    assert "it was held in tests/unit/test_loop_watch.py:" in message
+    assert message.endswith("a_step_that_blocks_the_loop")  # innermost last
+
+
+def test_a_thread_waiting_in_its_selector_is_idle() -> None:
+    left, right = socket.socketpair()
+    with left, right, selectors.DefaultSelector() as selector:
+        selector.register(left, selectors.EVENT_READ)
+        waiting = threading.Thread(target=selector.select, args=(5,), daemon=True)
+        waiting.start()
+        time.sleep(0.1)
+        assert waiting.ident is not None
+        seen = where(sys._current_frames()[waiting.ident])
+        right.send(b"x")
+        waiting.join()
+    assert seen.startswith("it was idle in its selector")
