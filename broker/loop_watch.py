@@ -10,7 +10,9 @@ fault running and could not say why; seed 102's loop ran 3.5 s late on a peer's 
 The watch sleeps a tick at a time on the loop and says how late each wake-up came. A
 sentinel thread beside it looks at the loop's thread whenever a tick is overdue and keeps
 where it found it: in a step of the broker's own (the file, line and function, innermost
-last), or idle in its selector (nothing to run: the process itself was paused or starved).
+last), or idle in its selector (nothing to run). When the sentinel itself woke as late, the
+process as a whole did not run (seed 102: the campaign's clients starved the brokers of CPU),
+and it says that instead.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ TICK_S = 0.25
 LATE_S = 1.0  # half the shortest session timeout the tests use (2 s)
 ROOT = Path(__file__).resolve().parents[1]
 SHOWN_FRAMES = 4  # the innermost frames of the broker's own code
+# The sentinel looks at least once while a wait of `late_s` lasts, if it runs at all.
+NOT_SEEN = ("the sentinel thread could not run meanwhile either (the process was paused or starved of CPU,"
+            " or a call held the GIL)")
 
 
 async def watch_loop(tick_s: float = TICK_S, late_s: float = LATE_S) -> None:
@@ -44,7 +49,7 @@ async def watch_loop(tick_s: float = TICK_S, late_s: float = LATE_S) -> None:
             late = time.monotonic() - before - tick_s
             if late >= late_s:
                 log.warning("the event loop ran %.1f s late: connections, replication and the etcd lease's"
-                            " keep-alive all waited; %s", late, sentinel.take() or "not seen meanwhile")
+                            " keep-alive all waited; %s", late, sentinel.take() or NOT_SEEN)
     finally:
         sentinel.stop()
 
@@ -71,11 +76,21 @@ class Sentinel(threading.Thread):
         self._stopped.set()
 
     def run(self) -> None:
+        last = time.monotonic()
         while not self._stopped.wait(self._tick_s):
-            if self._seen is None and time.monotonic() - self._beat >= self._late_s:
-                frame = sys._current_frames().get(self._loop_thread)
-                if frame is not None:
-                    self._seen = where(frame)
+            woke = time.monotonic()
+            own_late, last = woke - last - self._tick_s, woke
+            if self._seen is None and woke - self._beat >= self._late_s:
+                self._seen = self._look(own_late)
+
+    def _look(self, own_late: float) -> str | None:
+        """Where the loop's thread is; or, when this thread could not run either, that the
+        process as a whole did not (its stack then shows where the loop went on, not why)."""
+        if own_late >= self._late_s / 2:
+            return (f"the sentinel thread could not run either for {own_late:.1f} s (the process was paused"
+                    " or starved of CPU, or a call held the GIL)")
+        frame = sys._current_frames().get(self._loop_thread)
+        return None if frame is None else where(frame)
 
 
 def where(frame: FrameType) -> str:

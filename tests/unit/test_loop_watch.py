@@ -22,18 +22,38 @@ def a_step_that_blocks_the_loop(seconds: float) -> None:
 
 async def test_a_blocked_loop_is_logged_with_how_late_and_where(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "broker.loop_watch")
-    watch = asyncio.create_task(watch_loop(tick_s=0.05, late_s=0.3))
+    watch = asyncio.create_task(watch_loop(tick_s=0.05, late_s=0.8))
     await asyncio.sleep(0.2)
     assert not caplog.records  # on time: nothing said
-    a_step_that_blocks_the_loop(0.5)
+    a_step_that_blocks_the_loop(1.2)
     await asyncio.sleep(0.1)
     watch.cancel()
     [record] = caplog.records
     message = record.getMessage()
     late = float(message.split("ran ")[1].split(" s late")[0])
-    assert 0.3 <= late <= 0.6
+    assert 0.8 <= late <= 1.3
     assert "it was held in tests/unit/test_loop_watch.py:" in message
     assert message.endswith("a_step_that_blocks_the_loop")  # innermost last
+
+
+async def test_a_process_that_did_not_run_is_told_apart(caplog: pytest.LogCaptureFixture) -> None:
+    """While one thread keeps the GIL (as when the process is not scheduled at all), the
+    sentinel cannot look either; the line says so rather than where the loop went on."""
+    caplog.set_level(logging.WARNING, "broker.loop_watch")
+    watch = asyncio.create_task(watch_loop(tick_s=0.05, late_s=0.3))
+    await asyncio.sleep(0.2)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(5.0)  # no other thread runs until this one blocks
+    try:
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+    await asyncio.sleep(0.1)
+    watch.cancel()
+    [record] = caplog.records
+    assert "the sentinel thread could not run" in record.getMessage()
 
 
 def test_a_thread_waiting_in_its_selector_is_idle() -> None:
