@@ -5,14 +5,14 @@ coordinators' loads and the keep-alive of its etcd lease. When the loop cannot r
 while (a step that blocks it, the process paused or starved of CPU), all of them wait, and
 a wait past `broker.session.timeout.ms` costs the broker its registration and every
 leadership it holds. A chaos campaign (seed 101) saw leases lapse every few seconds with no
-fault running and could not say why; seed 102's loop ran 3.5 s late on a peer's restart.
+fault running and could not say why (seed 102 showed it: other processes starved the brokers
+of CPU).
 
 The watch sleeps a tick at a time on the loop and says how late each wake-up came. A
 sentinel thread beside it looks at the loop's thread whenever a tick is overdue and keeps
 where it found it: in a step of the broker's own (the file, line and function, innermost
 last), or idle in its selector (nothing to run). When the sentinel itself woke as late, the
-process as a whole did not run (seed 102: the campaign's clients starved the brokers of CPU),
-and it says that instead.
+process as a whole did not run, and it says that instead.
 """
 
 from __future__ import annotations

@@ -398,7 +398,7 @@ def yield_cpu() -> None:
     scheduler autogroup of its own (the campaign starts them with a new session), which Linux
     weighs like the brokers' whole group whatever a thread's nice is; so the group's nice too.
     Without this, seed 102's hundreds of librdkafka threads kept a process of the brokers'
-    group from running for up to 3.8 s at a time, and leases of 2 s lapsed with no fault."""
+    group from running for up to 7.4 s at a time, and leases of 2 s lapsed with no fault."""
     os.nice(19)  # before any thread starts: they, and the JVM, inherit it
     with suppress(OSError):  # a kernel without autogroups: the nice alone
         Path("/proc/self/autogroup").write_text("19")
