@@ -327,13 +327,20 @@ def run(bootstrap: str, out: Path, stop_file: Path, workloads: list[str], seed: 
         while not stop_file.exists():
             time.sleep(0.1)
         stop.set()
-        ended = _within(lambda: _end(threads, bootstrap, topics, rec), STOP_S + DRAIN_LIMIT_S + CLOSE_S)
+        # Aside, waited for in Python (where SIGTERM reaches this thread): a client call in the
+        # end may never return (seeds 97, 99, 101 never ended and left no history).
+        within_s = STOP_S + DRAIN_LIMIT_S + CLOSE_S
+        try:
+            transactions.bounded(lambda: _end(threads, bootstrap, topics, rec), within_s)
+        except transactions.Abandoned:
+            _say(f"the clients' end (stop, drain) did not finish within {within_s:.0f} s; "
+                 "the history so far is saved")
+        except Exception as exc:  # a drain that failed fails the clients
+            failed.append(exc)
     finally:  # also when terminated: the history so far. A SIGTERM while it is written must not
         # cut it short: seed 99's came 50 s or more into writing a history of 900 faults; none was left.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _save(rec, out)
-    if isinstance(ended, Exception):
-        failed.append(ended)
     if failed:
         raise SystemExit(f"a client failed: {failed[0]!r}")
 
@@ -343,28 +350,6 @@ def _end(threads: list[threading.Thread], bootstrap: str, topics: list[str], rec
     began = now()
     read = drain(bootstrap, topics, rec)
     _say(f"the drain read {read} records in {now() - began:.0f} s")
-
-
-def _within(ending: Callable[[], object], within_s: float) -> bool | Exception:
-    """`ending` run aside for at most `within_s`: True once it ended, False if it had not, or
-    what it raised. Its calls into a client may not return (seeds 97, 99, 101: the clients never
-    ended and left no history); the main thread waits in Python, where SIGTERM reaches it."""
-    raised: list[Exception] = []
-
-    def guarded() -> None:
-        try:
-            ending()
-        except Exception as exc:
-            raised.append(exc)
-
-    aside = threading.Thread(target=guarded, daemon=True)
-    aside.start()
-    aside.join(within_s)
-    if aside.is_alive():
-        _say(f"the clients' end (stop, drain) did not finish within {within_s:.0f} s; "
-             "the history so far is saved")
-        return False
-    return raised[0] if raised else True
 
 
 def _save(rec: Recorder, out: Path) -> None:
