@@ -101,13 +101,13 @@ cluster-stop:
 	bash scripts/cluster.sh stop $(VENV) .deps/etcd/etcd
 
 test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
-	$(PY) -m pytest -q --durations=30 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 tests
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
 integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS)
-	$(PY) -m pytest -q tests/integration
+	$(PY) -m pytest -q -n 2 --dist loadfile tests/integration
 
 # The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of
 # API keys and the cases that exercised each.

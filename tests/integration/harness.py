@@ -49,15 +49,24 @@ class BrokerStartError(RuntimeError):
 _HANDED_OUT: set[int] = set()
 
 
+def _port_share() -> tuple[int, int]:
+    """(this pytest-xdist worker's index, the number of workers); (0, 1) outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, never one this process handed out before: the
     kernel may give a just-closed port again, and a fixture asking for six ports at once must
-    not start two brokers on one (CI of 2cc71c4: broker 3 got broker 1's PLAINTEXT port)."""
+    not start two brokers on one (CI of 2cc71c4: broker 3 got broker 1's PLAINTEXT port).
+    Under pytest-xdist each worker takes only its share of the ports (by `port // 2`: Linux's
+    bind to port 0 hands out odd ports only), so two workers never hand out one port."""
+    index, workers = _port_share()
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
+        if (port // 2) % workers == index and port not in _HANDED_OUT:
             _HANDED_OUT.add(port)
             return port
 
