@@ -234,9 +234,13 @@ class BrokerProcess:
         proc.wait()
 
     def pause(self) -> None:
-        """SIGSTOP: the process stays, does nothing (its sessions lapse if it stays so)."""
+        """SIGSTOP: the process stays, does nothing (its sessions lapse if it stays so).
+        Returns once the kernel shows it stopped."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
+        stat = Path(f"/proc/{self.proc.pid}/stat")
+        wait_until(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", 5, 0.01,
+                   f"broker {self.bootstrap} stopped")
 
     def resume(self) -> None:
         assert self.proc is not None
