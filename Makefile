@@ -100,8 +100,11 @@ cluster: $(STAMP) $(ETCD)
 cluster-stop:
 	bash scripts/cluster.sh stop $(VENV) .deps/etcd/etcd
 
+# Test files side by side on two workers; then the short chaos campaign alone, as it fails on
+# stalls, and another worker's load starves its brokers (the CI run of 2026-11-29 at 08:30).
 test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 --ignore=tests/chaos tests
+	$(PY) -m pytest -q tests/chaos
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit

@@ -4,7 +4,8 @@
 //
 // Sends one record to TOPIC every 200 ms for SECONDS on one producer, each acknowledged before
 // the next; the client re-authenticates by itself when the broker's session lifetime runs out.
-// Prints "RESULT {json}"; exits 1 on any failure.
+// Prints "RESULT {json}" (how many were sent, and when each was acknowledged, in ms after the
+// start); exits 1 on any failure.
 
 import java.io.FileReader;
 import java.util.*;
@@ -29,14 +30,16 @@ public class ReauthProduce {
         p.put("bootstrap.servers", bootstrap);
         p.put("key.serializer", StringSerializer.class.getName());
         p.put("value.serializer", StringSerializer.class.getName());
-        int sent = 0;
+        long start = System.currentTimeMillis();
+        List<String> acked = new ArrayList<>();  // ms after start of each acknowledgement
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
             while (System.currentTimeMillis() < end) {
-                producer.send(new ProducerRecord<>(topic, 0, null, "v" + sent)).get();
-                sent++;
+                producer.send(new ProducerRecord<>(topic, 0, null, "v" + acked.size())).get();
+                acked.add(Long.toString(System.currentTimeMillis() - start));
                 Thread.sleep(200);
             }
         }
-        System.out.println("RESULT {\"sent\": " + sent + "}");
+        System.out.println("RESULT {\"sent\": " + acked.size() + ", \"acked_ms\": ["
+                           + String.join(", ", acked) + "]}");
     }
 }
