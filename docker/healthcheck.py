@@ -19,15 +19,14 @@ def inter_broker_listener() -> tuple[int, ssl.SSLContext | None]:
     from pathlib import Path
 
     from broker.config import load_config
-    from broker.security.client import inter_broker_security
+    from broker.security.tls import inter_broker_tls  # stdlib only: a check stays cheap on a busy host
 
     overrides = [
         f"{env_key(name[len(PREFIX):])}={value}"
         for name, value in os.environ.items() if name.startswith(PREFIX)
     ]
     config = load_config(Path(os.environ.get("GREGOR_CONFIG_FILE", "/etc/gregor/broker.yaml")), overrides)
-    security = inter_broker_security(config)
-    return config.listener.port, security.tls if security is not None else None
+    return config.listener.port, inter_broker_tls(config)
 
 
 def env_key(name: str) -> str:

@@ -17,6 +17,7 @@ from scramp import ScramClient, ScramException
 
 from broker.config import BrokerConfig, ConfigError
 from broker.security.jaas import JaasError, parse_jaas
+from broker.security.tls import inter_broker_tls
 from protocol.client_codec import decode_response, encode_request
 from protocol.framing import frame
 
@@ -84,7 +85,7 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:
     protocol = config.security_protocol(listener)
     if protocol == "PLAINTEXT":
         return None
-    tls = _client_tls(config, listener) if protocol in ("SSL", "SASL_SSL") else None
+    tls = inter_broker_tls(config)
     if not protocol.startswith("SASL_"):
         return ClientSecurity(tls)
     mechanism = str(config["sasl.mechanism.inter.broker.protocol"]).upper()
@@ -99,12 +100,3 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:
                           "set both")
     return ClientSecurity(tls, mechanism, options["username"], options["password"])
 
-
-def _client_tls(config: BrokerConfig, listener: str) -> ssl.SSLContext:
-    truststore = config.for_listener(listener, "ssl.truststore.location") or None
-    ctx = ssl.create_default_context(cafile=truststore)
-    ctx.check_hostname = str(config.for_listener(listener, "ssl.endpoint.identification.algorithm")) != ""
-    keystore = config.for_listener(listener, "ssl.keystore.location")
-    if keystore:  # the broker's own certificate, for listeners that ask for one
-        ctx.load_cert_chain(keystore, password=config.for_listener(listener, "ssl.key.password") or None)
-    return ctx

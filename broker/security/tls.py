@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
 
 CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -48,6 +51,22 @@ _SHORT = {
     "stateOrProvinceName": "ST", "countryName": "C", "streetAddress": "STREET", "domainComponent": "DC",
     "userId": "UID",
 }
+
+
+def inter_broker_tls(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The TLS this broker connects to the others with (and the container healthcheck, which
+    imports only this module and the config's): the inter-broker listener's truststore, its
+    keystore as the client certificate, the host checked unless `ssl.endpoint.identification.
+    algorithm` is empty; None when that listener has no TLS."""
+    listener = config.inter_broker_listener
+    if config.security_protocol(listener) not in ("SSL", "SASL_SSL"):
+        return None
+    ctx = ssl.create_default_context(cafile=config.for_listener(listener, "ssl.truststore.location") or None)
+    ctx.check_hostname = str(config.for_listener(listener, "ssl.endpoint.identification.algorithm")) != ""
+    keystore = config.for_listener(listener, "ssl.keystore.location")
+    if keystore:  # the broker's own certificate, for listeners that ask for one
+        ctx.load_cert_chain(keystore, password=config.for_listener(listener, "ssl.key.password") or None)
+    return ctx
 
 
 def _escape(value: str) -> str:

@@ -91,6 +91,19 @@ class ComposeCluster:
     def logs(self, service: str, lines: int = 30) -> str:
         return self.compose("logs", "--no-color", "--tail", str(lines), service, check=False)
 
+    def up(self, *services: str) -> None:
+        """`up -d --wait`; if it fails, the failure names what `services` logged and their last
+        health checks' output."""
+        try:
+            self.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
+        except AssertionError as exc:
+            raise AssertionError("\n".join([str(exc), *map(self.explain, services)])) from None
+
+    def explain(self, service: str) -> str:
+        health = self.state(service).get("Health") or {}
+        checks = [f"{c.get('ExitCode')}: {c.get('Output', '').strip()}" for c in health.get("Log", [])]
+        return "\n".join([f"{service}'s log:", self.logs(service), f"{service}'s health checks:", *checks])
+
 
 def override_file(path: Path) -> Path:
     services = {f"broker-{n}": {"environment": TEST_SETTINGS} for n in BROKERS}
@@ -126,7 +139,7 @@ def cluster(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     files = [ROOT / "docker-compose.yml", override_file(tmp / "test-settings.yml")]
     c = ComposeCluster(f"gregor-it-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
     try:
-        c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
+        c.up(*(f"broker-{n}" for n in BROKERS))
         yield c
     finally:
         c.compose("down", "-v", "--timeout", "10", check=False)
@@ -370,10 +383,7 @@ def secure(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     files = [ROOT / "docker-compose.secure.yml", override_file(tmp / "test-settings.yml")]
     c = ComposeCluster(f"gregor-it-sec-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
     try:
-        try:
-            c.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\ninit's log:\n{c.logs('init')}") from None
+        c.up("init", *(f"broker-{n}" for n in BROKERS))
         c.compose("cp", "init:/etc/gregor/secrets/ca.pem", str(tmp / "ca.pem"))  # as the README says
         yield SecureCluster(c, tmp / "ca.pem")
         logs = c.compose("logs", "--no-color", check=False)
