@@ -201,6 +201,8 @@ def _schedule(cluster: ChaosCluster, options: Options, faults: list[Fault]) -> N
 
 def _inject(cluster: ChaosCluster, nemesis: Nemesis, rng: random.Random, hold_s: float,
             faults: list[Fault]) -> None:
+    for exited in cluster.restart_exited():
+        print(f"{time.monotonic():.1f} {exited} had exited: started again", flush=True)
     start = time.monotonic()
     target = nemesis.start(cluster, rng)
     print(f"{start:.1f} {nemesis.name} on {target}", flush=True)

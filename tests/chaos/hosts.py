@@ -16,7 +16,7 @@ from typing import Any
 from tests.chaos.netns import Host, Network
 from tests.integration.disks import small_tmpfs
 from tests.integration.etcd import EtcdProcess
-from tests.integration.harness import BrokerProcess, port_open
+from tests.integration.harness import BrokerProcess, api_versions_answered
 
 BROKERS = ("n1", "n2", "n3")
 HOSTS = ("etcd", *BROKERS, "client")
@@ -47,7 +47,7 @@ class NamespacedBroker(BrokerProcess):
         return f"{self.host.address}:{PORT}"
 
     def answers(self) -> bool:
-        return port_open(self.host.address, PORT, self.wrapper)
+        return api_versions_answered(self.host.address, PORT, self.wrapper)
 
     def skew(self, seconds: int) -> None:
         self.clock_file.write_text(f"{seconds:+d}\n")
@@ -115,6 +115,16 @@ class ChaosCluster:
                 broker.resume()
             if not broker.running:
                 broker.start(timeout=40)
+
+    def restart_exited(self) -> list[str]:
+        """The brokers whose process had exited on its own (e.g. started on a full disk), each
+        started again, as a supervisor does: "n2 (exit code 1)" for each."""
+        exited = []
+        for name, broker in self.brokers.items():
+            if broker.proc is not None and broker.proc.poll() is not None:
+                exited.append(f"{name} (exit code {broker.proc.returncode})")
+                broker.start(timeout=40)
+        return exited
 
     def close(self) -> None:
         self._stack.close()

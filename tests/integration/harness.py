@@ -94,13 +94,24 @@ def gregor_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from broker.cli import main; sys.exit(main())"]
 
 
-def _api_versions_probe(port: int, timeout: float) -> bool:
-    """True when the broker answers an ApiVersions v0 request on `port`."""
+def api_versions_answered(host: str, port: int, wrapper: list[str]) -> bool:
+    """True when the broker at `host:port` answers ApiVersions, asked from inside the namespace
+    of `wrapper` (`ip netns exec NS`). A connection alone proves little: a broker binds its
+    listener before its log recovery, and serves only after it."""
+    probe = (f"import sys; from tests.integration.harness import _api_versions_probe as p; "
+             f"sys.exit(0 if p({port}, 1.0, {host!r}) else 1)")
+    done = subprocess.run([*wrapper, sys.executable, "-c", probe], capture_output=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    return done.returncode == 0
+
+
+def _api_versions_probe(port: int, timeout: float, host: str = "127.0.0.1") -> bool:
+    """True when the broker answers an ApiVersions v0 request on `host:port`."""
     correlation_id = 0x4752
     client_id = b"gregor-harness"
     body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with socket.create_connection((host, port), timeout=timeout) as s:
             s.sendall(struct.pack(">i", len(body)) + body)
             head = _recv_exact(s, 8)
     except OSError:
