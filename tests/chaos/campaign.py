@@ -195,14 +195,14 @@ def _schedule(cluster: ChaosCluster, options: Options, faults: list[Fault]) -> N
     deadline = time.monotonic() + options.seconds
     while not faults or time.monotonic() < deadline:
         for nemesis in rng.sample(chosen, len(chosen)):
+            for exited in cluster.restart_exited():  # as a supervisor would
+                print(f"{time.monotonic():.1f} {exited} had exited: started again", flush=True)
             _inject(cluster, nemesis, rng, options.fault_s, faults)
             time.sleep(options.heal_s)
 
 
 def _inject(cluster: ChaosCluster, nemesis: Nemesis, rng: random.Random, hold_s: float,
             faults: list[Fault]) -> None:
-    for exited in cluster.restart_exited():
-        print(f"{time.monotonic():.1f} {exited} had exited: started again", flush=True)
     start = time.monotonic()
     target = nemesis.start(cluster, rng)
     print(f"{start:.1f} {nemesis.name} on {target}", flush=True)
