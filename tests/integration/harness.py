@@ -75,8 +75,7 @@ def port_open(host: str, port: int, wrapper: list[str] | None = None) -> bool:
     """True when `host:port` accepts a connection; with a `wrapper` (`ip netns exec NS`),
     as seen from inside that namespace."""
     if wrapper:
-        probe = f"import socket; socket.create_connection(({host!r}, {port}), 0.5)"
-        return subprocess.run([*wrapper, sys.executable, "-c", probe], capture_output=True).returncode == 0
+        return _exits_0_in(wrapper, f"import socket; socket.create_connection(({host!r}, {port}), 0.5)")
     try:
         with socket.create_connection((host, port), timeout=0.5):
             return True
@@ -98,9 +97,14 @@ def api_versions_answered(host: str, port: int, wrapper: list[str]) -> bool:
     """True when the broker at `host:port` answers ApiVersions, asked from inside the namespace
     of `wrapper` (`ip netns exec NS`). A connection alone proves little: a broker binds its
     listener before its log recovery, and serves only after it."""
-    probe = (f"import sys; from tests.integration.harness import _api_versions_probe as p; "
-             f"sys.exit(0 if p({port}, 1.0, {host!r}) else 1)")
-    done = subprocess.run([*wrapper, sys.executable, "-c", probe], capture_output=True,
+    return _exits_0_in(wrapper, "import sys; from tests.integration.harness import _api_versions_probe as p; "
+                                f"sys.exit(0 if p({port}, 1.0, {host!r}) else 1)")
+
+
+def _exits_0_in(wrapper: list[str], code: str) -> bool:
+    """True when Python code run inside the namespace of `wrapper` exits 0 (the repository as
+    its working directory, so it can import the tests' own modules)."""
+    done = subprocess.run([*wrapper, sys.executable, "-c", code], capture_output=True,
                           cwd=Path(__file__).resolve().parents[2])
     return done.returncode == 0
 

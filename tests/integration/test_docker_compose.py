@@ -49,6 +49,7 @@ from tests.integration.wire import WireClient
 pytestmark = pytest.mark.integration
 
 BROKERS = (1, 2, 3)
+BROKER_SERVICES = tuple(f"broker-{n}" for n in BROKERS)
 INTERNAL_PARTITIONS = 5
 FIND_COORDINATOR = 10
 TEST_SETTINGS = {  # every broker: failover in seconds, small internal topics
@@ -139,7 +140,7 @@ def cluster(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     files = [ROOT / "docker-compose.yml", override_file(tmp / "test-settings.yml")]
     c = ComposeCluster(f"gregor-it-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
     try:
-        c.up(*(f"broker-{n}" for n in BROKERS))
+        c.up(*BROKER_SERVICES)
         yield c
     finally:
         c.compose("down", "-v", "--timeout", "10", check=False)
@@ -165,7 +166,7 @@ def test_up_creates_the_example_topics_across_three_brokers(cluster: ComposeClus
 def test_up_wait_again_exits_0_once_everything_runs(cluster: ComposeCluster) -> None:
     """A second `up -d --wait` on the running cluster (images built, topics created) exits 0:
     no service of the file has exited, so the wait has nothing to fail on."""
-    cluster.compose("up", "-d", "--wait", "--wait-timeout", "60", timeout=120)  # asserts exit 0
+    cluster.up(*BROKER_SERVICES)  # asserts exit 0
     assert cluster.state("topics")["Status"] == "running"
 
 # -- exactly once through a docker kill ------------------------------------------------------
@@ -383,7 +384,7 @@ def secure(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     files = [ROOT / "docker-compose.secure.yml", override_file(tmp / "test-settings.yml")]
     c = ComposeCluster(f"gregor-it-sec-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
     try:
-        c.up("init", *(f"broker-{n}" for n in BROKERS))
+        c.up("init", *BROKER_SERVICES)
         c.compose("cp", "init:/etc/gregor/secrets/ca.pem", str(tmp / "ca.pem"))  # as the README says
         yield SecureCluster(c, tmp / "ca.pem")
         logs = c.compose("logs", "--no-color", check=False)
@@ -460,7 +461,7 @@ def test_secured_cluster_refuses_a_wrong_password_and_an_untrusting_client(secur
 def test_secured_cluster_up_again_keeps_its_certificates_and_users(secure: SecureCluster) -> None:
     """`up --wait` exits 0 again; `init` recreated keeps the CA, the keystores and the users."""
     c = secure.compose
-    c.compose("up", "-d", "--wait", "--wait-timeout", "60", timeout=120)
+    c.up("init", *BROKER_SERVICES)
     c.compose("up", "-d", "--wait", "--wait-timeout", "60", "--no-deps", "--force-recreate", "init",
               timeout=120)
     again = secure.ca.with_name("ca-again.pem")
