@@ -388,6 +388,8 @@ KEYS: dict[str, Key] = {
                                      "is kept in each partition."),
     "replica.lag.time.max.ms": Key(_POSITIVE_LONG, 30000, "How long a follower may fail to catch up "
                                    "before it leaves the ISR (cluster mode)."),
+    "replica.fetch.wait.max.ms": Key(_NON_NEGATIVE, 500, "How long a follower's fetch waits at its "
+                                     "leader for new records; at most `replica.lag.time.max.ms`."),
     "metadata.store": Key(StoreAddress(), "local", "Where cluster metadata lives: `local` (a file in the "
                           "first log dir) or etcd (cluster mode)."),
     "broker.rack": Key(Text(), "", "This broker's rack, for rack-aware replica placement."),
@@ -663,6 +665,11 @@ def _check(config: BrokerConfig) -> None:
     if high < low:
         raise ConfigError(
             f"group.max.session.timeout.ms ({high}) must be \u2265 group.min.session.timeout.ms ({low})"
+        )
+    wait, lag = config["replica.fetch.wait.max.ms"], config["replica.lag.time.max.ms"]
+    if wait > lag:  # Kafka's rule: a follower parked at its leader longer than this leaves the ISR
+        raise ConfigError(
+            f"replica.fetch.wait.max.ms ({wait}) must be \u2264 replica.lag.time.max.ms ({lag})"
         )
 
 

@@ -177,6 +177,7 @@ class Broker:
             self.cluster.store, self.replicas,
             log_config=lambda record: LogConfig.from_properties(explicit, record.configs),
             now_ms=now_ms, replica_lag_ms=self.config["replica.lag.time.max.ms"],
+            fetch_max_wait_ms=self.config["replica.fetch.wait.max.ms"],
             security=self.client_security,
         )
 

@@ -32,7 +32,7 @@ class ClusterRoles:
     def __init__(
         self, store: EtcdMetadataStore, replicas: ReplicaManager,
         log_config: Callable[[TopicRecord], LogConfig], now_ms: Callable[[], int],
-        replica_lag_ms: int, fetch_max_wait_ms: int = 500, security: ClientSecurity | None = None,
+        replica_lag_ms: int, fetch_max_wait_ms: int, security: ClientSecurity | None = None,
     ) -> None:
         self.security = security
         self.store = store

@@ -102,7 +102,7 @@ class FollowerSession:
 class ReplicaFetcher:
     def __init__(
         self, node_id: int, client: BrokerClient, now_ms: Callable[[], int],
-        max_wait_ms: int = 500, max_bytes: int = 10 * 1024 * 1024,
+        max_wait_ms: int, max_bytes: int = 10 * 1024 * 1024,
         on_progress: Callable[[FollowedPartition], None] = lambda p: None,
         write_failures: WriteFailures | None = None,
     ) -> None:

@@ -27,6 +27,7 @@ from tests.integration.harness import BrokerFactory, BrokerProcess
 
 SESSION_MS = 2000
 LAG_MS = 2000
+FETCH_WAIT_MS = 500  # a follower's fetch waits at most this long at its leader
 
 
 class Cluster:
@@ -44,6 +45,7 @@ class Cluster:
             "metadata.store": self.url,
             "broker.session.timeout.ms": SESSION_MS,
             "replica.lag.time.max.ms": LAG_MS,
+            "replica.fetch.wait.max.ms": FETCH_WAIT_MS,
             "default.replication.factor": 3,
             "min.insync.replicas": 2,
             "offsets.topic.replication.factor": 3,

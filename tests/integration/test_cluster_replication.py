@@ -16,11 +16,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.errors import ErrorCode
 from tests.integration.clients import assign_consumer, read_to_eof
-from tests.integration.cluster import LAG_MS, Cluster, running_cluster
+from tests.integration.cluster import FETCH_WAIT_MS, LAG_MS, Cluster, running_cluster
 from tests.integration.harness import BrokerProcess, java_command, prefixed_json, require_java
 from tests.integration.wire import WireClient, build_batch, partition_errors, produce_request
 
-FOLLOWER_FETCH_WAIT_S = 0.5  # a follower's fetch waits at most this long at its leader (roles.py)
+FOLLOWER_FETCH_WAIT_S = FETCH_WAIT_MS / 1000
 
 
 @pytest.fixture(scope="module")

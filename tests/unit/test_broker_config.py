@@ -114,6 +114,8 @@ def test_named_listeners_one_per_network() -> None:
         ({"metrics.listener": "https://0.0.0.0:9100"}, "(https: only http is served)"),
         ({"metrics.listener": "http://0.0.0.0"}, "(no port)"),
         ({"replica.lag.time.max.ms": 0}, "replica.lag.time.max.ms must be an integer \u2265 1, got 0"),
+        ({"replica.lag.time.max.ms": 400},
+         "replica.fetch.wait.max.ms (500) must be \u2264 replica.lag.time.max.ms (400)"),
     ],
 )
 def test_bad_keys_and_values_say_what_was_expected(raw: dict[str, object], message: str) -> None:
@@ -130,7 +132,8 @@ def test_every_integer_key_has_kafkas_range(key: str) -> None:
     kind = KEYS[key].parse
     assert isinstance(kind, Integer)
     assert kind.minimum >= -1, f"{key} accepts any integer"
-    lowest = {"group.min.session.timeout.ms": 0, key: str(kind.minimum)}  # max >= min holds
+    # the cross-key rules hold: group max >= min, replica fetch wait <= lag
+    lowest = {"group.min.session.timeout.ms": 0, "replica.fetch.wait.max.ms": 0, key: str(kind.minimum)}
     assert build_config(lowest)[key] == kind.minimum
     with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
         build_config({key: kind.minimum - 1})

@@ -35,7 +35,8 @@ def state(leader: NodeId, epoch: int) -> PartitionState:
 
 async def test_a_proposal_for_a_partition_no_longer_led_is_dropped(replicas: ReplicaManager) -> None:
     store = EtcdMetadataStore(EtcdAddress.parse("etcd://127.0.0.1:1/unused"))  # never opened
-    roles = ClusterRoles(store, replicas, lambda _topic: CONFIG, lambda: 0, replica_lag_ms=1000)
+    roles = ClusterRoles(store, replicas, lambda _topic: CONFIG, lambda: 0, replica_lag_ms=1000,
+                          fetch_max_wait_ms=500)
     part = replicas.become_leader("t", 0, CONFIG, state(ME, 1), 0)
     replicas.become_follower("t", 0, CONFIG, state(OTHER, 2))
     await roles._alter_isr(part, (ME,))  # before: AssertionError; the store is not reached either
