@@ -158,6 +158,9 @@ async def test_controller_is_elected_once_and_again_after_its_death(new_store: S
     first = await a.campaign(NodeId(1))
     assert first is not None and first.epoch == 1
     assert await b.campaign(NodeId(2)) is None
+    # b's image must have seen the first record before its loss means anything: a watch
+    # that is still behind shows no controller at once (CI on fb2588e, a loaded machine)
+    assert await b.wait_for(lambda image: image.controller == first, 5)
     await a.close(stop_lease=False)
     assert await b.wait_for(lambda image: image.controller is None, LEASE_TTL_S * 3)
     second = await b.campaign(NodeId(2))
