@@ -100,6 +100,7 @@ async def test_a_dead_brokers_lease_expires_and_frees_its_id(new_store: StoreFac
     a, b = await new_store(), await new_store()
     await a.register(registration(1))
     await b.register(registration(2))
+    assert await b.wait_for(lambda image: set(image.brokers) == {1, 2}, 5)  # else {2} at once
     await a.close(stop_lease=False)  # dies: no keep-alive, no revoke
     assert await b.wait_for(lambda image: set(image.brokers) == {2}, LEASE_TTL_S * 3)
     c = await new_store()
