@@ -529,23 +529,27 @@ class Log:
     def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> int:
         """Append batches fetched from the leader, offsets and epochs as the leader gave them.
 
-        Every batch is checked (complete, CRC, contiguous from the log end) before
-        the first one is written; producer state, the transaction index and the
-        leader-epoch cache follow the batches as on the leader. Returns the new log
-        end offset; raises ReplicaDataError (nothing written) on data a follower must
-        not take.
+        Every batch is checked (complete, CRC, magic 2, at or past the log end and
+        above the batch before it) before the first one is written; producer state,
+        the transaction index and the leader-epoch cache follow the batches as on the
+        leader. A batch may start past the log end: the leader's cleaner removes whole
+        batches, so the next one a lagging follower is sent can lie beyond a gap (seed
+        109's followers of ``__transaction_state`` refused such a batch for 55 minutes).
+        Returns the new log end offset; raises ReplicaDataError (nothing written) on
+        data a follower must not take.
         """
         try:
             batches = list(iter_batches(records, check_crc=True))
         except CorruptBatchError as exc:
             raise ReplicaDataError(f"{self.directory.name}: fetched data corrupt at {exc.position}") from None
-        expected = self.log_end_offset
+        lowest = self.log_end_offset
         for _pos, header in batches:
-            if header.base_offset != expected or header.magic != 2:
+            if header.base_offset < lowest or header.magic != 2:
                 raise ReplicaDataError(
-                    f"{self.directory.name}: fetched batch at {header.base_offset}, expected {expected}"
+                    f"{self.directory.name}: fetched batch at {header.base_offset} (magic {header.magic}),"
+                    f" below {lowest}, the log end or the end of the batch before it"
                 )
-            expected = header.next_offset
+            lowest = header.next_offset
         view = memoryview(records)
         for pos, header in batches:
             self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)

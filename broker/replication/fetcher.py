@@ -155,7 +155,7 @@ class ReplicaFetcher:
                 await asyncio.sleep(BACKOFF_S)
                 continue
             if not self._apply(response):
-                await asyncio.sleep(BACKOFF_S)  # a log could not be written (a full disk)
+                await asyncio.sleep(BACKOFF_S)  # a log not written (a full disk) or refusing data
 
     def _request(self, parts: list[FollowedPartition]) -> Any:
         cls = REQUESTS[FETCH]
@@ -182,7 +182,8 @@ class ReplicaFetcher:
         )
 
     def _apply(self, response: Any) -> bool:
-        """Apply a Fetch answer; False if a log could not be written."""
+        """Apply a Fetch answer; False if a log could not be written or refused the
+        leader's data (the loop then backs off instead of asking again at once)."""
         written = True
         for topic in response.responses:
             for data in topic.partitions:
@@ -190,30 +191,32 @@ class ReplicaFetcher:
                 if part is None:
                     continue
                 try:
-                    self._apply_partition(part, data)
+                    written = self._apply_partition(part, data) and written
                 except OSError as exc:
                     self._write_failures.failed((part.topic, part.index), exc)
                     written = False
         return written
 
-    def _apply_partition(self, part: FollowedPartition, data: Any) -> None:
+    def _apply_partition(self, part: FollowedPartition, data: Any) -> bool:
+        """Apply one partition's answer; False if its log refused the data."""
         error = ErrorCode(data.error_code)
         if error != ErrorCode.NONE:
             self._on_error(part, error)
-            return
+            return True
         diverging = data.diverging_epoch
         if diverging is not None and diverging.epoch >= 0:
             self._truncate(part, truncation_offset(part.log, diverging.epoch, diverging.end_offset))
-            return
+            return True
         try:
             if data.records:
                 part.log.append_as_follower(data.records, self._now_ms())
                 self._write_failures.succeeded((part.topic, part.index))
         except ReplicaDataError as exc:
             log.warning("%s", exc)
-            return
+            return False
         part.set_high_watermark(min(data.high_watermark, part.log.log_end_offset))
         self._on_progress(part)
+        return True
 
     def _truncate(self, part: FollowedPartition, offset: int) -> None:
         dropped = part.log.log_end_offset - offset

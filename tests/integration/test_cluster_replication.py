@@ -25,7 +25,7 @@ FOLLOWER_FETCH_WAIT_S = FETCH_WAIT_MS / 1000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
+    with running_cluster(tmp_path_factory.mktemp("cluster"), overrides={"log.cleaner.backoff.ms": 200}) as c:
         yield c
 
 
@@ -38,6 +38,42 @@ def whole_cluster(cluster: Cluster) -> Iterator[None]:
 
 def create_topic(cluster: Cluster, partitions: int = 1, rf: int = 3) -> str:
     return cluster.create_topic(partitions, rf)
+
+
+COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "2000", "min.cleanable.dirty.ratio": "0.01"}
+
+
+def test_a_follower_behind_its_leaders_cleaner_fetches_across_the_gap(cluster: Cluster) -> None:
+    """Seed 109: a paused follower's log end lay in batches its leader's cleaner then removed;
+    the follower refused the next batch served (past the gap) for 55 minutes."""
+    topic = f"r-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3, config=COMPACTED)], operation_timeout=20)[topic].result(30)
+    cluster.wait_for(lambda i: (topic, 0) in i.partitions and len(i.partitions[(topic, 0)].isr) == 3)
+    state = cluster.partition(topic)
+    leader = cluster.broker(state.leader)
+    follower = cluster.broker(next(n for n in state.replicas if n != state.leader))
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    p.produce(topic, key=b"k0", value=b"first", partition=0)
+    assert p.flush(30) == 0
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3)
+    follower.pause()
+    try:
+        cluster.wait_for(lambda i: follower.node_id not in i.partitions[(topic, 0)].isr, LAG_MS / 1000 * 5)
+        for i in range(300):
+            p.produce(topic, key=b"k%d" % (i % 4), value=b"v%04d" % i * 20, partition=0)
+            if i % 10 == 9:
+                assert p.flush(30) == 0
+        deadline = time.monotonic() + 30
+        while f"{topic}-0: cleaned" not in leader.log_text():
+            assert time.monotonic() < deadline, "the leader's cleaner never cleaned the topic"
+            time.sleep(0.1)
+    finally:
+        follower.resume()
+    cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3, 30)
+    assert "fetched batch at" not in follower.log_text()
+    got = read_to_eof(cluster.bootstrap, [(topic, 0)], "read_committed", "gap", 30, "all")
+    assert {m.key(): m.value() for _, m in got} == {b"k%d" % k: b"v%04d" % (296 + k) * 20 for k in range(4)}
 
 
 def test_a_topic_is_replicated_to_every_broker(cluster: Cluster) -> None:

@@ -61,13 +61,18 @@ def test_a_follower_reopened_after_a_crash_matches_too(tmp_path: Path) -> None:
     assert reopened.aborted_transactions(0, 6) == leader.aborted_transactions(0, 6)
 
 
-def test_data_with_a_gap_or_a_bad_crc_is_refused_whole(tmp_path: Path) -> None:
+def test_data_below_the_log_end_out_of_order_or_with_a_bad_crc_is_refused_whole(tmp_path: Path) -> None:
     leader, follower = open_log(tmp_path / "l" / "t-0"), open_log(tmp_path / "f" / "t-0")
     fill(leader)
     data = leader.read(0, 10**6, 6, True).records
     first = BatchHeader.parse(data).size_in_bytes
-    with pytest.raises(ReplicaDataError, match="expected 0"):
-        follower.append_as_follower(data[first:], NOW)
+    follower.append_as_follower(data[:first], NOW)
+    with pytest.raises(ReplicaDataError, match="fetched batch at 0 .*below 2"):
+        follower.append_as_follower(data, NOW)
+    with pytest.raises(ReplicaDataError, match="fetched batch at 0 .*below 6"):
+        follower.append_as_follower(data[first:] + data[:first], NOW)
+    assert follower.log_end_offset == 2, "nothing written"
+    follower = open_log(tmp_path / "f2" / "t-0")
     corrupt = bytearray(data)
     corrupt[first + 61] ^= 1  # the first record of the second batch, under its CRC
     with pytest.raises(ReplicaDataError, match="corrupt"):

@@ -111,6 +111,28 @@ def test_keeps_latest_record_per_key_and_offsets(tmp_path: Path) -> None:
     assert reopened.read(0, 10**6, reopened.log_end_offset, True).error is ErrorCode.NONE
 
 
+def test_a_follower_behind_the_cleaner_fetches_across_its_gap(tmp_path: Path) -> None:
+    """Seed 109: the leader's cleaner removed the batches at a lagging follower's log end;
+    the follower must take the next batch the leader serves, past the gap."""
+    leader, follower = open_log(tmp_path / "l"), open_log(tmp_path / "f")
+    fill(leader, 10)
+    follower.append_as_follower(leader.read(0, 10**6, 4, True).records[: _first_batches(leader, 4)], NOW)
+    assert follower.log_end_offset == 4
+    assert cleaner(leader).clean_once(NOW) is not None
+    served = leader.read(4, 10**6, leader.log_end_offset, True)
+    assert BatchHeader.parse(served.records).base_offset > 4, "the cleaner left a gap at the follower's end"
+    while follower.log_end_offset < leader.log_end_offset:
+        info = leader.read(follower.log_end_offset, 300, leader.log_end_offset, True)
+        follower.append_as_follower(info.records, NOW)
+    assert latest(follower) == latest(leader)
+    assert records(follower)[4:] == [r for r in records(leader) if r[0] >= 4]
+
+
+def _first_batches(lg: Log, offsets: int) -> int:
+    """The size of the batches holding the log's first ``offsets`` offsets."""
+    return sum(h.size_in_bytes for h, _b in batches(lg) if h.base_offset < offsets)
+
+
 def test_compressed_batches_are_rebuilt_with_their_codec(tmp_path: Path) -> None:
     lg = open_log(tmp_path, segment_bytes=300)
     for r in range(6):
