@@ -90,7 +90,8 @@ class LogCleaner:
         self.config = config
         self._crash_point = crash_point
         self._checkpoints: dict[Path, dict[TopicPartition, int]] = {}
-        self._uncleanable: set[TopicPartition] = set()
+        self._uncleanable: set[TopicPartition] = set()  # data it cannot decode: until restart
+        self._io_failed: dict[TopicPartition, int] = {}  # after an I/O error: not before (ms)
         self._held: dict[TopicPartition, int] = {}  # last reported hanging-transaction offset
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -128,7 +129,7 @@ class LogCleaner:
         """The filthiest cleanable compacted log, as a job for the cleaner thread."""
         best: tuple[float, TopicPartition, Log, LogToClean] | None = None
         for tp, lg in self._logs().items():
-            if tp in self._uncleanable or not is_compacted(lg):
+            if tp in self._uncleanable or self._io_failed.get(tp, 0) > now_ms or not is_compacted(lg):
                 continue
             view = cleanable(lg, self.first_dirty_checkpoint(tp, lg), now_ms)
             self._report_hanging(tp, lg, view)
@@ -174,6 +175,8 @@ class LogCleaner:
         self._crash_point("cleaner.after_swap")
         self._update_checkpoint(tp, lg, result.first_dirty_offset)
         self.passes += 1
+        if self._io_failed.pop(tp, None) is not None:
+            log.info("%s: cleaned again after an I/O error", job.name)
         s = result.stats
         log.info(
             "%s: cleaned %d segments up to offset %d: %d -> %d bytes, %d of %d records kept, "
@@ -198,8 +201,13 @@ class LogCleaner:
     def clean_job(self, job: CleanJob, decoder: BatchDecoder | None = None) -> CleanResult:
         offset_map = OffsetMap.for_buffer(self.config.dedupe_buffer_size, self.config.io_buffer_load_factor)
         result = clean(job, offset_map, decoder, Throttler(self.config.io_max_bytes_per_second, self._stop))
-        for group in result.groups:
-            prepare(job.directory, group)
+        try:
+            for group in result.groups:
+                prepare(job.directory, group)
+        except BaseException:
+            for group in result.groups:
+                abandon(job.directory, group)
+            raise
         return result
 
     def clean_once(self, now_ms: int) -> CleanResult | None:
@@ -211,11 +219,20 @@ class LogCleaner:
         try:
             result = self.clean_job(job)
         except (UndecodableBatchError, OSError, ValueError) as exc:
-            self._mark_uncleanable(tp, job, exc)
+            self._failed(tp, job, exc, now_ms)
             return None
         return result if self.install(tp, result) else None
 
-    def _mark_uncleanable(self, tp: TopicPartition, job: CleanJob, exc: Exception) -> None:
+    def _failed(self, tp: TopicPartition, job: CleanJob, exc: Exception, now_ms: int) -> None:
+        """An I/O error (a full disk) holds the log back one ``log.cleaner.backoff.ms``,
+        logged once until it is cleaned again; data the cleaner cannot decode leaves it
+        uncleaned until restart (Kafka's uncleanable partitions)."""
+        if isinstance(exc, OSError):
+            if tp not in self._io_failed:
+                log.error("%s: cannot clean (trying again every %d ms): %s", job.name,
+                          self.config.backoff_ms, exc)
+            self._io_failed[tp] = now_ms + self.config.backoff_ms
+            return
         self._uncleanable.add(tp)
         log.error("%s: cannot clean (left uncleaned until restart): %s", job.name, exc)
 
@@ -253,7 +270,8 @@ class LogCleaner:
                 self._stop.wait(self.config.backoff_ms / 1000)
 
     def _one_pass(self, decoder: BatchDecoder) -> bool:
-        picked = self._on_loop(self.select, int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        picked = self._on_loop(self.select, now_ms)
         if picked is None:
             return False
         tp, job = picked
@@ -262,7 +280,7 @@ class LogCleaner:
         except CleaningAborted:
             raise
         except (UndecodableBatchError, OSError, ValueError) as exc:
-            self._on_loop(self._mark_uncleanable, tp, job, exc)
+            self._on_loop(self._failed, tp, job, exc, now_ms)
             return False
         return self._on_loop(self.install, tp, result)
 

@@ -7,6 +7,7 @@ to the event-loop thread); nothing here touches a ``Log``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -204,7 +205,10 @@ class _SegmentWriter:
             os.fsync(f.fileno())
 
     def discard(self) -> None:
-        self._log.close()
+        """Remove the files written so far, even when closing fails (its buffered bytes
+        could not be written: a full disk)."""
+        with contextlib.suppress(OSError):
+            self._log.close()
         for suffix in SEGMENT_SUFFIXES:
             cleaned_path(self.directory, self.base, suffix).unlink(missing_ok=True)
 

@@ -16,6 +16,8 @@ from storage.cleaner.records import BatchDecoder
 from storage.cleaner.swap import recover_swaps
 from storage.log import Log
 from storage.log_config import LogConfig
+from tests.integration.disks import fill as disk_fill
+from tests.integration.disks import free, small_tmpfs
 from tests.unit.storage.batches import DefaultRecordBatchBuilder, replicated
 
 NOW = 1_000_000
@@ -257,6 +259,33 @@ def test_open_transaction_holds_cleaning_back(tmp_path: Path, caplog: pytest.Log
 
 class Crash(Exception):
     pass
+
+
+def test_a_full_disk_holds_cleaning_back_until_space_returns(tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Seed 109: five internal partitions whose cleaner met a full disk stayed uncleaned
+    until their broker restarted; now the log is tried again each backoff."""
+    with small_tmpfs(tmp_path / "disk", 1) as disk:
+        lg = open_log(disk)
+        fill(lg, 10)
+        before = latest(lg)
+        c = cleaner(lg, backoff_ms=1000)
+        filler = disk_fill(disk)
+        try:
+            with caplog.at_level("INFO", "storage.cleaner.cleaner"):
+                assert c.clean_once(NOW) is None
+                assert c.clean_once(NOW + 999) is None  # held back: not tried, not logged again
+            said = [r.message.split(": ")[1] for r in caplog.records]
+            assert said == ["cannot clean (trying again every 1000 ms)"]
+            assert not [p.name for p in (disk / "t-0").iterdir() if ".cleaned" in p.name or ".swap" in p.name]
+        finally:
+            free(filler)
+        caplog.clear()
+        with caplog.at_level("INFO", "storage.cleaner.cleaner"):
+            assert c.clean_once(NOW + 1000) is not None
+        assert "t-0: cleaned again after an I/O error" in caplog.text
+        assert latest(lg) == before
+        lg.close()
 
 
 @pytest.mark.parametrize("point", ["cleaner.before_swap", "cleaner.after_swap_rename",
