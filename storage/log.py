@@ -544,11 +544,12 @@ class Log:
             raise ReplicaDataError(f"{self.directory.name}: fetched data corrupt at {exc.position}") from None
         lowest = self.log_end_offset
         for _pos, header in batches:
-            if header.base_offset < lowest or header.magic != 2:
-                raise ReplicaDataError(
-                    f"{self.directory.name}: fetched batch at {header.base_offset} (magic {header.magic}),"
-                    f" below {lowest}, the log end or the end of the batch before it"
-                )
+            if header.magic != 2:
+                raise ReplicaDataError(f"{self.directory.name}: fetched batch at {header.base_offset}"
+                                       f" has magic {header.magic}")
+            if header.base_offset < lowest:
+                raise ReplicaDataError(f"{self.directory.name}: fetched batch at {header.base_offset}"
+                                       f" is below {lowest}, the log end or the end of the batch before it")
             lowest = header.next_offset
         view = memoryview(records)
         for pos, header in batches:
