@@ -6,7 +6,8 @@ serves reads, hands leadership to an in-sync follower, and writes again once spa
 one that cannot recover its log at start-up on a full disk stops with one line, and
 recovers at the next start once space is back;
 a producer's sequence gap that a refused write left is a storage error, not its own;
-a leader paused past replica.lag.time.max.ms keeps the followers that had all its records.
+a leader paused past replica.lag.time.max.ms keeps the followers that had all its records;
+a full disk holds the log cleaner back (one line) until space returns, then it cleans.
 
 One etcd and three brokers for the module; broker 3's data dir is a small tmpfs.
 """
@@ -24,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.errors import ErrorCode
+from tests.integration.clients import read_to_eof
 from tests.integration.cluster import Cluster, running_cluster, wait_until_served
 from tests.integration.disks import fill, free, small_tmpfs
 from tests.integration.harness import BrokerStartError, wait_until
@@ -31,26 +33,29 @@ from tests.integration.test_idempotence_wire import init_producer_id
 from tests.integration.wire import WireClient, build_batch, partition_errors
 
 SESSION_MS = 10_000  # a restart must come back well within it
+CLEANER_BACKOFF_MS = 200  # the cleaner tries a log again soon after a full disk
 FULL = 3  # the broker whose data dir is a small tmpfs
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     base = tmp_path_factory.mktemp("faults")
+    overrides = {"broker.session.timeout.ms": SESSION_MS, "log.cleaner.backoff.ms": CLEANER_BACKOFF_MS}
     with small_tmpfs(base / "small-disk", 48) as disk, running_cluster(
-        base, show_logs_on_error=True, overrides={"broker.session.timeout.ms": SESSION_MS},
+        base, show_logs_on_error=True, overrides=overrides,
         per_broker=lambda n: {"log.dirs": str(disk / "data")} if n == FULL else {},
     ) as c:
         yield c
 
 
-def placed_topic(cluster: Cluster, assignment: list[list[int]], min_isr: int = 2) -> str:
+def placed_topic(cluster: Cluster, assignment: list[list[int]], min_isr: int = 2,
+                 config: dict[str, str] | None = None) -> str:
     """A topic whose partition i has the replicas assignment[i] (the first one leads)."""
     name = f"f-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(
         name, len(assignment), replication_factor=-1, replica_assignment=assignment,
-        config={"min.insync.replicas": str(min_isr)},
+        config={"min.insync.replicas": str(min_isr), **(config or {})},
     )])[name].result(30)
     cluster.wait_for(lambda i: all(
         (name, p) in i.partitions and len(i.partitions[(name, p)].isr) == len(r)
@@ -198,6 +203,42 @@ def test_a_sequence_gap_left_by_a_failed_write_is_a_storage_error(cluster: Clust
         assert [error(1, 65536), error(2)] == [ErrorCode.NONE, ErrorCode.NONE]
     stored = consume(broker.bootstrap, topic, 0, 3)
     assert [v[:1] for v in stored] == [b"0", b"1", b"2"]
+
+
+COMPACTED_LATE = {  # small segments, cleaned once 3 s old: time to fill the disk first
+    "cleanup.policy": "compact", "segment.bytes": "2000", "min.cleanable.dirty.ratio": "0.01",
+    "min.compaction.lag.ms": "3000",
+}
+
+
+def test_a_full_disk_holds_the_cleaner_back_until_space_returns(cluster: Cluster) -> None:
+    """Seed 109: a full disk left five compacted partitions uncleaned until their broker
+    restarted. The cleaner now logs one line, leaves no half-written segment, tries the log
+    again every log.cleaner.backoff.ms, and cleans it once space is back."""
+    topic = placed_topic(cluster, [[FULL]], min_isr=1, config=COMPACTED_LATE)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all"})
+    for i in range(300):
+        producer.produce(topic, key=b"k%d" % (i % 4), value=b"v%04d" % i * 20, partition=0)
+        if i % 10 == 9:  # a batch of 10, about 1 KB: segments of two batches
+            assert producer.flush(30) == 0
+    broker = cluster.broker(FULL)
+    data = Path(broker.config["log.dirs"])
+    failing = f"{topic}-0: cannot clean (trying again every {CLEANER_BACKOFF_MS} ms)"
+    filler = fill(data.parent)
+    try:
+        wait_until(lambda: failing in broker.log_text(), timeout=30, msg="the cleaner meeting the full disk")
+        time.sleep(5 * CLEANER_BACKOFF_MS / 1000)  # it tries again meanwhile
+        assert not [f.name for f in (data / f"{topic}-0").iterdir() if f.suffix in (".cleaned", ".swap")]
+        assert f"{topic}-0: cleaned" not in broker.log_text()
+    finally:
+        free(filler)
+    wait_until(lambda: f"{topic}-0: cleaned again after an I/O error" in broker.log_text(), timeout=30,
+               msg="the cleaner cleaning once space is back")
+    log = broker.log_text()
+    assert log.count(failing) == 1 and "Traceback" not in log
+    got = read_to_eof(cluster.bootstrap, [(topic, 0)], "read_committed", "clean", 30, "compacted")
+    assert {m.key(): m.value() for _, m in got} == {b"k%d" % k: b"v%04d" % (296 + k) * 20 for k in range(4)}
+    assert len(got) < 300
 
 
 def test_a_broker_that_cannot_recover_on_a_full_disk_stops_with_one_line(cluster: Cluster) -> None:
