@@ -121,17 +121,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark
 
+# Every benchmark runs, also after one that regressed (a slower machine regresses them all);
+# the run fails at the end, naming them. BENCH="cluster cleaner" runs some of them.
+BENCH ?= transactions produce_fetch security produce_validation append_micro coordinator_load \
+	cluster transactions_cluster cleaner spark_pipeline
 bench: $(STAMP) $(ETCD) $(JAVA_DEPS) $(KAFKA_DEPS)
-	$(PY) -m bench.transactions
-	$(PY) -m bench.produce_fetch
-	$(PY) -m bench.security
-	$(PY) -m bench.produce_validation
-	$(PY) -m bench.append_micro
-	$(PY) -m bench.coordinator_load
-	$(PY) -m bench.cluster
-	$(PY) -m bench.transactions_cluster
-	$(PY) -m bench.cleaner
-	$(PY) -m bench.spark_pipeline
+	@failed=""; for b in $(BENCH); do \
+		echo "== bench.$$b"; $(PY) -m bench.$$b || failed="$$failed bench.$$b"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make bench: REGRESSION or failure in:$$failed"; exit 1; fi
 
 # The environment only (virtualenv; Java client jars and etcd in .deps); never the broker's data.
 clean:
