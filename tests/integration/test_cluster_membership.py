@@ -95,7 +95,7 @@ async def test_a_lease_lost_during_a_campaign_leaves_no_controller_record_behind
     wait_until(lambda: "slow point controller-campaign reached" in first.log_text(), 10)
     registered = await observer.client.get(f"{observer.address.root}/brokers/1".encode())
     await observer.client.revoke_lease(registered.lease)
-    wait_until(lambda: "slow point etcd-register-again reached" in first.log_text(), 5)
+    await logged(first, "slow point etcd-register-again reached", 5)
     await until(observer, lambda i: i.controller is not None and 1 in i.brokers, 30)
     assert await observer.controller_held()
     second = broker_factory(cluster_overrides(store_url), node_id=2)
@@ -112,14 +112,20 @@ async def test_a_broker_alone_campaigns_again_once_registered_again(
     with it. It registers again and must campaign again, although its registration's watch
     event arrives before it knows its new lease (a slow point holds the gap open): the store
     tells the controller once the lease is known (without that, the event found no lease and
-    nothing woke the controller again, seen once in five runs of the test above)."""
+    nothing woke the controller again, seen once in five runs of the test above). The observer
+    must see the revoke's deletes, and the log is waited for off the event loop: a wait on it
+    kept the observer's watch from running, and its stale image passed the record from before
+    the revoke for the new one (CI of 847a031)."""
     broker = broker_factory(cluster_overrides(store_url), start=False, node_id=1)
     broker.env["GREGOR_CRASH_POINTS"] = "etcd-registered@1"
     broker.start()
     await until(observer, lambda i: i.controller is not None and i.controller.node_id == 1)
     registered = await observer.client.get(f"{observer.address.root}/brokers/1".encode())
     await observer.client.revoke_lease(registered.lease)
-    wait_until(lambda: broker.log_text().count("slow point etcd-registered reached") == 2, DEATH_S)
+    await until(observer, lambda i: i.controller is None)  # the revoke's deletes seen, not a stale image
+    await asyncio.to_thread(
+        wait_until, lambda: broker.log_text().count("slow point etcd-registered reached") == 2, DEATH_S
+    )
     await until(observer, lambda i: i.controller is not None and 1 in i.brokers)
     assert await observer.controller_held()
 
