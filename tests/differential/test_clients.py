@@ -1,6 +1,7 @@
 """Client-level scenarios: the same program run against Kafka and against Gregor, its results
 compared after normalising the names a run makes up: the Java exactly-once processor
-(kafka-clients 3.9 and 4.3), librdkafka's admin client (offsets by timestamp,
+(kafka-clients 3.9 and 4.3), the Java client's abort race made to happen (both brokers serve
+the aborted values it sends in the next transaction), librdkafka's admin client (offsets by timestamp,
 DeleteRecords, configs with sources and synonyms) and a consumer group's life through
 librdkafka's consumer and admin client (join, commit, describe, list and alter offsets, delete).
 Replicated scenarios (describe producers and transactions, abort) are in test_replication.py."""
@@ -8,6 +9,7 @@ Replicated scenarios (describe producers and transactions, abort) are in test_re
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 
 from tests.differential.conftest import Pair
 from tests.differential.steps import TS
-from tests.integration.harness import require_java
+from tests.integration.harness import java_command, prefixed_json, require_java
 
 Outcome = Any
 
@@ -250,3 +252,27 @@ def test_java_exactly_once(pair: Pair, client: str) -> None:
     """kafka-clients 3.9 (transaction version 1) and 4.3 (version 2, both brokers finalize it)."""
     require_java(client)
     assert_same(*both(pair, java_eos, client))
+
+
+def java_abort_race(bootstrap: str, _port: int, topic: str, client: str) -> Outcome:
+    """AbortRace.java: what read_committed reads after the race (value@offset)."""
+    done = subprocess.run(java_command("AbortRace.java", bootstrap, topic, client=client),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"AbortRace exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return prefixed_json(done.stdout)
+
+
+@pytest.mark.parametrize("client", ["3.9", "4.3"])
+def test_java_abort_race_commits_the_aborted_values_on_both(pair: Pair, client: str) -> None:
+    """Chaos seed 110's aborted reads were the Java client's (kafka-clients 4.3.1): its sender
+    read "no batch incomplete" just before an abort queued its EndTxn, sent that EndTxn, and
+    the aborted transaction's batch, still open, went out in the next transaction. A debugger
+    holds the sender at that point (AbortRace.java); Kafka then serves the three aborted values
+    to read_committed, committed by the next transaction's markers, and so must Gregor: no
+    broker can tell them from that transaction's own. kafka-clients 3.9 (transaction version 1,
+    AddPartitionsToTxn) does the same."""
+    require_java(client)
+    kafka, gregor = both(pair, java_abort_race, client)
+    assert_same(kafka, gregor)
+    read = ["committed-0@0", "aborted-1@2", "aborted-2@3", "aborted-3@4", "committed-1@5"]  # marker at 1
+    assert kafka == [{"read": read}]

@@ -29,6 +29,7 @@ from tests.integration.clients import read_to_eof
 from tests.integration.cluster import Cluster, running_cluster, wait_until_served
 from tests.integration.disks import fill, free, small_tmpfs
 from tests.integration.harness import BrokerStartError, wait_until
+from tests.integration.test_cluster_replication import COMPACTED
 from tests.integration.test_idempotence_wire import init_producer_id
 from tests.integration.wire import WireClient, build_batch, partition_errors
 
@@ -205,10 +206,7 @@ def test_a_sequence_gap_left_by_a_failed_write_is_a_storage_error(cluster: Clust
     assert [v[:1] for v in stored] == [b"0", b"1", b"2"]
 
 
-COMPACTED_LATE = {  # small segments, cleaned once 3 s old: time to fill the disk first
-    "cleanup.policy": "compact", "segment.bytes": "2000", "min.cleanable.dirty.ratio": "0.01",
-    "min.compaction.lag.ms": "3000",
-}
+COMPACTED_LATE = {**COMPACTED, "min.compaction.lag.ms": "3000"}  # 3 s to fill the disk before a cleaning
 
 
 def test_a_full_disk_holds_the_cleaner_back_until_space_returns(cluster: Cluster) -> None:
