@@ -7,8 +7,9 @@ seeded order (each: start, hold, stop, heal), then the history checked and repor
 With `--tally tests/chaos/tally.json` the run adds its faults and anomalies to the tally of
 long runs (tests.chaos.tally) and prints the totals. With `--keep-data` the brokers' data dirs
 are kept and read (tests.chaos.evidence): a duplicate they show the client sent again under a
-new producer epoch is reported apart from the anomalies. `--recheck OUT` checks a kept run
-again with this checker and rewrites its report.
+new producer epoch, and an aborted transaction's value they show the client sent again in its
+next committed transaction, are reported apart from the anomalies. `--recheck OUT` checks a
+kept run again with this checker and rewrites its report.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.checker import Verdict, check, set_apart
-from tests.chaos.evidence import StoredTwice, client_resends, describe, duplicates
+from tests.chaos.checker import Verdict, aborted_reads_at, carried_over, check, set_apart
+from tests.chaos.evidence import StoredTwice, batch_mates, client_resends, describe, duplicates
 from tests.chaos.history import Fault, History
 from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
@@ -92,7 +93,7 @@ def run(options: Options) -> Result:
                 kept = _keep_data(cluster, Path(base), options.out)
             cluster.close()
     history.save(options.out / "history.json")  # before the check: a checker that fails loses nothing
-    verdict = set_apart(check(history), client_resends(kept))
+    verdict = _set_apart(check(history), history, client_resends(kept), options.out)
     result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
     if failure is not None:  # checked and reported first: what the run saw until then counts
         raise failure
@@ -239,11 +240,20 @@ def _stored_twice(out: Path) -> list[StoredTwice]:
     return [found for _, found in kept]
 
 
+def _set_apart(verdict: Verdict, history: History, resent: set[str], out: Path) -> Verdict:
+    """`verdict` with what the kept data dirs (OUT/data/*, if any) show the clients did set
+    apart: `resent` duplicates, and aborted reads the client carried into its next transaction."""
+    kept = sorted(d for d in (out / "data").glob("*") if d.is_dir())
+    partitions = aborted_reads_at(history, verdict)
+    carried = carried_over(history, [batch_mates(d, partitions) for d in kept]) if partitions else set()
+    return set_apart(verdict, resent, carried)
+
+
 def recheck(out: Path) -> Verdict:
     """A kept run (`--keep-data`) checked again by this checker; its report rewritten."""
     history = History.load(out / "history.json")
     seed = json.loads((out / "report.json").read_text())["seed"]
-    verdict = set_apart(check(history), client_resends(_stored_twice(out)))
+    verdict = _set_apart(check(history), history, client_resends(_stored_twice(out)), out)
     write_report(out, history, verdict, seed)
     return verdict
 

@@ -5,7 +5,8 @@
 - duplicate: one value at two offsets (those the kept data shows the client sent again under
   a new producer epoch are counted apart: `set_apart`);
 - aborted read: a read_committed reader saw a value whose write definitely failed or whose
-  transaction aborted;
+  transaction aborted (those the kept data shows the client sent again in its next, committed
+  transaction are counted apart: `carried_over`);
 - inconsistent offsets: two values at one offset of one partition;
 - torn transaction: a transaction's writes seen in part (some read, some passed over);
 - precommitted read: a read_committed poll returned a transaction's value before the
@@ -37,6 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Set
 from dataclasses import dataclass, replace
 
+from tests.chaos.evidence import Batches
 from tests.chaos.history import NO_OFFSET, Fault, History, Key, Kind, Op, Outcome, Read
 
 DRAIN = "drain"  # the process that reads everything at the end (not a client making progress)
@@ -88,6 +90,7 @@ class Verdict:
     reads: int
     interleavings: int = 0  # cycles only concurrent transactions' write order makes: allowed
     client_resends: tuple[Anomaly, ...] = ()  # duplicates the client made: see `set_apart`
+    client_carryovers: tuple[Anomaly, ...] = ()  # aborted reads the client made: see `carried_over`
 
     @property
     def valid(self) -> bool:
@@ -130,15 +133,49 @@ def check(history: History) -> Verdict:
     )
 
 
-def set_apart(verdict: Verdict, resent: Set[str]) -> Verdict:
+def set_apart(verdict: Verdict, resent: Set[str], carried: Set[str] = frozenset()) -> Verdict:
     """The verdict with the duplicates of `resent` values moved from its anomalies to its
     `client_resends`: values the brokers' data shows stored again by one producer under a
     higher producer epoch (tests.chaos.evidence). Sequences restart with each epoch, so no
-    broker, Gregor or Kafka, can tell such a copy from a new message: the client sent it twice."""
-    moved = tuple(a for a in verdict.anomalies
-                  if a.kind == "duplicate" and a.values and set(a.values) <= resent)
+    broker, Gregor or Kafka, can tell such a copy from a new message: the client sent it twice.
+    The aborted reads of `carried` values (`carried_over`) go to its `client_carryovers`."""
+    resends = _of_values(verdict.anomalies, "duplicate", resent)
+    carryovers = _of_values(verdict.anomalies, "aborted-read", carried)
+    moved = set(resends) | set(carryovers)
     return replace(verdict, anomalies=tuple(a for a in verdict.anomalies if a not in moved),
-                   client_resends=verdict.client_resends + moved)
+                   client_resends=verdict.client_resends + resends,
+                   client_carryovers=verdict.client_carryovers + carryovers)
+
+
+def _of_values(anomalies: Iterable[Anomaly], kind: str, values: Set[str]) -> tuple[Anomaly, ...]:
+    return tuple(a for a in anomalies if a.kind == kind and a.values and set(a.values) <= values)
+
+
+def aborted_reads_at(history: History, verdict: Verdict) -> set[str]:
+    """The partition dirs ("txn-0") holding the values of the verdict's aborted reads."""
+    values = {v for a in verdict.anomalies if a.kind == "aborted-read" for v in a.values}
+    return {_tp(w.key) for op in history.ops for w in op.writes if w.value in values}
+
+
+def carried_over(history: History, per_broker: Iterable[Batches]) -> set[str]:
+    """The values of aborted transactions that every broker holding them keeps in one batch
+    with a value of a later, committed transaction of the same client process: the client sent
+    them again in that transaction, and no broker can tell them from its own. The Java client
+    does that when its sender reads "no batch incomplete" just before an abort queues its
+    EndTxn (chaos seed 110; tests/integration/java/AbortRace.java makes it happen)."""
+    writer = {w.value: op for op in history.ops for w in op.writes}
+    verdicts: dict[str, set[bool]] = defaultdict(set)
+    for batches in per_broker:
+        for value, mates in batches.items():
+            aborted = writer.get(value)
+            if aborted is not None and aborted.kind == Kind.TXN and aborted.outcome == Outcome.FAIL:
+                verdicts[value].add(any(_committed_after(aborted, writer.get(m)) for m in mates))
+    return {value for value, seen in verdicts.items() if seen == {True}}
+
+
+def _committed_after(aborted: Op, other: Op | None) -> bool:
+    return (other is not None and other.kind == Kind.TXN and other.outcome == Outcome.OK
+            and other.process == aborted.process and other.invoke_s >= aborted.complete_s)
 
 
 class _Index:
@@ -205,7 +242,7 @@ class _Index:
         for op, r in self.all_reads:
             if op.committed_reader and not self.committed(r.value):
                 yield Anomaly("aborted-read", f"{op.process} read {r.value} at {_tp(r.key)}@{r.offset}, "
-                              "whose write failed or aborted")
+                              "whose write failed or aborted", (r.value,))
 
     def torn_transactions(self) -> Iterator[Anomaly]:
         for op in self.ops:

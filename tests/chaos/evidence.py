@@ -9,6 +9,12 @@ message not yet acknowledged, including one whose first send was appended and an
 retriable error (its issue 4953, seen against Apache Kafka; the Java client retries such a
 batch under the same epoch).
 
+An aborted transaction's value read by read_committed is looked up the same way: the batch
+that holds it (`batch_mates`). One batch holding it and a value of the same client's next,
+committed transaction is the client sending the aborted value again, in that transaction: the
+Java client's abort race (tests/integration/java/AbortRace.java makes it happen, against Kafka
+as against Gregor), which `checker.carried_over` counts apart.
+
     python -m tests.chaos.evidence OUT/data/n1 [--topic queue]
 """
 
@@ -37,6 +43,7 @@ class Copy:
 
 
 StoredTwice = dict[str, dict[str, list[Copy]]]  # one data dir's: partition -> value -> its copies
+Batches = dict[str, frozenset[str]]  # one data dir's: value -> the values of the batches holding it
 
 
 def copies(partition_dir: Path) -> dict[str, list[Copy]]:
@@ -61,6 +68,23 @@ def duplicates(data_dir: Path, topic: str) -> StoredTwice:
     """Partition -> value -> its copies, for the values stored more than once."""
     return {p.name: {v: c for v, c in copies(p).items() if len(c) > 1}
             for p in sorted(data_dir.glob(f"{topic}-*")) if p.is_dir()}
+
+
+def batch_mates(data_dir: Path, partitions: Iterable[str]) -> Batches:
+    """Every value of the named partition dirs ("txn-0") with the values stored in the same
+    batch as it (as any of its copies)."""
+    found: dict[str, frozenset[str]] = {}
+    for name in sorted(set(partitions)):
+        if not (data_dir / name).is_dir():
+            continue
+        stored = copies(data_dir / name)
+        batches: dict[int, set[str]] = defaultdict(set)
+        for value, where in stored.items():
+            for c in where:
+                batches[c.batch_base].add(value)
+        found |= {value: frozenset().union(*(batches[c.batch_base] for c in where))
+                  for value, where in stored.items()}
+    return found
 
 
 def resent_under_new_epoch(found: list[Copy]) -> bool:

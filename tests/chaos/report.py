@@ -28,6 +28,7 @@ def write_report(out: Path, history: History, verdict: Verdict, seed: int) -> Pa
     (out / "report.json").write_text(json.dumps({
         **figures, "anomalies": [asdict(a) for a in verdict.anomalies],
         "client_resends": [asdict(a) for a in verdict.client_resends],
+        "client_carryovers": [asdict(a) for a in verdict.client_carryovers],
         "faults": [asdict(f) for f in history.faults],
         "recoveries": [_recovery_json(r) for r in verdict.recoveries],
     }, indent=1))
@@ -45,6 +46,7 @@ def summary_figures(history: History, verdict: Verdict, seed: int) -> dict[str, 
         "faults_per_nemesis": dict(sorted(Counter(f.nemesis for f in history.faults).items())),
         "anomalies_per_kind": verdict.counts(),
         "client_resend_duplicates": len(verdict.client_resends),  # not anomalies: see checker.set_apart
+        "client_carryover_reads": len(verdict.client_carryovers),  # nor these: see checker.carried_over
         "write_interleavings": verdict.interleavings,  # allowed: see tests.chaos.checker
         "recovery_s_per_nemesis": _recovery_by_nemesis(verdict.recoveries),
         "worst_recovery": _worst(verdict.recoveries),
@@ -124,6 +126,9 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
              "anomalies: " + ", ".join(f"{k} {v}" for k, v in figures["anomalies_per_kind"].items()),
              "duplicates the client made, sending a value again under a new producer epoch (the kept "
              f"data shows it; no broker can tell them apart): {figures['client_resend_duplicates']}",
+             "aborted reads the client made, sending an aborted transaction's value again in its next "
+             "committed one (the kept data shows one batch holding both): "
+             f"{figures['client_carryover_reads']}",
              f"cycles only concurrent transactions' interleaved writes make (allowed in Kafka's model): "
              f"{figures['write_interleavings']}",
              f"worst recovery: {figures['worst_recovery']}",
@@ -139,6 +144,7 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
     lines += [f"  stall: {r}" for r in figures[f"stalls_over_{int(STALL_S)}s"]]
     lines += [f"  {a.kind}: {a.detail}" for a in verdict.anomalies[:ANOMALIES_SHOWN]]
     lines += [f"  client re-send: {a.detail}" for a in verdict.client_resends[:ANOMALIES_SHOWN]]
+    lines += [f"  client carry-over: {a.detail}" for a in verdict.client_carryovers[:ANOMALIES_SHOWN]]
     return "\n".join(lines) + "\n"
 
 

@@ -33,6 +33,7 @@ def run_entry(figures: dict[str, Any], command: str, ended: float) -> dict[str, 
         "faults_per_nemesis": faults,
         "anomalies_per_kind": {k: n for k, n in figures["anomalies_per_kind"].items() if n},
         "client_resend_duplicates": figures.get("client_resend_duplicates", 0),
+        "client_carryover_reads": figures.get("client_carryover_reads", 0),
         "stalls_over_60s": len(figures.get("stalls_over_60s", ())),
         "outages_over_60s": figures.get("outages_over_60s"),  # None: a report from before they were counted
     }
@@ -63,7 +64,9 @@ def text(tally: dict[str, Any]) -> str:
              "anomalies: "
              + (", ".join(f"{k} {n}" for k, n in sorted(anomalies.items())) or "none")
              + f"; duplicates the client made under a new producer epoch (not anomalies): "
-               f"{sum(r.get('client_resend_duplicates', 0) for r in runs)}",
+               f"{sum(r.get('client_resend_duplicates', 0) for r in runs)}"
+             + f"; aborted values the client sent again in its next transaction (nor these): "
+               f"{sum(r.get('client_carryover_reads', 0) for r in runs)}",
              f"faults per nemesis (goal {GOAL:,} each):"]
     lines += [f"  {name:20} {n:5} {'done' if n >= GOAL else f'{GOAL - n} to go'}"
               for name, n in sorted(faults.items())]

@@ -3,8 +3,8 @@
 Java client 4.3), each nemesis once (3 s: beyond the 2 s session and lag timeouts, then 3 s
 healed); no anomaly but the open bugs named below, no stall (every producer and consumer
 progressing again within 60 s of each heal), every fault injected, every client making
-progress, the report written, the brokers' data kept and read for values stored twice,
-everything torn down. `make chaos` runs long campaigns of the same code."""
+progress, the report written, the brokers' data kept and read for values stored twice and
+for the values each batch holds, everything torn down. `make chaos` runs long campaigns of the same code."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.chaos.campaign import Options, run
+from tests.chaos.evidence import batch_mates
 from tests.chaos.history import Kind, Outcome
 from tests.chaos.nemesis import NEMESES
 from tests.chaos.netns import PREFIX
@@ -43,5 +44,8 @@ def test_every_nemesis_once_finds_no_anomaly_and_no_stall(tmp_path: Path) -> Non
     assert (result.report / "timeline.png").stat().st_size > 10_000
     stored_twice = (result.report / "stored-twice.txt").read_text()
     assert stored_twice.count("values stored twice") == 9, stored_twice  # 3 brokers, 3 partitions
+    mates = batch_mates(result.report / "data" / "n1", ["txn-0"])  # as an aborted read is looked up
+    assert mates and all(value in batch for value, batch in mates.items()), sorted(mates)[:5]
+    assert any(len(batch) > 1 for batch in mates.values()), "no batch of txn-0 holds two values"
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"{PREFIX}201-" not in left, left

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import json
 
-from tests.chaos.checker import Verdict, check, set_apart
+from tests.chaos.checker import Verdict, aborted_reads_at, carried_over, check, set_apart
 from tests.chaos.evidence import Copy, client_resends
-from tests.chaos.history import Fault, History, Kind, NoteCounter, Op, Outcome, ProcessId, Read, Write
+from tests.chaos.history import (
+    NO_OFFSET,
+    Fault,
+    History,
+    Kind,
+    NoteCounter,
+    Op,
+    Outcome,
+    ProcessId,
+    Read,
+    Write,
+)
 from tests.chaos.report import saw
 
 A, B = ("q", 0), ("q", 1)
@@ -83,6 +94,29 @@ def test_an_aborted_read() -> None:
     aborted = txn(Write(A, "x", 0), outcome=FAIL)
     v = verdict(aborted, send("a", 1), poll((0, "x"), (1, "a")))
     assert found(v) == {"aborted-read": 1}
+
+
+def test_an_aborted_read_the_data_shows_sent_in_the_next_transaction_is_the_clients() -> None:
+    """Seed 110: j1's aborted values, stored in one batch with its next transaction's (the Java
+    client's abort race, AbortRace.java), were read when that transaction committed."""
+    aborted = [txn(Write(A, v, NO_OFFSET), outcome=FAIL, who="j1", at=at) for v, at in
+               (("x", 1.0), ("u", 3.0), ("w", 5.0), ("v", 7.0))]
+    later = [txn(Write(A, "y", 1), who="j1", at=2.0), txn(Write(B, "z", 0), who="j2", at=4.0),
+             txn(Write(A, "s", 3), who="j1", at=6.0), txn(Write(A, "r", 4), who="j1", at=0.0)]
+    reads = [poll(*enumerate("xyusrvw"), at=9.0), poll((0, "z"), key=B, at=9.0)]
+    history = History([*aborted, *later, *reads], [])
+    v = check(history)
+    assert found(v) == {"aborted-read": 4} and aborted_reads_at(history, v) == {"q-0"}
+    batches = {"x": "xy", "u": "uz", "w": "ws", "v": "vr", "y": "xy"}
+    carried = carried_over(history, [
+        {value: frozenset(mates) for value, mates in batches.items()},
+        {"x": frozenset("xy"), "w": frozenset("w")},  # this broker keeps "w" alone
+    ])
+    # "u": with another process's value; "w": the brokers disagree; "v": with an earlier transaction's
+    assert carried == {"x"}
+    apart = set_apart(v, set(), carried)
+    assert found(apart) == {"aborted-read": 3}
+    assert [a.values for a in apart.client_carryovers] == [("x",)] and not apart.client_resends
 
 
 def test_read_uncommitted_may_see_aborted_values() -> None:
