@@ -7,7 +7,9 @@ outside but at a deterministic place. Unset (always, outside tests), a crash
 point is a dictionary lookup.
 
 GREGOR_FAIL_POINTS works the same way for fail points: reaching one raises
-InjectedFault (a stand-in for a handler bug) instead of killing the process.
+InjectedFault (a stand-in for a handler bug) instead of killing the process; reaching a
+lost-answer point raises ConnectionResetError, as a request carried out whose answer never
+came back (etcd applied a write, and the connection dropped before its reply).
 
 GREGOR_CRASH_POINTS_FILE names a file a test writes later: on SIGUSR1 the broker
 arms the crash points it lists (same syntax), so a test can choose the broker
@@ -99,8 +101,18 @@ _FAILS = _parse(os.environ.get("GREGOR_FAIL_POINTS", ""))
 
 
 def fail_point(name: str) -> None:
-    if name not in _FAILS:
-        return
-    _HITS[name] = _HITS.get(name, 0) + 1
-    if _HITS[name] >= _FAILS[name]:
+    if _reached(name):
         raise InjectedFault(f"fail point {name} reached")
+
+
+def lost_answer_point(name: str) -> None:
+    if _reached(name):
+        log.warning("lost-answer point %s reached: the answer is dropped", name)
+        raise ConnectionResetError(f"lost-answer point {name} reached")
+
+
+def _reached(name: str) -> bool:
+    if name not in _FAILS:
+        return False
+    _HITS[name] = _HITS.get(name, 0) + 1
+    return _HITS[name] >= _FAILS[name]

@@ -118,8 +118,11 @@ class ClusterController:
                 self._wake.set()
 
     async def _step(self) -> None:
-        if self.store.image.controller is None:
+        held = self.store.image.controller
+        if held is None:
             await self._campaign()
+        elif held.node_id == self.node_id and not self.active:
+            await self._take_up(held)
         if self.active and not await self.reconcile():
             await asyncio.sleep(RETRY_S)  # a state moved under us: look again
             self._wake.set()
@@ -131,6 +134,16 @@ class ClusterController:
         self.record = record
         await self.store.wait_for(lambda image: image.controller == record, 5)
         log.info("broker %d is now the controller (epoch %d)", self.node_id, record.epoch)
+
+    async def _take_up(self, record: ControllerRecord) -> None:
+        """The record names this broker, which did not know it won: its campaign's answer was
+        lost. Under this broker's current lease it is this broker's, and no other broker
+        campaigns while it lives (before, nobody controlled the cluster until the lease
+        ended, and a live broker's lease does not end)."""
+        if await self.store.holds_controller(record):
+            self.record = record
+            log.warning("broker %d is the controller (epoch %d): its campaign won, its answer was lost",
+                        self.node_id, record.epoch)
 
     async def reconcile(self) -> bool:
         """Bring every partition in line with the live brokers; False if a write lost a race."""

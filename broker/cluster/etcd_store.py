@@ -32,7 +32,7 @@ from broker.cluster.image import (
     TopicRecord,
     encode,
 )
-from broker.faults import slow_point
+from broker.faults import lost_answer_point, slow_point
 from coordinator.producer_ids import ProducerIdBlock
 from protocol.types import NodeId
 
@@ -433,9 +433,18 @@ class EtcdMetadataStore:
         record = ControllerRecord(node_id, epoch)
         await slow_point("controller-campaign")
         puts = [tx.put(key, encode(record), lease=lease), tx.put(epoch_key, str(epoch).encode())]
-        if await self._txn([tx.version(key) == 0, epoch_guard], puts):
-            return record
-        return None
+        won = await self._txn([tx.version(key) == 0, epoch_guard], puts)
+        lost_answer_point("controller-campaign-answer")
+        return record if won else None
+
+    async def holds_controller(self, record: ControllerRecord) -> bool:
+        """Whether `record` is the controller key's value under this broker's current lease:
+        a campaign whose answer was lost (a ClientError or a dropped connection after etcd
+        applied it) may have won, and only its broker can tell (as Kafka's ZooKeeper
+        controller recognised its own /controller node after a retried create)."""
+        found = await self.client.get(self._key("controller"))
+        return (found is not None and self._lease_id is not None and found.lease == self._lease_id
+                and ControllerRecord.from_json(json.loads(bytes(found.value))) == record)
 
     async def controller_held(self) -> bool:
         """Whether the controller record lives under its broker's current registration lease

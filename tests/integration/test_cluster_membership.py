@@ -2,10 +2,10 @@
 re-elected after kill -9, a live node id or another cluster's data dir refused,
 a broker restarted at once after kill -9 taking over its own registration, a
 campaign whose lease ended meanwhile leaving no controller record behind, a broker
-registered again campaigning again, a topic asked for while no controller is elected, an
-unreachable etcd reported after a bound, a registration retried while etcd is paused, an
-etcd restart survived, and a broker whose registration lapsed still telling clients of
-itself."""
+registered again campaigning again, a campaign won whose answer was lost taken up, a
+topic asked for while no controller is elected, an unreachable etcd reported after a
+bound, a registration retried while etcd is paused, an etcd restart survived, and a
+broker whose registration lapsed still telling clients of itself."""
 
 from __future__ import annotations
 
@@ -129,6 +129,28 @@ async def test_a_broker_alone_campaigns_again_once_registered_again(
     await until(observer, lambda i: i.controller is not None and 1 in i.brokers)
     assert await observer.controller_held()
 
+
+async def test_a_campaign_won_whose_answer_was_lost_is_taken_up(
+    broker_factory: BrokerFactory, store_url: str, observer: EtcdMetadataStore
+) -> None:
+    """etcd applied the campaign and its answer was lost (a lost-answer point drops it, as a
+    connection reset after the write would): the record names the broker, under its lease,
+    and the broker did not know it had won. It takes the record up, as Kafka's ZooKeeper
+    controller recognised its own /controller node after a retried create. Before, it never
+    acted as controller, and no broker campaigned while its lease lived: a topic asked for
+    was never created."""
+    broker = broker_factory(cluster_overrides(store_url), start=False, node_id=1)
+    broker.env["GREGOR_FAIL_POINTS"] = "controller-campaign-answer"
+    broker.start()
+    await logged(broker, "lost-answer point controller-campaign-answer reached", 10)
+    await logged(broker, "broker 1 is the controller (epoch 1): its campaign won, its answer was lost", 10)
+    assert await observer.controller_held()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 1, 1)], request_timeout=15)[topic].result(timeout=30)
+    image = await until(observer, lambda i: topic in i.topics and (topic, 0) in i.partitions)
+    assert image.partitions[(topic, 0)].leader == 1 and image.controller is not None
+    assert image.controller.epoch == 1
 
 
 async def test_a_topic_asked_for_while_no_controller_is_elected_is_created_once_one_is(
