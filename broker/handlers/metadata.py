@@ -131,6 +131,9 @@ def _add_topic_operations(ctx: RequestContext, topics: list[Any]) -> None:
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
     asks = request.include_cluster_authorized_operations
+    # Every broker here holds a live registration: one whose session ended is gone from etcd,
+    # not kept fenced as KRaft keeps it, so none is fenced and `include_fenced_brokers` (v2,
+    # KIP-1073) adds none.
     brokers = services.cluster.brokers_on(ctx.caller.listener)
     return D(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
