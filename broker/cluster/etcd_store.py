@@ -437,26 +437,32 @@ class EtcdMetadataStore:
         lost_answer_point("controller-campaign-answer")
         return record if won else None
 
+    async def _controller_entry(self) -> tuple[ControllerRecord, int] | None:
+        """The controller key's record and the lease it lives under, read from etcd (not the
+        image); None while no broker holds it."""
+        found = await self.client.get(self._key("controller"))
+        if found is None:
+            return None
+        return ControllerRecord.from_json(json.loads(bytes(found.value))), found.lease
+
     async def holds_controller(self, record: ControllerRecord) -> bool:
         """Whether `record` is the controller key's value under this broker's current lease:
         a campaign whose answer was lost (a ClientError or a dropped connection after etcd
         applied it) may have won, and only its broker can tell (as Kafka's ZooKeeper
         controller recognised its own /controller node after a retried create)."""
-        found = await self.client.get(self._key("controller"))
-        return (found is not None and self._lease_id is not None and found.lease == self._lease_id
-                and ControllerRecord.from_json(json.loads(bytes(found.value))) == record)
+        entry = await self._controller_entry()
+        return self._lease_id is not None and entry == (record, self._lease_id)
 
     async def controller_held(self) -> bool:
         """Whether the controller record lives under its broker's current registration lease
         (read from etcd, not the image): a record under any other lease, or none, outlives
         its broker and no broker campaigns again (6527edb). For checks from outside."""
-        record = await self.client.get(self._key("controller"))
-        if record is None or not record.lease:
+        entry = await self._controller_entry()
+        if entry is None or not entry[1]:
             return False
-        node = ControllerRecord.from_json(json.loads(bytes(record.value))).node_id
-        registration = await self.client.get(self._key(f"brokers/{node}"))
-        return registration is not None and registration.lease == record.lease
-
+        record, lease = entry
+        registration = await self.client.get(self._key(f"brokers/{record.node_id}"))
+        return registration is not None and registration.lease == lease
 
 async def cancel_until_done(tasks: list[asyncio.Task[None]]) -> None:
     """Cancel `tasks` and wait until each has ended, cancelling again those still running: on
