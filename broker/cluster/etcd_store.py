@@ -464,6 +464,7 @@ class EtcdMetadataStore:
         registration = await self.client.get(self._key(f"brokers/{record.node_id}"))
         return registration is not None and registration.lease == lease
 
+
 async def cancel_until_done(tasks: list[asyncio.Task[None]]) -> None:
     """Cancel `tasks` and wait until each has ended, cancelling again those still running: on
     Python 3.11 a cancel that arrives as an `asyncio.wait_for` inside them completes is
