@@ -14,13 +14,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.disks import fill, free, small_tmpfs
 from tests.integration.harness import BrokerProcess
 from tests.integration.kafka import KafkaNode
-from tests.integration.test_faults import consume, values
+from tests.integration.test_faults import consume, produce, values
 
 DISK_MB = 64
 RECORDS = 2000
@@ -34,15 +33,9 @@ def _node(side: str, workdir: Path, data: Path) -> KafkaNode | BrokerProcess:
     return BrokerProcess(workdir, {"log.dirs": str(data)})
 
 
-def _produce(bootstrap: str, topic: str, sent: list[bytes]) -> None:
+def _create(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "message.timeout.ms": 30000})
-    failed: list[object] = []
-    for v in sent:
-        producer.produce(topic, v, on_delivery=lambda err, _m: failed.append(err) if err else None)
-    assert producer.flush(40) == 0 and not failed, failed
 
 
 @pytest.mark.parametrize("side", ["kafka", "gregor"])
@@ -55,7 +48,8 @@ def test_a_node_whose_only_log_dir_is_full_after_kill9_does_not_start_and_loses_
         node = _node(side, tmp_path / side, disk / "data")
         node.start()
         try:
-            _produce(node.bootstrap, topic, sent)
+            _create(node.bootstrap, topic)
+            produce(node.bootstrap, topic, sent)
             node.kill9()
             filler = fill(disk)
             try:

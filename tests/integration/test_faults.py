@@ -67,8 +67,8 @@ def placed_topic(cluster: Cluster, assignment: list[list[int]], min_isr: int = 2
     return name
 
 
-def produce(cluster: Cluster, topic: str, values: list[bytes], partition: int = 0) -> None:
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
+def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "message.timeout.ms": 30000})
     failed: list[object] = []
     for v in values:
@@ -102,14 +102,14 @@ def values(tag: str, n: int) -> list[bytes]:
 
 def test_a_broker_restarted_at_once_after_kill9_comes_back_as_a_follower(cluster: Cluster) -> None:
     topic = placed_topic(cluster, [[1, 2, 3]])
-    produce(cluster, topic, values("before", 200))
+    produce(cluster.bootstrap, topic, values("before", 200))
     before = cluster.partition(topic)
     cluster.broker(1).kill9()
     cluster.broker(1).start()  # within the session: the dead incarnation's lease still lives
     moved = cluster.wait_for(lambda i: i.partitions[(topic, 0)].leader not in (1, -1))
     assert moved.partitions[(topic, 0)].leader_epoch > before.leader_epoch
     cluster.wait_for(lambda i: set(i.partitions[(topic, 0)].isr) == {1, 2, 3} and 1 in i.brokers)
-    produce(cluster, topic, values("after", 200))
+    produce(cluster.bootstrap, topic, values("after", 200))
     assert consume(cluster.bootstrap, topic, 0, 400) == values("before", 200) + values("after", 200)
     log = cluster.broker(1).log_text()
     assert "ended the session of its previous incarnation" in log and "Traceback" not in log
@@ -123,14 +123,14 @@ def test_a_leader_paused_past_the_lag_time_keeps_its_caught_up_followers(cluster
     and librdkafka's handling of those made the long runs' duplicates. The pause (3 s) is past
     the lag time (2 s), within the session (10 s)."""
     topic = placed_topic(cluster, [[1, 2, 3]])
-    produce(cluster, topic, values("before", 20))
+    produce(cluster.bootstrap, topic, values("before", 20))
     before = cluster.wait_for(lambda i: len(i.partitions[(topic, 0)].isr) == 3).partitions[(topic, 0)]
     changes = cluster.broker(1).log_text().count(f"partition {topic}-0: ISR")
     cluster.broker(1).pause()
     time.sleep(3.0)
     cluster.broker(1).resume()
-    produce(cluster, topic, values("after", 20))  # its ISR check was due first: it has run
-    produce(cluster, topic, values("later", 20))
+    produce(cluster.bootstrap, topic, values("after", 20))  # its ISR check was due first: it has run
+    produce(cluster.bootstrap, topic, values("later", 20))
     after = cluster.partition(topic)
     assert (after.isr, after.partition_epoch) == (before.isr, before.partition_epoch)
     assert cluster.broker(1).log_text().count(f"partition {topic}-0: ISR") == changes
@@ -139,8 +139,8 @@ def test_a_leader_paused_past_the_lag_time_keeps_its_caught_up_followers(cluster
 def test_a_full_disk_answers_storage_error_serves_reads_and_hands_over(cluster: Cluster) -> None:
     shared = placed_topic(cluster, [[FULL, 1, 2], [FULL, 2, 1]])  # in-sync followers take over
     alone = placed_topic(cluster, [[FULL]], min_isr=1)  # stays leader: no one else
-    produce(cluster, shared, values("s", 50))
-    produce(cluster, alone, values("a", 50))
+    produce(cluster.bootstrap, shared, values("s", 50))
+    produce(cluster.bootstrap, alone, values("a", 50))
     broker = cluster.broker(FULL)
     disk = Path(broker.config["log.dirs"]).parent
     filler = fill(disk)
@@ -158,10 +158,10 @@ def test_a_full_disk_answers_storage_error_serves_reads_and_hands_over(cluster: 
         # (a caught-up follower may rejoin the ISR: it leaves again once it lags)
         handed = cluster.wait_for(lambda i: all(i.partitions[(shared, p)].leader != FULL for p in (0, 1)))
         assert handed.partitions[(alone, 0)].leader == FULL
-        produce(cluster, shared, values("s2", 50))  # the new leaders take writes
+        produce(cluster.bootstrap, shared, values("s2", 50))  # the new leaders take writes
     finally:
         free(filler)
-    produce(cluster, alone, values("a2", 50))  # space is back: writes resume
+    produce(cluster.bootstrap, alone, values("a2", 50))  # space is back: writes resume
     cluster.wait_for(lambda i: all(FULL in i.partitions[(shared, p)].isr for p in (0, 1)))
     assert consume(cluster.bootstrap, shared, 0, 100) == values("s", 50) + values("s2", 50)
     log = broker.log_text()
@@ -244,7 +244,7 @@ def test_a_broker_that_cannot_recover_on_a_full_disk_stops_with_one_line(cluster
     exits with one line, as Kafka's stops once all its log dirs failed; a chaos campaign's
     broker printed a traceback. Its next start, with space back, recovers everything."""
     topic = placed_topic(cluster, [[FULL, 1, 2]])
-    produce(cluster, topic, values("r", 300))
+    produce(cluster.bootstrap, topic, values("r", 300))
     broker = cluster.broker(FULL)
     broker.kill9()
     filler = fill(Path(broker.config["log.dirs"]).parent)
@@ -258,5 +258,5 @@ def test_a_broker_that_cannot_recover_on_a_full_disk_stops_with_one_line(cluster
     assert "Traceback" not in log
     broker.start()
     cluster.wait_for(lambda i: FULL in i.brokers and FULL in i.partitions[(topic, 0)].isr)
-    produce(cluster, topic, values("r2", 50))
+    produce(cluster.bootstrap, topic, values("r2", 50))
     assert consume(cluster.bootstrap, topic, 0, 350) == values("r", 300) + values("r2", 50)
