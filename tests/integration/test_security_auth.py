@@ -382,7 +382,9 @@ def test_bad_credentials_are_refused_and_the_broker_keeps_serving(secured: Secur
         body = REQUESTS[36](auth_bytes=b"\0alice\0wrong").encode(version=1)
         sent = time.monotonic()
         answer = c.raw_call(36, 1, body)
-        assert time.monotonic() - sent >= FAILURE_DELAY_MS / 1000  # connection.failed.authentication.delay.ms
+        # connection.failed.authentication.delay.ms, less a few ms: uvloop's timers count whole
+        # milliseconds of a coarse clock read when its loop last woke (one CI run saw 199.75 ms)
+        assert time.monotonic() - sent >= (FAILURE_DELAY_MS - 5) / 1000
         assert answer.error_code == SASL_AUTHENTICATION_FAILED
         assert answer.error_message == "Authentication failed: Invalid username or password"
         assert c.closed_by_peer()
