@@ -128,6 +128,9 @@ class TxnProducer:
     def abandon(self) -> None:
         """Stop using the producer mid-transaction (the Java one dies with its JVM)."""
 
+    def settle(self) -> None:
+        """Wait until what the client does on its own after a failed send has ended."""
+
     def send_all(self, items: list[tuple[str, int, str]]) -> list[int]:
         for t, p, v in items:
             self.send(t, p, v)
@@ -264,6 +267,21 @@ class KafkaPythonTxn(TxnProducer):
 
     def close(self) -> None:
         self.p.close(timeout=5)
+
+    def settle(self) -> None:
+        """A send that failed with INVALID_PRODUCER_EPOCH makes kafka-python bump its epoch in the
+        background (KIP-360: InitProducerId with its producer id and old epoch). Until the
+        coordinator has fenced that request, it can still abort another producer's Ongoing
+        transaction of the same id, as Kafka's coordinator does (it checks only the producer id
+        there). The client exposes its state only on its transaction manager."""
+        from kafka.producer.transaction_manager import TransactionState
+
+        manager = self.p._transaction_manager
+        wait_until(
+            lambda: manager._current_state != TransactionState.BUMPING_PRODUCER_EPOCH,
+            timeout=30,
+            msg="kafka-python's epoch bump ends",
+        )
 
 
 class AioLoop:
@@ -860,6 +878,7 @@ def test_second_producer_fences_first(kit: Kit, next_step: str) -> None:
             first.flush()
         first.commit()
     assert kit.is_fenced(info.value), f"{kit.name}: expected a fenced error, got {info.value!r}"
+    first.settle()
 
     second.begin()
     second.send_all([(topic, 0, f"live-{i}") for i in range(2)])
