@@ -989,8 +989,11 @@ def write_marker(
 
     cls = REQUESTS[27]
     marker = cls.WritableTxnMarker(
-        producer_id=state.producer_id, producer_epoch=state.producer_epoch, transaction_result=commit,
-        coordinator_epoch=state.coordinator_epoch, transaction_version=transaction_version,
+        producer_id=state.producer_id,
+        producer_epoch=state.producer_epoch,
+        transaction_result=commit,
+        coordinator_epoch=state.coordinator_epoch,
+        transaction_version=transaction_version,
         topics=[cls.WritableTxnMarker.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])],
     )
     with WireClient(broker.port) as c:
