@@ -181,6 +181,13 @@ class KafkaProxy:
         for p in list(self._pipes):
             p.close()
 
+    def drop_produce_responses_from_now(self, count: int, after: int = 0) -> None:
+        """Drop the `count` Produce responses that come after the next `after` (for a proxy
+        that has relayed some already)."""
+        with self._lock:
+            self.skip_produce_responses = self._produce_responses_seen + after
+            self.drop_produce_responses = self.stats.dropped_responses + count
+
     # -- accounting -------------------------------------------------------------
 
     def _count_request(self, api_key: int, version: int) -> None:
