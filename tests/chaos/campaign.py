@@ -29,8 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.checker import Verdict, aborted_reads_at, carried_over, check, set_apart
-from tests.chaos.evidence import StoredTwice, batch_mates, client_resends, describe, duplicates
+from tests.chaos.checker import (
+    Verdict,
+    aborted_reads_at,
+    carried_over,
+    check,
+    lost_writes_at,
+    reused_sequences,
+    set_apart,
+)
+from tests.chaos.evidence import StoredTwice, batch_mates, client_resends, describe, duplicates, records
 from tests.chaos.history import Fault, History
 from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
@@ -242,11 +250,14 @@ def _stored_twice(out: Path) -> list[StoredTwice]:
 
 def _set_apart(verdict: Verdict, history: History, resent: set[str], out: Path) -> Verdict:
     """`verdict` with what the kept data dirs (OUT/data/*, if any) show the clients did set
-    apart: `resent` duplicates, and aborted reads the client carried into its next transaction."""
+    apart: `resent` duplicates, aborted reads the client carried into its next transaction, and
+    what committed values sent with an aborted batch's sequences made."""
     kept = sorted(d for d in (out / "data").glob("*") if d.is_dir())
     partitions = aborted_reads_at(history, verdict)
     carried = carried_over(history, [batch_mates(d, partitions) for d in kept]) if partitions else set()
-    return set_apart(verdict, resent, carried)
+    lost_at = lost_writes_at(history, verdict)
+    reused = reused_sequences(history, [records(d, lost_at) for d in kept]) if lost_at else set()
+    return set_apart(verdict, resent, carried, reused)
 
 
 def recheck(out: Path) -> Verdict:

@@ -38,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Set
 from dataclasses import dataclass, replace
 
-from tests.chaos.evidence import Batches
+from tests.chaos.evidence import Batches, Copy, Records
 from tests.chaos.history import NO_OFFSET, Fault, History, Key, Kind, Op, Outcome, Read
 
 DRAIN = "drain"  # the process that reads everything at the end (not a client making progress)
@@ -47,13 +47,15 @@ ANOMALIES = (
     "lost-write", "duplicate", "aborted-read", "inconsistent-offsets", "torn-transaction",
     "precommitted-read", "non-monotonic-poll", "skipping-poll", "reprocessed", "G0", "G1c",
 )
+# What a committed value acknowledged as an aborted batch's duplicate shows as (`reused_sequences`)
+REUSE_KINDS = ("lost-write", "inconsistent-offsets", "torn-transaction", "skipping-poll")
 
 
 @dataclass(frozen=True, slots=True)
 class Anomaly:
     kind: str
     detail: str
-    values: tuple[str, ...] = ()  # the values it is about, where one names them (a duplicate)
+    values: tuple[str, ...] = ()  # the values it is about (the missed ones, where some were read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ class Verdict:
     interleavings: int = 0  # cycles only concurrent transactions' write order makes: allowed
     client_resends: tuple[Anomaly, ...] = ()  # duplicates the client made: see `set_apart`
     client_carryovers: tuple[Anomaly, ...] = ()  # aborted reads the client made: see `carried_over`
+    client_reuses: tuple[Anomaly, ...] = ()  # what sequences the client reused made: see `reused_sequences`
 
     @property
     def valid(self) -> bool:
@@ -133,18 +136,22 @@ def check(history: History) -> Verdict:
     )
 
 
-def set_apart(verdict: Verdict, resent: Set[str], carried: Set[str] = frozenset()) -> Verdict:
+def set_apart(verdict: Verdict, resent: Set[str], carried: Set[str] = frozenset(),
+              reused: Set[str] = frozenset()) -> Verdict:
     """The verdict with the duplicates of `resent` values moved from its anomalies to its
     `client_resends`: values the brokers' data shows stored again by one producer under a
     higher producer epoch (tests.chaos.evidence). Sequences restart with each epoch, so no
     broker, Gregor or Kafka, can tell such a copy from a new message: the client sent it twice.
-    The aborted reads of `carried` values (`carried_over`) go to its `client_carryovers`."""
+    The aborted reads of `carried` values (`carried_over`) go to its `client_carryovers`, and
+    the anomalies about `reused` values only (`reused_sequences`) to its `client_reuses`."""
     resends = _of_values(verdict.anomalies, "duplicate", resent)
     carryovers = _of_values(verdict.anomalies, "aborted-read", carried)
-    moved = set(resends) | set(carryovers)
+    reuses = tuple(a for kind in REUSE_KINDS for a in _of_values(verdict.anomalies, kind, reused))
+    moved = set(resends) | set(carryovers) | set(reuses)
     return replace(verdict, anomalies=tuple(a for a in verdict.anomalies if a not in moved),
                    client_resends=verdict.client_resends + resends,
-                   client_carryovers=verdict.client_carryovers + carryovers)
+                   client_carryovers=verdict.client_carryovers + carryovers,
+                   client_reuses=verdict.client_reuses + reuses)
 
 
 def _of_values(anomalies: Iterable[Anomaly], kind: str, values: Set[str]) -> tuple[Anomaly, ...]:
@@ -176,6 +183,71 @@ def carried_over(history: History, per_broker: Iterable[Batches]) -> set[str]:
 def _committed_after(aborted: Op, other: Op | None) -> bool:
     return (other is not None and other.kind == Kind.TXN and other.outcome == Outcome.OK
             and other.process == aborted.process and other.invoke_s >= aborted.complete_s)
+
+
+def lost_writes_at(history: History, verdict: Verdict) -> set[str]:
+    """The partition dirs ("ctp-1") the verdict's lost writes were acknowledged on."""
+    values = {v for a in verdict.anomalies if a.kind == "lost-write" for v in a.values}
+    return {_tp(w.key) for op in history.ops for w in op.writes if w.value in values}
+
+
+def reused_sequences(history: History, per_broker: Iterable[Records]) -> set[str]:
+    """The acknowledged values that every broker holding their partition stores nowhere, while
+    the offset they were acknowledged at holds a value of an earlier, aborted transaction of the
+    same client process, in a batch its producer's next batch under the same epoch continues
+    the sequences of (so the broker skipped no sequence); with those aborted values.
+
+    The client sent the committed values with the aborted batch's sequences, under the same
+    epoch, and the broker answered them as that batch's duplicate, with its offsets, as Kafka's
+    does. librdkafka does that when `abort_transaction` purges a batch that was appended but
+    whose answer was lost, waiting in its queue for a retry (chaos seed 117;
+    tests/differential/test_client_faults.py makes it happen, against Kafka as against Gregor)."""
+    writer = {w.value: op for op in history.ops for w in op.writes}
+    acked: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for op in history.ops:
+        if op.kind in (Kind.SEND, Kind.TXN) and op.outcome == Outcome.OK:
+            for w in op.writes:
+                acked[_tp(w.key)].append((w.value, w.offset))
+    verdicts: dict[str, set[str | None]] = defaultdict(set)
+    for records in per_broker:
+        for partition, stored in records.items():
+            log = _Stored(stored)
+            for value, offset in acked.get(partition, ()):
+                if value not in stored:
+                    verdicts[value].add(log.aborted_batch_at(offset, writer[value], writer))
+    found = {value: seen for value, seen in verdicts.items() if None not in seen}
+    return set(found) | {aborted for seen in found.values() for aborted in seen if aborted}
+
+
+class _Stored:
+    """One data dir's records of one partition: the value at each offset, and the batches."""
+
+    def __init__(self, stored: dict[str, list[Copy]]) -> None:
+        self.at = {c.offset: (value, c) for value, copies in stored.items() for c in copies}
+        self.batches: dict[int, list[Copy]] = defaultdict(list)  # base offset -> its records
+        for _, c in self.at.values():
+            self.batches[c.batch_base].append(c)
+
+    def aborted_batch_at(self, offset: int, acked: Op, writer: dict[str, Op]) -> str | None:
+        """The value at `offset`, if one of an aborted transaction of `acked`'s process that
+        ended before `acked` began, in a batch its producer's next continues (else None)."""
+        value, c = self.at.get(offset, ("", None))
+        aborted = writer.get(value)
+        if (c is None or aborted is None or aborted.kind != Kind.TXN or aborted.outcome != Outcome.FAIL
+                or aborted.process != acked.process or aborted.complete_s > acked.invoke_s):
+            return None
+        return value if self._continued(c) else None
+
+    def _continued(self, c: Copy) -> bool:
+        """The producer's next batch after `c`'s, if any under the same epoch, takes the
+        sequence after `c`'s batch's last."""
+        last = max(r.sequence for r in self.batches[c.batch_base])
+        later = sorted(base for base, rs in self.batches.items()
+                       if base > c.batch_base and rs[0].producer_id == c.producer_id)
+        if not later:
+            return True
+        nxt = self.batches[later[0]]
+        return nxt[0].producer_epoch != c.producer_epoch or min(r.sequence for r in nxt) == last + 1
 
 
 class _Index:
@@ -224,7 +296,8 @@ class _Index:
     def inconsistent_offsets(self) -> Iterator[Anomaly]:
         for (key, offset), found in sorted(self.values_at.items()):
             if len(found) > 1:
-                yield Anomaly("inconsistent-offsets", f"{_tp(key)}@{offset}: {sorted(found)}")
+                yield Anomaly("inconsistent-offsets", f"{_tp(key)}@{offset}: {sorted(found)}",
+                              tuple(sorted(found)))
 
     def duplicates(self) -> Iterator[Anomaly]:
         for value, where in sorted(self.offsets_of.items()):
@@ -236,7 +309,7 @@ class _Index:
         for op, value, key, offset in self.acknowledged():
             if value not in self.read_values and NO_OFFSET < offset < self.max_read[key]:
                 yield Anomaly("lost-write", f"{value} acknowledged at {_tp(key)}@{offset} by "
-                              f"{op.process}, never read (reads reached {self.max_read[key]})")
+                              f"{op.process}, never read (reads reached {self.max_read[key]})", (value,))
 
     def aborted_reads(self) -> Iterator[Anomaly]:
         for op, r in self.all_reads:
@@ -253,7 +326,8 @@ class _Index:
                       and NO_OFFSET < w.offset < self.max_read[w.key]]
             if seen and passed:
                 yield Anomaly("torn-transaction", f"{op.process} {op.outcome}: read "
-                              f"{[w.value for w in seen]}, never {[w.value for w in passed]}")
+                              f"{[w.value for w in seen]}, never {[w.value for w in passed]}",
+                              tuple(w.value for w in passed))
 
     def precommitted_reads(self) -> Iterator[Anomaly]:
         for op, r in self.all_reads:
@@ -303,7 +377,7 @@ class _Index:
                   if not committed or self.known_committed(v)]
         if missed:
             yield Anomaly("skipping-poll", f"{process} jumped {_tp(r.key)}@{before} -> @{r.offset} "
-                          f"over {sorted(missed)}")
+                          f"over {sorted(missed)}", tuple(sorted(missed)))
 
 
 # -- G0 / G1c: Elle's cycles over the transactions' dependencies -------------------------

@@ -15,6 +15,14 @@ committed transaction is the client sending the aborted value again, in that tra
 Java client's abort race (tests/integration/java/AbortRace.java makes it happen, against Kafka
 as against Gregor), which `checker.carried_over` counts apart.
 
+A committed value acknowledged at an offset that holds, instead, an aborted value of the same
+client is looked up with the partition's records (`records`): the aborted value's batch, and
+whether the producer's next batch continues its sequences. librdkafka's `abort_transaction`
+purges a batch that was appended but whose answer was lost, and the next transaction's batch
+takes its sequences again under the same epoch, which Kafka, like Gregor, answers as the aborted
+batch's duplicate (chaos seed 117; tests/differential/test_client_faults.py makes it happen
+against both), which `checker.reused_sequences` counts apart.
+
     python -m tests.chaos.evidence OUT/data/n1 [--topic queue]
 """
 
@@ -42,7 +50,8 @@ class Copy:
     batch_base: int
 
 
-StoredTwice = dict[str, dict[str, list[Copy]]]  # one data dir's: partition -> value -> its copies
+Records = dict[str, dict[str, list[Copy]]]  # one data dir's: partition -> value -> its copies
+StoredTwice = Records  # only the values stored more than once
 Batches = dict[str, frozenset[str]]  # one data dir's: value -> the values of the batches holding it
 
 
@@ -68,6 +77,11 @@ def duplicates(data_dir: Path, topic: str) -> StoredTwice:
     """Partition -> value -> its copies, for the values stored more than once."""
     return {p.name: {v: c for v, c in copies(p).items() if len(c) > 1}
             for p in sorted(data_dir.glob(f"{topic}-*")) if p.is_dir()}
+
+
+def records(data_dir: Path, partitions: Iterable[str]) -> Records:
+    """Every value of the named partition dirs ("ctp-1") with its copies."""
+    return {name: copies(data_dir / name) for name in sorted(set(partitions)) if (data_dir / name).is_dir()}
 
 
 def batch_mates(data_dir: Path, partitions: Iterable[str]) -> Batches:

@@ -29,6 +29,7 @@ def write_report(out: Path, history: History, verdict: Verdict, seed: int) -> Pa
         **figures, "anomalies": [asdict(a) for a in verdict.anomalies],
         "client_resends": [asdict(a) for a in verdict.client_resends],
         "client_carryovers": [asdict(a) for a in verdict.client_carryovers],
+        "client_reuses": [asdict(a) for a in verdict.client_reuses],
         "faults": [asdict(f) for f in history.faults],
         "recoveries": [_recovery_json(r) for r in verdict.recoveries],
     }, indent=1))
@@ -47,6 +48,7 @@ def summary_figures(history: History, verdict: Verdict, seed: int) -> dict[str, 
         "anomalies_per_kind": verdict.counts(),
         "client_resend_duplicates": len(verdict.client_resends),  # not anomalies: see checker.set_apart
         "client_carryover_reads": len(verdict.client_carryovers),  # nor these: see checker.carried_over
+        "client_reuse_anomalies": len(verdict.client_reuses),  # nor these: checker.reused_sequences
         "write_interleavings": verdict.interleavings,  # allowed: see tests.chaos.checker
         "recovery_s_per_nemesis": _recovery_by_nemesis(verdict.recoveries),
         "worst_recovery": _worst(verdict.recoveries),
@@ -129,6 +131,9 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
              "aborted reads the client made, sending an aborted transaction's value again in its next "
              "committed one (the kept data shows one batch holding both): "
              f"{figures['client_carryover_reads']}",
+             "anomalies the client made, sending a committed transaction's values with an aborted "
+             "batch's sequences, which the broker answered as that batch's duplicate (the kept data "
+             f"shows the aborted batch at the acknowledged offsets): {figures['client_reuse_anomalies']}",
              f"cycles only concurrent transactions' interleaved writes make (allowed in Kafka's model): "
              f"{figures['write_interleavings']}",
              f"worst recovery: {figures['worst_recovery']}",
@@ -145,6 +150,8 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
     lines += [f"  {a.kind}: {a.detail}" for a in verdict.anomalies[:ANOMALIES_SHOWN]]
     lines += [f"  client re-send: {a.detail}" for a in verdict.client_resends[:ANOMALIES_SHOWN]]
     lines += [f"  client carry-over: {a.detail}" for a in verdict.client_carryovers[:ANOMALIES_SHOWN]]
+    lines += [f"  client sequence reuse, {a.kind}: {a.detail}"
+              for a in verdict.client_reuses[:ANOMALIES_SHOWN]]
     return "\n".join(lines) + "\n"
 
 

@@ -34,6 +34,7 @@ def run_entry(figures: dict[str, Any], command: str, ended: float) -> dict[str, 
         "anomalies_per_kind": {k: n for k, n in figures["anomalies_per_kind"].items() if n},
         "client_resend_duplicates": figures.get("client_resend_duplicates", 0),
         "client_carryover_reads": figures.get("client_carryover_reads", 0),
+        "client_reuse_anomalies": figures.get("client_reuse_anomalies", 0),
         "stalls_over_60s": len(figures.get("stalls_over_60s", ())),
         "outages_over_60s": figures.get("outages_over_60s"),  # None: a report from before they were counted
     }
@@ -66,7 +67,9 @@ def text(tally: dict[str, Any]) -> str:
              + f"; duplicates the client made under a new producer epoch (not anomalies): "
                f"{sum(r.get('client_resend_duplicates', 0) for r in runs)}"
              + f"; aborted values the client sent again in its next transaction (nor these): "
-               f"{sum(r.get('client_carryover_reads', 0) for r in runs)}",
+               f"{sum(r.get('client_carryover_reads', 0) for r in runs)}"
+             + f"; anomalies of committed values the client sent with an aborted batch's sequences "
+               f"(nor these): {sum(r.get('client_reuse_anomalies', 0) for r in runs)}",
              f"faults per nemesis (goal {GOAL:,} each):"]
     lines += [f"  {name:20} {n:5} {'done' if n >= GOAL else f'{GOAL - n} to go'}"
               for name, n in sorted(faults.items())]

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import json
 
-from tests.chaos.checker import Verdict, aborted_reads_at, carried_over, check, set_apart
+from tests.chaos.checker import (
+    Verdict,
+    aborted_reads_at,
+    carried_over,
+    check,
+    lost_writes_at,
+    reused_sequences,
+    set_apart,
+)
 from tests.chaos.evidence import Copy, client_resends
 from tests.chaos.history import (
     NO_OFFSET,
@@ -117,6 +125,53 @@ def test_an_aborted_read_the_data_shows_sent_in_the_next_transaction_is_the_clie
     apart = set_apart(v, set(), carried)
     assert found(apart) == {"aborted-read": 3}
     assert [a.values for a in apart.client_carryovers] == [("x",)] and not apart.client_resends
+
+
+def rec(offset: int, sequence: int, base: int, epoch: int = 1) -> Copy:
+    return Copy(offset, 7, epoch, sequence, leader_epoch=10, batch_base=base)
+
+
+def reuse_history(aborted_by: str = "x1") -> History:
+    """Seed 117 in small: x1's transaction aborted after its batch (a0, a1 at q-0@2-3) was
+    appended; its next, committed one was acknowledged at the same offsets for b0, b1 (answered
+    as that batch's duplicate), b2 on q-1 was read, and x1's batch after it is c0 at q-0@6."""
+    ops = [
+        txn(Write(A, "first", 0), who="x1", at=0.0),
+        txn(Write(A, "a0", NO_OFFSET), Write(A, "a1", NO_OFFSET), outcome=FAIL, who=aborted_by, at=1.0),
+        txn(Write(A, "b0", 2), Write(A, "b1", 3), Write(B, "b2", 0), who="x1", at=2.0),
+        txn(Write(A, "c0", 6), who="x1", at=3.0),
+        poll((0, "first"), (6, "c0"), at=9.0), poll((0, "b2"), key=B, at=9.0),
+        poll((0, "first"), (2, "a0"), (3, "a1"), (6, "c0"), who="u1", at=9.0, committed=False),
+    ]
+    return History(ops, [])
+
+
+def stored(next_batch_first_seq: int = 3) -> dict[str, dict[str, list[Copy]]]:
+    return {"q-0": {"first": [rec(0, 0, 0)], "a0": [rec(2, 1, 2)], "a1": [rec(3, 2, 2)],
+                    "c0": [rec(6, next_batch_first_seq, 6)]}}
+
+
+def test_values_acknowledged_as_an_aborted_batchs_duplicate_are_the_clients() -> None:
+    """The anomalies of seed 117 (librdkafka reused the aborted batch's sequences after its
+    abort; test_client_faults.py shows Kafka answering the same)."""
+    history = reuse_history()
+    v = check(history)
+    assert found(v) == {"lost-write": 2, "inconsistent-offsets": 2, "skipping-poll": 1, "torn-transaction": 1}
+    assert lost_writes_at(history, v) == {"q-0"}
+    reused = reused_sequences(history, [stored(), stored()])
+    assert reused == {"b0", "b1", "a0", "a1"}
+    apart = set_apart(v, set(), set(), reused)
+    assert apart.valid and len(apart.client_reuses) == 6
+
+
+def test_acknowledged_values_missing_otherwise_stay_anomalies() -> None:
+    history = reuse_history()
+    # a broker whose producer's next batch skips sequences 3 and 4 (a batch lost, not deduplicated)
+    assert reused_sequences(history, [stored(), stored(next_batch_first_seq=5)]) == set()
+    # the aborted batch another process's
+    assert reused_sequences(reuse_history(aborted_by="x2"), [stored()]) == set()
+    # the value at the acknowledged offset is the acknowledged one's own
+    assert reused_sequences(history, [{"q-0": {**stored()["q-0"], "b0": [rec(2, 1, 2)]}}]) == {"b1", "a1"}
 
 
 def test_read_uncommitted_may_see_aborted_values() -> None:
