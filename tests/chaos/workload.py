@@ -34,7 +34,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.chaos import transactions
 from tests.chaos.checker import DRAIN
-from tests.chaos.history import NO_OFFSET, History, Kind, NoteCounter, Op, Outcome, ProcessId, Read, Write
+from tests.chaos.history import (
+    NO_OFFSET,
+    History,
+    Key,
+    Kind,
+    NoteCounter,
+    Op,
+    Outcome,
+    ProcessId,
+    Read,
+    Write,
+)
 from tests.chaos.transactions import COMMON, CTP, TXN
 
 PARTITIONS = 3
@@ -49,6 +60,14 @@ MESSAGE_TIMEOUT_MS = 300_000
 # Their idempotence states (PID, epoch bumps, drains) go to clients.log: seed 53's p2 timed out
 # every message for its last 38 minutes without another line there.
 UNASSIGNED_GIVE_UP_S = 30.0  # a subscriber without partitions this long gets a new consumer
+# An assigned reader that reads nothing this long gets a new consumer. librdkafka's consumer can
+# deadlock for good when it decommissions a broker (one missing from a Metadata answer) that had
+# an OffsetForLeaderEpoch request in flight: its main thread, failing that request, holds the
+# partition's lock and waits for the handle's; the broker thread holds the handle's and waits
+# for the partition's (confluentinc/librdkafka#5476, open). Seed 118's `tc`: its main thread's
+# last line was that request failing ("Broker handle destroyed without termination"), then it
+# never refreshed metadata again, its fetches fenced for good.
+READER_GIVE_UP_S = 120.0
 # The read_committed reader of the transactions' topics logs its fetching, partition leaders,
 # metadata and broker connections (some 200 lines a second): seed 82's and seed 92's `tc`
 # stopped reading for good (seed 92's after a Metadata answer that listed no broker, which
@@ -208,26 +227,43 @@ def consumer(bootstrap: str, committed: bool, group: str | None = None, rec: Rec
     })
 
 
-def poll_into(c: Consumer, rec: Recorder, name: str, committed: bool) -> int:
+def poll_into(c: Consumer, rec: Recorder, name: str, committed: bool) -> tuple[Read, ...]:
+    """One consume(), its records added to the history as one poll; the reads."""
     invoked = now()
     messages = transactions.note_errors(rec, name, c.consume(200, 0.5))
-    if messages:
-        reads = tuple(Read((m.topic(), m.partition()), m.offset(), (m.value() or b"").decode())
-                      for m in messages)
+    reads = tuple(Read((m.topic(), m.partition()), m.offset(), (m.value() or b"").decode())
+                  for m in messages)
+    if reads:
         rec.add(Op(ProcessId(name), Kind.POLL, invoked, now(), Outcome.OK, reads=reads,
                    committed_reader=committed))
-    return len(messages)
+    return reads
 
 
 def poll_assigned(bootstrap: str, topics: list[str], name: str, committed: bool, rec: Recorder,
                   stop: threading.Event, debug: str = "") -> None:
-    c = consumer(bootstrap, committed, rec=rec, name=name, debug=debug)
-    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(PARTITIONS)])
+    """A reader of every partition of `topics` from the start. One that reads nothing for
+    READER_GIVE_UP_S is replaced by a consumer assigned the offsets after those it read (the
+    checker's poll order runs on across the two)."""
+    start = {(t, p): OFFSET_BEGINNING for t in topics for p in range(PARTITIONS)}
+    c, read_s = _assigned(bootstrap, start, name, committed, rec, debug), now()
     try:
         while not stop.is_set():
-            poll_into(c, rec, name, committed)
+            if reads := poll_into(c, rec, name, committed):
+                start |= {r.key: r.offset + 1 for r in reads}
+                read_s = now()
+            elif now() - read_s > READER_GIVE_UP_S:
+                rec.note(name, "poll", "gave up", f"nothing for {READER_GIVE_UP_S:.0f} s: a new consumer")
+                threading.Thread(target=c.close, daemon=True).start()  # a deadlocked one never closes
+                c, read_s = _assigned(bootstrap, start, name, committed, rec, debug), now()
     finally:
         c.close()
+
+
+def _assigned(bootstrap: str, start: dict[Key, int], name: str, committed: bool, rec: Recorder,
+              debug: str) -> Consumer:
+    c = consumer(bootstrap, committed, rec=rec, name=name, debug=debug)
+    c.assign([TopicPartition(t, p, offset) for (t, p), offset in start.items()])
+    return c
 
 
 def poll_subscribed(bootstrap: str, name: str, rec: Recorder, stop: threading.Event) -> None:
@@ -274,7 +310,7 @@ def drain(
     try:
         while now() < deadline and now() - last_new < quiet_s:
             if got := poll_into(c, rec, DRAIN, True):
-                read, last_new = read + got, now()
+                read, last_new = read + len(got), now()
     finally:
         c.close()
     return read
