@@ -239,15 +239,17 @@ class _Stored:
         return value if self._continued(c) else None
 
     def _continued(self, c: Copy) -> bool:
-        """The producer's next batch after `c`'s, if any under the same epoch, takes the
-        sequence after `c`'s batch's last."""
+        """The producer's next batch after `c`'s is under the same epoch and takes the sequence
+        after `c`'s batch's last (so the broker appended nothing of that producer's between
+        them: a batch it took and lost would have left a gap; under a new epoch, or with no
+        next batch, nothing tells)."""
         last = max(r.sequence for r in self.batches[c.batch_base])
-        later = sorted(base for base, rs in self.batches.items()
-                       if base > c.batch_base and rs[0].producer_id == c.producer_id)
+        later = [base for base, rs in self.batches.items()
+                 if base > c.batch_base and rs[0].producer_id == c.producer_id]
         if not later:
-            return True
-        nxt = self.batches[later[0]]
-        return nxt[0].producer_epoch != c.producer_epoch or min(r.sequence for r in nxt) == last + 1
+            return False
+        nxt = self.batches[min(later)]
+        return nxt[0].producer_epoch == c.producer_epoch and min(r.sequence for r in nxt) == last + 1
 
 
 class _Index:

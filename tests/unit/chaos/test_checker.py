@@ -146,9 +146,9 @@ def reuse_history(aborted_by: str = "x1") -> History:
     return History(ops, [])
 
 
-def stored(next_batch_first_seq: int = 3) -> dict[str, dict[str, list[Copy]]]:
+def stored(next_batch_first_seq: int = 3, next_batch_epoch: int = 1) -> dict[str, dict[str, list[Copy]]]:
     return {"q-0": {"first": [rec(0, 0, 0)], "a0": [rec(2, 1, 2)], "a1": [rec(3, 2, 2)],
-                    "c0": [rec(6, next_batch_first_seq, 6)]}}
+                    "c0": [rec(6, next_batch_first_seq, 6, next_batch_epoch)]}}
 
 
 def test_values_acknowledged_as_an_aborted_batchs_duplicate_are_the_clients() -> None:
@@ -168,6 +168,10 @@ def test_acknowledged_values_missing_otherwise_stay_anomalies() -> None:
     history = reuse_history()
     # a broker whose producer's next batch skips sequences 3 and 4 (a batch lost, not deduplicated)
     assert reused_sequences(history, [stored(), stored(next_batch_first_seq=5)]) == set()
+    # the producer's next batch under a new epoch, or none: nothing tells whether a batch was lost
+    assert reused_sequences(history, [stored(next_batch_first_seq=0, next_batch_epoch=2)]) == set()
+    no_next = {"q-0": {v: c for v, c in stored()["q-0"].items() if v != "c0"}}
+    assert reused_sequences(history, [no_next]) == set()
     # the aborted batch another process's
     assert reused_sequences(reuse_history(aborted_by="x2"), [stored()]) == set()
     # the value at the acknowledged offset is the acknowledged one's own
