@@ -34,7 +34,7 @@ Pure code: no clock, no I/O.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Set
 from dataclasses import dataclass, replace
 
@@ -208,14 +208,17 @@ def reused_sequences(history: History, per_broker: Iterable[Records]) -> set[str
         if op.kind in (Kind.SEND, Kind.TXN) and op.outcome == Outcome.OK:
             for w in op.writes:
                 acked[_tp(w.key)].append((w.value, w.offset))
-    verdicts: dict[str, set[str | None]] = defaultdict(set)
+    holders: Counter[str] = Counter()  # partition -> the brokers whose data holds it
+    verdicts: dict[tuple[str, str], list[str | None]] = defaultdict(list)  # one per holder
     for records in per_broker:
         for partition, stored in records.items():
+            holders[partition] += 1
             log = _Stored(stored)
             for value, offset in acked.get(partition, ()):
                 if value not in stored:
-                    verdicts[value].add(log.aborted_batch_at(offset, writer[value], writer))
-    found = {value: seen for value, seen in verdicts.items() if None not in seen}
+                    verdicts[(partition, value)].append(log.aborted_batch_at(offset, writer[value], writer))
+    found = {value: seen for (partition, value), seen in verdicts.items()
+             if None not in seen and len(seen) == holders[partition]}  # a broker holding it disagrees
     return set(found) | {aborted for seen in found.values() for aborted in seen if aborted}
 
 

@@ -174,6 +174,9 @@ def test_acknowledged_values_missing_otherwise_stay_anomalies() -> None:
     assert reused_sequences(history, [no_next]) == set()
     # the aborted batch another process's
     assert reused_sequences(reuse_history(aborted_by="x2"), [stored()]) == set()
+    # a broker holding the partition stores b0 and b1 (at other offsets)
+    holds = {"q-0": {**stored()["q-0"], "b0": [rec(7, 4, 7)], "b1": [rec(8, 5, 7)]}}
+    assert reused_sequences(history, [stored(), holds]) == set()
     # the value at the acknowledged offset is the acknowledged one's own
     assert reused_sequences(history, [{"q-0": {**stored()["q-0"], "b0": [rec(2, 1, 2)]}}]) == {"b1", "a1"}
 
