@@ -31,10 +31,9 @@ from typing import Any
 
 from tests.chaos.checker import (
     Verdict,
-    aborted_reads_at,
     carried_over,
     check,
-    lost_writes_at,
+    partitions_of,
     reused_sequences,
     set_apart,
 )
@@ -253,9 +252,9 @@ def _set_apart(verdict: Verdict, history: History, resent: set[str], out: Path) 
     apart: `resent` duplicates, aborted reads the client carried into its next transaction, and
     what committed values sent with an aborted batch's sequences made."""
     kept = sorted(d for d in (out / "data").glob("*") if d.is_dir())
-    partitions = aborted_reads_at(history, verdict)
+    partitions = partitions_of(history, verdict, "aborted-read")
     carried = carried_over(history, [batch_mates(d, partitions) for d in kept]) if partitions else set()
-    lost_at = lost_writes_at(history, verdict)
+    lost_at = partitions_of(history, verdict, "lost-write")
     reused = reused_sequences(history, [records(d, lost_at) for d in kept]) if lost_at else set()
     return set_apart(verdict, resent, carried, reused)
 

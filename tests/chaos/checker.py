@@ -158,9 +158,10 @@ def _of_values(anomalies: Iterable[Anomaly], kind: str, values: Set[str]) -> tup
     return tuple(a for a in anomalies if a.kind == kind and a.values and set(a.values) <= values)
 
 
-def aborted_reads_at(history: History, verdict: Verdict) -> set[str]:
-    """The partition dirs ("txn-0") holding the values of the verdict's aborted reads."""
-    values = {v for a in verdict.anomalies if a.kind == "aborted-read" for v in a.values}
+def partitions_of(history: History, verdict: Verdict, kind: str) -> set[str]:
+    """The partition dirs ("txn-0") the values of the verdict's anomalies of `kind` were
+    written to (an aborted read's, a lost write's)."""
+    values = {v for a in verdict.anomalies if a.kind == kind for v in a.values}
     return {_tp(w.key) for op in history.ops for w in op.writes if w.value in values}
 
 
@@ -183,12 +184,6 @@ def carried_over(history: History, per_broker: Iterable[Batches]) -> set[str]:
 def _committed_after(aborted: Op, other: Op | None) -> bool:
     return (other is not None and other.kind == Kind.TXN and other.outcome == Outcome.OK
             and other.process == aborted.process and other.invoke_s >= aborted.complete_s)
-
-
-def lost_writes_at(history: History, verdict: Verdict) -> set[str]:
-    """The partition dirs ("ctp-1") the verdict's lost writes were acknowledged on."""
-    values = {v for a in verdict.anomalies if a.kind == "lost-write" for v in a.values}
-    return {_tp(w.key) for op in history.ops for w in op.writes if w.value in values}
 
 
 def reused_sequences(history: History, per_broker: Iterable[Records]) -> set[str]:

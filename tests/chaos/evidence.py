@@ -88,10 +88,7 @@ def batch_mates(data_dir: Path, partitions: Iterable[str]) -> Batches:
     """Every value of the named partition dirs ("txn-0") with the values stored in the same
     batch as it (as any of its copies)."""
     found: dict[str, frozenset[str]] = {}
-    for name in sorted(set(partitions)):
-        if not (data_dir / name).is_dir():
-            continue
-        stored = copies(data_dir / name)
+    for stored in records(data_dir, partitions).values():
         batches: dict[int, set[str]] = defaultdict(set)
         for value, where in stored.items():
             for c in where:

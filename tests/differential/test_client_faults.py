@@ -17,7 +17,6 @@ this test holds Gregor to.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -29,11 +28,11 @@ from typing import Any
 import pytest
 
 from tests.differential.conftest import SHARED
+from tests.differential.test_clients import Outcome, assert_same
 from tests.integration.harness import started_broker
 from tests.integration.kafka import require_kafka, started_kafka
 from tests.integration.tcp_proxy import KafkaProxy
 
-Outcome = Any
 RECORDS = 4
 ADVBASE = "advancing epoch base msgid"  # librdkafka's debug line when a purge skips sequences
 
@@ -173,7 +172,4 @@ def test_librdkafka_abort_after_lost_answer_same_on_both(
             log.write()
     kafka, gregor = outcomes["kafka"], outcomes["gregor"]
     assert kafka["sequences skipped by a purge"] == 1, f"the scenario did not happen on Kafka: {kafka}"
-    assert kafka == gregor, (
-        f"Kafka and Gregor differ:\n  kafka:  {json.dumps(kafka, sort_keys=True)}\n"
-        f"  gregor: {json.dumps(gregor, sort_keys=True)}"
-    )
+    assert_same(kafka, gregor)

@@ -7,10 +7,9 @@ import json
 
 from tests.chaos.checker import (
     Verdict,
-    aborted_reads_at,
     carried_over,
     check,
-    lost_writes_at,
+    partitions_of,
     reused_sequences,
     set_apart,
 )
@@ -114,7 +113,7 @@ def test_an_aborted_read_the_data_shows_sent_in_the_next_transaction_is_the_clie
     reads = [poll(*enumerate("xyusrvw"), at=9.0), poll((0, "z"), key=B, at=9.0)]
     history = History([*aborted, *later, *reads], [])
     v = check(history)
-    assert found(v) == {"aborted-read": 4} and aborted_reads_at(history, v) == {"q-0"}
+    assert found(v) == {"aborted-read": 4} and partitions_of(history, v, "aborted-read") == {"q-0"}
     batches = {"x": "xy", "u": "uz", "w": "ws", "v": "vr", "y": "xy"}
     carried = carried_over(history, [
         {value: frozenset(mates) for value, mates in batches.items()},
@@ -157,7 +156,7 @@ def test_values_acknowledged_as_an_aborted_batchs_duplicate_are_the_clients() ->
     history = reuse_history()
     v = check(history)
     assert found(v) == {"lost-write": 2, "inconsistent-offsets": 2, "skipping-poll": 1, "torn-transaction": 1}
-    assert lost_writes_at(history, v) == {"q-0"}
+    assert partitions_of(history, v, "lost-write") == {"q-0"}
     reused = reused_sequences(history, [stored(), stored()])
     assert reused == {"b0", "b1", "a0", "a1"}
     apart = set_apart(v, set(), set(), reused)
