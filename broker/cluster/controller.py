@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import aetcd.exceptions
 
 from broker.api.caller import Caller
-from broker.cluster.etcd_store import REGISTERED, EtcdMetadataStore
+from broker.cluster.etcd_store import REGISTERED, EtcdMetadataStore, lease_not_found
 from broker.cluster.forwarding import ControllerChannel
 from broker.cluster.image import ClusterImage, ControllerRecord, PartitionState, TopicRecord
 from broker.cluster.placement import (
@@ -113,7 +113,7 @@ class ClusterController:
             try:
                 await self._step()
             except (aetcd.exceptions.ClientError, OSError) as e:
-                log.warning("controller step failed (%s); retrying", type(e).__name__)
+                _log_step_failure(self.node_id, e)
                 await asyncio.sleep(RETRY_S)
                 self._wake.set()
 
@@ -306,6 +306,16 @@ class ClusterController:
             if state is not None and state.reassigning and topic in image.topics:
                 found.setdefault(topic, {})[index] = state
         return found
+
+
+def _log_step_failure(node_id: NodeId, error: Exception) -> None:
+    """A campaign under a lease that ended is refused by etcd, as meant (`campaign`): the
+    broker registers again meanwhile, so that is news, not a warning."""
+    if isinstance(error, aetcd.exceptions.ClientError) and lease_not_found(error):
+        log.info("broker %d: controller step refused, its lease ended (it registers again); retrying",
+                 node_id)
+    else:
+        log.warning("controller step failed (%s: %s); retrying", type(error).__name__, error)
 
 
 MOVED: Refused | None = Refused(ErrorCode.NOT_CONTROLLER, "The partition kept changing meanwhile; retry.")

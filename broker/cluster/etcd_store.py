@@ -343,7 +343,7 @@ class EtcdMetadataStore:
                 await self._claim(registration, lease.id)
                 break
             except aetcd.exceptions.ClientError as exc:
-                if not _lease_not_found(exc):
+                if not lease_not_found(exc):
                     await self._revoke_quietly(lease.id)
                     raise
                 log.warning("broker %d: registration lease expired before it was claimed; registering again",
@@ -479,7 +479,7 @@ async def cancel_until_done(tasks: list[asyncio.Task[None]]) -> None:
             task.exception()
 
 
-def _lease_not_found(exc: aetcd.exceptions.ClientError) -> bool:
+def lease_not_found(exc: aetcd.exceptions.ClientError) -> bool:
     """etcd's NOT_FOUND for a lease: it expired (or was revoked) before the request used it."""
     cause = exc.__cause__
     return isinstance(cause, aetcd.rpc.AioRpcError) and cause.code() == aetcd.rpc.StatusCode.NOT_FOUND

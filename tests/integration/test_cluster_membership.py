@@ -96,7 +96,9 @@ async def test_a_lease_lost_during_a_campaign_leaves_no_controller_record_behind
     registered = await observer.client.get(f"{observer.address.root}/brokers/1".encode())
     await observer.client.revoke_lease(registered.lease)
     await logged(first, "slow point etcd-register-again reached", 5)
+    await logged(first, "controller step refused, its lease ended", 5)  # etcd's refusal, as meant
     await until(observer, lambda i: i.controller is not None and 1 in i.brokers, 30)
+    assert "controller step failed" not in first.log_text()
     assert await observer.controller_held()
     second = broker_factory(cluster_overrides(store_url), node_id=2)
     await until(observer, lambda i: 2 in i.brokers)
