@@ -36,7 +36,7 @@ class WriteFailures:
         """Record a write that succeeded; logs when it ends a failure."""
         reason = self._failing.pop(tp, None)
         if reason is not None:
-            log.warning("partition %s-%d: its log is writable again (after: %s)", tp[0], tp[1], reason)
+            log.info("partition %s-%d: its log is writable again (after: %s)", tp[0], tp[1], reason)
 
     def failing(self, tp: TopicPartition) -> bool:
         return tp in self._failing

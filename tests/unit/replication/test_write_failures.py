@@ -29,3 +29,4 @@ def test_one_line_when_a_partition_fails_and_one_when_it_recovers(caplog: pytest
         "KAFKA_STORAGE_ERROR until a write succeeds",
         "partition t-0: its log is writable again (after: No space left on device)",
     ]
+    assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR", "INFO"]  # recovering is news
