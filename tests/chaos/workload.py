@@ -153,14 +153,14 @@ class Recorder:
                 self.note(process, "blocked", what, f"in it for {took:.0f} s")
 
     def save(self, out: Path) -> None:
-        if self._lock.acquire(timeout=self._wait_s):
-            try:
-                self.history.notes = self._notes.notes()
-            finally:
-                self._lock.release()
-        else:
+        got = self._lock.acquire(timeout=self._wait_s)
+        if not got:
             self._held("the notes are saved without it")
+        try:
             self.history.notes = self._notes.notes()
+        finally:
+            if got:
+                self._lock.release()
         self.history.save(out)
 
 
