@@ -41,7 +41,7 @@ from tests.chaos.evidence import StoredTwice, batch_mates, client_resends, descr
 from tests.chaos.history import Fault, History
 from tests.chaos.hosts import ChaosCluster
 from tests.chaos.nemesis import NEMESES, Nemesis
-from tests.chaos.netns import sweep
+from tests.chaos.netns import RunIdTaken, claim, sweep
 from tests.chaos.report import write_report
 from tests.chaos.tally import add, run_entry, text
 from tests.chaos.transactions import JAVA_WORKLOADS, java_missing
@@ -88,6 +88,20 @@ def run(options: Options) -> Result:
     missing = java_missing() if set(options.workloads) & set(JAVA_WORKLOADS) else None
     assert missing is None, missing
     options.out.mkdir(parents=True, exist_ok=True)
+    with claim(options.run_id):
+        history, code, failure, kept = _on_hosts(options)
+    history.save(options.out / "history.json")  # before the check: a checker that fails loses nothing
+    verdict = _set_apart(check(history), history, client_resends(kept), options.out)
+    result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
+    if failure is not None:  # checked and reported first: what the run saw until then counts
+        raise failure
+    assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
+    return result
+
+
+def _on_hosts(options: Options) -> tuple[History, int, Exception | None, list[StoredTwice]]:
+    """The run on its hosts (first swept of what a killed run of the same id left), then its
+    logs and, with keep_data, its data dirs kept, the hosts torn down."""
     sweep(options.run_id)
     with tempfile.TemporaryDirectory(prefix="gregor-chaos-") as base:
         cluster = ChaosCluster(Path(base), options.run_id)
@@ -99,13 +113,7 @@ def run(options: Options) -> Result:
             if options.keep_data:
                 kept = _keep_data(cluster, Path(base), options.out)
             cluster.close()
-    history.save(options.out / "history.json")  # before the check: a checker that fails loses nothing
-    verdict = _set_apart(check(history), history, client_resends(kept), options.out)
-    result = Result(history, verdict, write_report(options.out, history, verdict, options.seed))
-    if failure is not None:  # checked and reported first: what the run saw until then counts
-        raise failure
-    assert code == 0, f"the clients exited with {code} (see {options.out / 'clients.log'})"
-    return result
+    return history, code, failure, kept
 
 
 def _drive(cluster: ChaosCluster, options: Options, base: Path) -> tuple[History, int, Exception | None]:
@@ -302,6 +310,9 @@ def main() -> int:
                              args.fault_seconds, args.heal_seconds, args.out, args.run_id, args.keep_data))
     except NoHistory as exc:  # one line: the reason, and where the clients said more
         print(f"no verdict: {exc}", file=sys.stderr)
+        return 2
+    except RunIdTaken as exc:
+        print(f"campaign: {exc}", file=sys.stderr)
         return 2
     print((result.report / "summary.txt").read_text())
     if args.tally is not None:

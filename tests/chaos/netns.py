@@ -6,22 +6,32 @@ exists only inside these namespaces (nothing is ever sent elsewhere: the root na
 gets no interface, no route, no rule). A process runs on a host through `ip netns exec`.
 Partitions are iptables DROP rules inside the namespaces; `heal` flushes them all.
 `close` deletes every namespace (their veths and rules go with them), also after a
-failure, and `sweep` removes what a killed run of the same id left behind.
+failure, and `sweep` removes what a killed run of the same id left behind. A run holds its
+id (`claim`) while it runs, so a second campaign given the same id stops with one line
+instead of sweeping away the first one's namespaces.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NewType
 
 HostName = NewType("HostName", str)
 SUBNET = "10.222.{run}.{host}"
 PREFIX = "gch"  # every namespace of ours starts with it
+CLAIMS = Path(tempfile.gettempdir())  # gregor-chaos-<run id>.lock: flock-ed by the run holding the id
+
+
+class RunIdTaken(Exception):
+    """Another live process holds this run id (its namespaces are in use)."""
 
 
 def require_tools() -> None:
@@ -121,6 +131,35 @@ class Network:
 
 def _delete(namespace: str) -> None:
     subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+
+@contextlib.contextmanager
+def claim(run_id: int) -> Iterator[None]:
+    """Hold `run_id` while the block runs: an exclusive flock on its claim file (the kernel
+    drops it when the process ends, even by kill -9), the holder's pid written in it."""
+    with open(CLAIMS / f"gregor-chaos-{run_id}.lock", "a+") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            holder = file.read().strip() or "unknown"
+            raise RunIdTaken(f"run id {run_id} is in use by another campaign (pid {holder}); "
+                             "give this one another --run-id") from None
+        file.truncate(0)
+        file.write(f"{os.getpid()}\n")
+        file.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
+
+
+def free_run_id(first: int, last: int) -> int:
+    """The first run id in [first, last] no live process holds (for tests that share a machine)."""
+    for run_id in range(first, last + 1):
+        with contextlib.suppress(RunIdTaken), claim(run_id):
+            return run_id
+    raise AssertionError(f"every run id from {first} to {last} is in use")
 
 
 def sweep(run_id: int) -> None:

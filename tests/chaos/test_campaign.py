@@ -17,7 +17,7 @@ from tests.chaos.campaign import Options, run
 from tests.chaos.evidence import batch_mates
 from tests.chaos.history import Kind, Outcome
 from tests.chaos.nemesis import NEMESES
-from tests.chaos.netns import PREFIX
+from tests.chaos.netns import PREFIX, free_run_id
 from tests.chaos.report import STALL_S
 from tests.chaos.workload import WORKLOADS
 
@@ -29,8 +29,9 @@ OPEN_BUGS: frozenset[str] = frozenset()
 
 
 def test_every_nemesis_once_finds_no_anomaly_and_no_stall(tmp_path: Path) -> None:
+    run_id = free_run_id(201, 250)  # another `make test` on this machine holds its own
     result = run(Options(seconds=0, nemeses=tuple(NEMESES), workloads=WORKLOADS, seed=22, fault_s=3.0,
-                         heal_s=3.0, out=tmp_path / "report", run_id=201, keep_data=True))
+                         heal_s=3.0, out=tmp_path / "report", run_id=run_id, keep_data=True))
     summary = (result.report / "summary.txt").read_text()
     unexplained = [a for a in result.verdict.anomalies if a.kind not in OPEN_BUGS]
     assert not unexplained, summary
@@ -48,4 +49,4 @@ def test_every_nemesis_once_finds_no_anomaly_and_no_stall(tmp_path: Path) -> Non
     assert mates and all(value in batch for value, batch in mates.items()), sorted(mates)[:5]
     assert any(len(batch) > 1 for batch in mates.values()), "no batch of txn-0 holds two values"
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"{PREFIX}201-" not in left, left
+    assert f"{PREFIX}{run_id}-" not in left, left
