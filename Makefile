@@ -74,16 +74,18 @@ chaos-deps: $(CHAOS_DEPS)
 
 # A long fault campaign (tests/chaos/campaign.py; as root: network namespaces, tmpfs mounts).
 # DURATION seconds, NEMESES all or a comma-separated list, WORKLOAD all or some of queue, txn,
-# ctp, java-txn, java-ctp (the java-* ones need the Java client 4.3), SEED; the report
+# ctp, java-txn, java-ctp (the java-* ones need the Java client 4.3), SEED, RUN_ID (1-250: its
+# namespaces gch<RUN_ID>-* and hosts 10.222.RUN_ID.*; runs side by side need their own); the report
 # (report.json, summary.txt, timeline.png, the brokers' logs and data dirs, stored-twice.txt)
 # goes to chaos-report/.
 DURATION ?= 600
 NEMESES ?= all
 WORKLOAD ?= all
 SEED ?= 1
+RUN_ID ?= 1
 chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS) $(JAVA_DEPS)
 	$(PY) -m tests.chaos.campaign --seconds $(DURATION) --nemeses $(NEMESES) --workload $(WORKLOAD) \
-		--seed $(SEED) --keep-data --out chaos-report
+		--seed $(SEED) --run-id $(RUN_ID) --keep-data --out chaos-report
 
 # ARGS: more `gregor broker` options, e.g. ARGS="--override listeners=PLAINTEXT://127.0.0.1:9093".
 run: $(STAMP)
