@@ -1,8 +1,9 @@
 """A campaign's report, read the way Jepsen's are: `report.json` (everything), `summary.txt`
-(one page: operations, faults per nemesis, anomalies, recovery after each kind of fault) and
-`timeline.png` (faults as bands; acknowledged writes, reads and errors per second, and
-write latency over time). Each stall says what its slowest process saw meanwhile (the
-history's notes: errors, exceptions, rebalances, empty polls, counted)."""
+(one page: operations, faults per nemesis, anomalies, recovery after each kind of fault, what
+the brokers' logs say: tests.chaos.brokerlogs) and `timeline.png` (faults as bands;
+acknowledged writes, reads and errors per second, and write latency over time). Each stall
+says what its slowest process saw meanwhile (the history's notes: errors, exceptions,
+rebalances, empty polls, counted)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from tests.chaos import brokerlogs
 from tests.chaos.checker import DRAIN, Recovery, Verdict
 from tests.chaos.history import History, Kind, Note, Op, Outcome
 
@@ -24,7 +26,7 @@ STALL_S = 60.0  # a recovery longer than this (or none, watched for longer) is a
 def write_report(out: Path, history: History, verdict: Verdict, seed: int) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     history.save(out / "history.json")  # to check again: History.load + checker.check
-    figures = summary_figures(history, verdict, seed)
+    figures = {**summary_figures(history, verdict, seed), "broker_logs": brokerlogs.read_dir(out).figures()}
     (out / "report.json").write_text(json.dumps({
         **figures, "anomalies": [asdict(a) for a in verdict.anomalies],
         "client_resends": [asdict(a) for a in verdict.client_resends],
@@ -147,6 +149,7 @@ def summary_text(figures: dict[str, Any], verdict: Verdict) -> str:
         lines.append(f"  {name:28} {r['producers_median_s']} / {r['consumers_median_s']}; "
                      f"max {r['max_s']}; never {r['never']}")
     lines += [f"  stall: {r}" for r in figures[f"stalls_over_{int(STALL_S)}s"]]
+    lines += brokerlogs.text(figures["broker_logs"])
     lines += [f"  {a.kind}: {a.detail}" for a in verdict.anomalies[:ANOMALIES_SHOWN]]
     lines += [f"  client re-send: {a.detail}" for a in verdict.client_resends[:ANOMALIES_SHOWN]]
     lines += [f"  client carry-over: {a.detail}" for a in verdict.client_carryovers[:ANOMALIES_SHOWN]]
