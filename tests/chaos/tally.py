@@ -18,9 +18,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests.chaos.brokerlogs import read_dir
 from tests.chaos.nemesis import NEMESES
 
 GOAL = 1000
+# What the tally keeps of a report's broker_logs (tests.chaos.brokerlogs).
+LOG_FACTS = ("unclean_starts", "unclean_start_median_s", "unclean_start_max_s", "tracebacks",
+             "start_failures", "controller_epoch_gaps", "error_lines")
 
 
 def run_entry(figures: dict[str, Any], command: str, ended: float) -> dict[str, Any]:
@@ -37,7 +41,12 @@ def run_entry(figures: dict[str, Any], command: str, ended: float) -> dict[str, 
         "client_reuse_anomalies": figures.get("client_reuse_anomalies", 0),
         "stalls_over_60s": len(figures.get("stalls_over_60s", ())),
         "outages_over_60s": figures.get("outages_over_60s"),  # None: a report from before they were counted
+        **({"broker_logs": _log_facts(figures["broker_logs"])} if "broker_logs" in figures else {}),
     }
+
+
+def _log_facts(broker_logs: dict[str, Any]) -> dict[str, Any]:
+    return {k: broker_logs[k] for k in LOG_FACTS}
 
 
 def add(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
@@ -70,10 +79,22 @@ def text(tally: dict[str, Any]) -> str:
                f"{sum(r.get('client_carryover_reads', 0) for r in runs)}"
              + f"; anomalies of committed values the client sent with an aborted batch's sequences "
                f"(nor these): {sum(r.get('client_reuse_anomalies', 0) for r in runs)}",
-             f"faults per nemesis (goal {GOAL:,} each):"]
+             *_logs_text(runs), f"faults per nemesis (goal {GOAL:,} each):"]
     lines += [f"  {name:20} {n:5} {'done' if n >= GOAL else f'{GOAL - n} to go'}"
               for name, n in sorted(faults.items())]
     return "\n".join(lines) + "\n"
+
+
+def _logs_text(runs: list[dict[str, Any]]) -> list[str]:
+    """What the brokers' logs of the runs that have them said, added up."""
+    logs = [r["broker_logs"] for r in runs if "broker_logs" in r]
+    if not logs:
+        return []
+    slowest = max(g["unclean_start_max_s"] or 0 for g in logs)
+    return [f"the brokers' logs of {len(logs)} of them: {sum(g['unclean_starts'] for g in logs):,} "
+            f"unclean starts (at most {slowest} s), {sum(g['tracebacks'] for g in logs)} tracebacks, "
+            f"{sum(g['start_failures'] for g in logs)} failed starts, "
+            f"{sum(len(g['controller_epoch_gaps']) for g in logs)} controller epochs missing"]
 
 
 def main() -> None:
@@ -87,8 +108,9 @@ def main() -> None:
     tally = json.loads(args.tally.read_text())
     if args.add is not None:
         report = args.add / "report.json"
-        tally = add(args.tally, run_entry(json.loads(report.read_text()), args.command,
-                                          report.stat().st_mtime))
+        figures = json.loads(report.read_text())
+        figures.setdefault("broker_logs", read_dir(args.add).figures())  # a report from before it read them
+        tally = add(args.tally, run_entry(figures, args.command, report.stat().st_mtime))
     print(text(tally), end="")
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from tests.chaos.tally import add, run_entry, text, totals
+import pytest
+
+from tests.chaos.tally import add, main, run_entry, text, totals
 
 
 def figures(faults: dict[str, int], anomalies: dict[str, int], resends: int = 0,
@@ -35,3 +38,34 @@ def test_runs_add_up_per_nemesis(tmp_path: Path) -> None:
             "in its next transaction (nor these): 8; anomalies of committed values the client sent "
             "with an aborted batch's sequences (nor these): 11") in summary
     assert "kill                     7 993 to go" in summary
+
+
+def test_the_brokers_logs_are_kept_and_added_up(tmp_path: Path) -> None:
+    path = tmp_path / "tally.json"
+    path.write_text(json.dumps({"since": "abc1234", "runs": []}))
+    logs = {"unclean_starts": 3, "unclean_start_median_s": 1.5, "unclean_start_max_s": 2.5, "tracebacks": 0,
+            "start_failures": 1, "controller_epochs": 9, "controller_epoch_gaps": [4], "error_lines": 7,
+            "errors_by_kind": {"x": 7}}
+    add(path, run_entry(figures({"kill": 3}, {}), "campaign --seed 7", 0.0))  # a report without them
+    for _ in range(2):
+        tally = add(path, run_entry({**figures({"kill": 3}, {}), "broker_logs": logs}, "campaign", 0.0))
+    assert tally["runs"][1]["broker_logs"] == {
+        "unclean_starts": 3, "unclean_start_median_s": 1.5, "unclean_start_max_s": 2.5, "tracebacks": 0,
+        "start_failures": 1, "controller_epoch_gaps": [4], "error_lines": 7}
+    assert ("the brokers' logs of 2 of them: 6 unclean starts (at most 2.5 s), 0 tracebacks, "
+            "2 failed starts, 2 controller epochs missing") in text(tally)
+
+
+def test_a_report_from_before_the_logs_were_read_has_them_read_when_added(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    path, report = tmp_path / "tally.json", tmp_path / "report"
+    path.write_text(json.dumps({"since": "abc1234", "runs": []}))
+    report.mkdir()
+    (report / "report.json").write_text(json.dumps(figures({"kill": 3}, {})))
+    (report / "n1.log").write_text(
+        "2026-12-06 23:45:00,000 WARNING storage.log_manager: /d: no clean-shutdown marker; recovering\n"
+        "2026-12-06 23:45:01,500 INFO broker.server: broker 1 serving on 10.0.0.2:9092, cluster c1\n")
+    monkeypatch.setattr(sys, "argv", ["tally", str(path), "--add", str(report), "--command", "campaign"])
+    main()
+    assert json.loads(path.read_text())["runs"][0]["broker_logs"]["unclean_start_max_s"] == 1.5
+    assert "1 unclean starts (at most 1.5 s)" in capsys.readouterr().out
