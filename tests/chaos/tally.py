@@ -109,7 +109,8 @@ def main() -> None:
     if args.add is not None:
         report = args.add / "report.json"
         figures = json.loads(report.read_text())
-        figures.setdefault("broker_logs", read_dir(args.add).figures())  # a report from before it read them
+        if "broker_logs" not in figures and any(args.add.glob("n*.log")):  # a report from before it read them
+            figures["broker_logs"] = read_dir(args.add).figures()
         tally = add(args.tally, run_entry(figures, args.command, report.stat().st_mtime))
     print(text(tally), end="")
 

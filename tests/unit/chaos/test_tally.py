@@ -69,3 +69,14 @@ def test_a_report_from_before_the_logs_were_read_has_them_read_when_added(
     main()
     assert json.loads(path.read_text())["runs"][0]["broker_logs"]["unclean_start_max_s"] == 1.5
     assert "1 unclean starts (at most 1.5 s)" in capsys.readouterr().out
+
+
+def test_a_report_from_before_the_logs_were_read_and_without_them_adds_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, report = tmp_path / "tally.json", tmp_path / "report"
+    path.write_text(json.dumps({"since": "abc1234", "runs": []}))
+    report.mkdir()
+    (report / "report.json").write_text(json.dumps(figures({"kill": 3}, {})))
+    monkeypatch.setattr(sys, "argv", ["tally", str(path), "--add", str(report), "--command", "campaign"])
+    main()
+    assert "broker_logs" not in json.loads(path.read_text())["runs"][0]  # not counted as logs that said nothing
