@@ -79,4 +79,5 @@ def test_a_report_from_before_the_logs_were_read_and_without_them_adds_none(
     (report / "report.json").write_text(json.dumps(figures({"kill": 3}, {})))
     monkeypatch.setattr(sys, "argv", ["tally", str(path), "--add", str(report), "--command", "campaign"])
     main()
-    assert "broker_logs" not in json.loads(path.read_text())["runs"][0]  # not counted as logs that said nothing
+    # not counted as logs that said nothing
+    assert "broker_logs" not in json.loads(path.read_text())["runs"][0]
