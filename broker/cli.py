@@ -139,10 +139,10 @@ def _config_docs(readme: Path | None) -> int:
 
 def _start_up_error(exc: Exception) -> str | None:
     """The one line to print for an expected start-up failure; None for a bug."""
-    from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
     from broker.cluster.membership import ClusterIdMismatch
     from broker.config import ConfigError
-    from broker.net.listeners import ListenerError
+    from broker.front.listeners import ListenerError
+    from broker.store.etcd_store import NodeIdInUse, StoreUnavailable
     from storage.dir_lock import LogDirLockedError, LogDirUnusableError
     from storage.log_manager import InconsistentMetaPropertiesError
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     import uvloop
 
-    from broker.faults import install_crash_point_file
+    from broker.base.faults import install_crash_point_file
 
     install_crash_point_file()
     try:

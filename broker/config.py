@@ -11,7 +11,7 @@ from urllib.parse import ParseResult, urlparse
 
 import yaml
 
-from broker.cluster.address import EtcdAddress
+from broker.store.address import EtcdAddress
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1

@@ -13,8 +13,9 @@ from typing import Any
 
 from broker import metrics
 from broker.api.services import Cluster, Services
-from broker.clock import now_ms
-from broker.cluster.local_store import LocalMetadataStore
+from broker.base.clock import now_ms
+from broker.base.faults import crash_point
+from broker.base.loop_watch import watch_loop
 from broker.cluster.membership import ClusterMembership
 from broker.cluster.producer_ids import PrefetchedProducerIdBlocks
 from broker.cluster.roles import ClusterRoles
@@ -28,14 +29,12 @@ from broker.coordination.hanging import HangingTransactionCheck
 from broker.coordination.marker_writer import MarkerWriter
 from broker.coordination.transactions import TransactionCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
-from broker.faults import crash_point
+from broker.front.connection import Connection
+from broker.front.listeners import bind_listener, bind_metrics
 from broker.handlers import HANDLER_TABLE
-from broker.loop_watch import watch_loop
 from broker.metrics import request_log
 from broker.metrics.collectors import StateSources
 from broker.metrics.service import BrokerMetrics, controller_status
-from broker.net.connection import Connection
-from broker.net.listeners import bind_listener, bind_metrics
 from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.acl_store import ClusterAcls, LocalAcls
@@ -44,6 +43,7 @@ from broker.security.client import inter_broker_security
 from broker.security.listener import listener_security
 from broker.security.rules import Policy
 from broker.security.scram_store import cluster_credentials, local_credentials
+from broker.store.local_store import LocalMetadataStore
 from coordinator.producer_ids import ProducerIdManager
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner

@@ -16,18 +16,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
 if TYPE_CHECKING:
-    from broker.api.caller import Caller
     from broker.api.registry import ApiHandler
-    from broker.cluster.image import PartitionState
-    from broker.cluster.local_store import TopicMetadata
+    from broker.base.caller import Caller
     from broker.cluster.placement import Refused
     from broker.cluster.topic_manager import NewTopic, TopicResult
     from broker.cluster.view import BrokerInfo, PartitionInfo
     from broker.config import BrokerConfig
     from broker.replication.fetch_sessions import FetchSessionCache
     from broker.replication.replica_manager import Partition
-    from broker.security.acl import AclBinding, AclFilter, AclOperation, ResourceType
+    from broker.security.acl import AclBinding, AclFilter
+    from broker.security.authorizer import Authorizer
     from broker.security.scram import ScramCredential, ScramMechanism
+    from broker.store.image import PartitionState
+    from broker.store.local_store import TopicMetadata
     from coordinator.group import (
         DescribedGroup,
         JoinRequest,
@@ -262,16 +263,6 @@ class Configs(Protocol):
     def check(self, scope: str, configs: dict[str, str]) -> str | None: ...
 
     def replace(self, scope: str, configs: dict[str, str]) -> None: ...
-
-
-class Authorizer(Protocol):
-    """Whether `caller` may perform `operation` on the named resource (Kafka's Authorizer)."""
-
-    def authorize(
-        self, caller: Caller, operation: AclOperation, resource: ResourceType, name: str
-    ) -> bool: ...
-
-    def authorize_any(self, caller: Caller, operation: AclOperation, resource: ResourceType) -> bool: ...
 
 
 class Acls(Protocol):

@@ -23,10 +23,8 @@ from typing import Any, TypeVar
 
 import aetcd.exceptions
 
-from broker.api.caller import Caller
-from broker.cluster.etcd_store import REGISTERED, EtcdMetadataStore, lease_not_found
+from broker.base.caller import Caller
 from broker.cluster.forwarding import ControllerChannel
-from broker.cluster.image import ClusterImage, ControllerRecord, PartitionState, TopicRecord
 from broker.cluster.placement import (
     Assignment,
     Refused,
@@ -40,6 +38,8 @@ from broker.cluster.placement import (
     reverted,
 )
 from broker.security.client import ClientSecurity
+from broker.store.etcd_store import REGISTERED, EtcdMetadataStore, lease_not_found
+from broker.store.image import ClusterImage, ControllerRecord, PartitionState, TopicRecord
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
 from protocol.types import NodeId

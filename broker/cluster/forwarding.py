@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.api.caller import Caller
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import ClusterImage
+from broker.base.caller import Caller
 from broker.net.client import BrokerClient, BrokerUnreachable
 from broker.security.client import ClientSecurity
 from broker.security.forwarded import forwarding_client_id
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import ClusterImage
 
 FORWARD_TIMEOUT_S = 30.0
 ELECTION_WAIT_S = 15.0

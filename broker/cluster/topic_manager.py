@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from broker.cluster.local_store import LocalMetadataStore, TopicMetadata, topic_name_error
+from broker.base.faults import crash_point
 from broker.cluster.placement import Assignment, Refused, more_assignment, topic_assignment
 from broker.config import BrokerConfig
-from broker.faults import crash_point
 from broker.replication.replica_manager import ReplicaManager
+from broker.store.local_store import LocalMetadataStore, TopicMetadata, topic_name_error
 from protocol.errors import ErrorCode
 from protocol.internal_topics import INTERNAL_TOPICS
 from storage.log_config import LogConfig, validate_topic_config

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker import metrics
-from broker.clock import now_ms, steady_ms
+from broker.base.clock import now_ms, steady_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.runtime import CoordinatorRuntime, InternalTopic

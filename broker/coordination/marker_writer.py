@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
-from broker.clock import now_ms
-from broker.faults import crash_point
+from broker.base.clock import now_ms
+from broker.base.faults import crash_point
 from broker.replication.replica_manager import Partition, replicated
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC

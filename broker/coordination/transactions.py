@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from broker import metrics
-from broker.clock import now_ms
+from broker.base.clock import now_ms
+from broker.base.faults import crash_point
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.parking import Parking
 from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
-from broker.faults import crash_point
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from broker.security.client import ClientSecurity
 from coordinator.transaction import (

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 
+from broker.api.authorize import authorize_cluster
 from broker.handlers.forwarding import on_controller
 from broker.security.acl import (
     CLUSTER_NAME,
@@ -19,7 +20,6 @@ from broker.security.acl import (
     Permission,
     ResourceType,
 )
-from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 

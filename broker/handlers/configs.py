@@ -12,10 +12,10 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from broker.cluster.local_store import TopicMetadata
+from broker.api.authorize import authorize, authorize_cluster
 from broker.dynamic_config import DEFAULT_SCOPE
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
+from broker.store.local_store import TopicMetadata
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage.log_config import (

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import ElectLeadersResponse
 
+from broker.api.authorize import authorize_cluster
 from broker.handlers.forwarding import on_controller
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.types import TopicPartition

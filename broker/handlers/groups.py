@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorize import authorize, authorize_cluster, authorized_operations
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster, authorized_operations
 from coordinator.group import JoinRequest, LeaveMember, SyncRequest
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode

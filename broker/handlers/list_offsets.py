@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
+from broker.api.authorize import authorize, authorize_cluster
 from broker.handlers.resolve import check_leader_epoch, resolve_partition, topic_name
 from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DescribeLogDirsResponse
 
+from broker.api.authorize import authorize_cluster
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 

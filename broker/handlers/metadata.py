@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
-from broker.cluster.local_store import TopicMetadata, topic_name_error
+from broker.api.authorize import authorize, authorize_cluster, authorized_operations, cluster_operations
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster, authorized_operations, cluster_operations
+from broker.store.local_store import TopicMetadata, topic_name_error
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorize import authorize
 from broker.handlers.resolve import topic_name
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize
 from coordinator.group import OffsetCommitInput, OffsetFetchResult
 from coordinator.group.types import FetchedOffset
 from coordinator.transaction import txn_offset_commit_operation

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.producer import ProduceResponse
 
 from broker import metrics
+from broker.api.authorize import authorize
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.replication.replica_manager import Partition, replicated
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize
 from coordinator.transaction import TxnOperation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode

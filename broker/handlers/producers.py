@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeProducersResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
+from broker.api.authorize import authorize, authorize_any, authorize_cluster
 from broker.handlers.resolve import resolve_partition
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_any, authorize_cluster
 from coordinator.producer_ids import ProducerIdsUnavailable
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode

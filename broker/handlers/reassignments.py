@@ -15,12 +15,12 @@ from kafka.protocol.admin import (
     ListPartitionReassignmentsResponse,
 )
 
+from broker.api.authorize import authorize_cluster
 from broker.cluster.controller import check_reassignment
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.cluster.placement import Refused
 from broker.handlers.forwarding import on_controller
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.types import LeaderEpoch, NodeId
 

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import DeleteRecordsResponse
 
+from broker.api.authorize import authorize
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from kafka.protocol.admin.users import (
     DescribeUserScramCredentialsResponse,
 )
 
+from broker.api.authorize import authorize_cluster
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
 from broker.security.scram import ScramCredential, ScramMechanism, credential_problem
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode

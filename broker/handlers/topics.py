@@ -12,12 +12,12 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from broker.api.authorize import authorize, authorize_cluster
 from broker.cluster.topic_manager import NewTopic, TopicResult
 from broker.handlers.configs import resolved_topic_configs
 from broker.handlers.forwarding import on_controller
 from broker.handlers.resolve import ZERO_UUID
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
 from protocol.errors import ErrorCode
 from storage.log_config import format_config_value
 

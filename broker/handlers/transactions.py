@@ -14,9 +14,9 @@ from kafka.protocol.producer import (
     EndTxnResponse,
 )
 
+from broker.api.authorize import authorize, authorize_cluster
 from broker.cluster.view import BrokerInfo
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 from protocol.types import TV2

@@ -30,7 +30,7 @@ PRODUCE, FETCH = 0, 1
 MS = 1000.0
 
 
-# -- requests (broker.net.connection) -----------------------------------------------------
+# -- requests (broker.front.connection) -----------------------------------------------------
 
 
 def request_done(api_key: int, version: int, received: float, started: float, response: Any) -> None:

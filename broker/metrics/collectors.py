@@ -23,7 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from broker.clock import now_ms
+from broker.base.clock import now_ms
 from broker.metrics.request_log import api_name
 from broker.metrics.stats import Histogram, Stats
 from coordinator.transaction.state import TxnState

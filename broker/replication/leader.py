@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.cluster.image import PartitionState
+from broker.store.image import PartitionState
 from protocol.types import NodeId
 
 NOT_FETCHED = -1

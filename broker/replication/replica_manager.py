@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
 from broker.replication.write_failures import WriteFailures
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from protocol.types import (

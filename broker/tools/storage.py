@@ -65,8 +65,8 @@ def _field(part: str, spec: str) -> tuple[str, str]:
 
 
 def _store_locally(config: BrokerConfig, entries: list[Entry]) -> str:
-    from broker.cluster.local_store import LocalMetadataStore
     from broker.security.scram_store import local_credentials
+    from broker.store.local_store import LocalMetadataStore
 
     directory = config.log_dirs[0]
     directory.mkdir(parents=True, exist_ok=True)
@@ -76,8 +76,8 @@ def _store_locally(config: BrokerConfig, entries: list[Entry]) -> str:
 
 
 async def _store_in_etcd(config: BrokerConfig, entries: list[Entry]) -> str:
-    from broker.cluster.address import EtcdAddress
-    from broker.cluster.etcd_store import EtcdMetadataStore
+    from broker.store.address import EtcdAddress
+    from broker.store.etcd_store import EtcdMetadataStore
 
     store = EtcdMetadataStore(EtcdAddress.parse(config["metadata.store"]))
     await store.open(attempts=config["metadata.store.connect.attempts"])

@@ -36,7 +36,7 @@ SWAP_SUFFIX = ".swap"
 SWAP_END_SUFFIX = ".swapend"
 DELETED_SUFFIX = ".deleted"
 
-# The broker passes broker.faults.crash_point (storage never imports broker).
+# The broker passes broker.base.faults.crash_point (storage never imports broker).
 CrashPoint = Callable[[str], None]
 
 

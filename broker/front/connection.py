@@ -28,10 +28,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from broker import metrics
-from broker.api.caller import Caller
 from broker.api.context import AppendTurn, RequestContext
 from broker.api.registry import ApiHandler
-from broker.faults import fail_point
+from broker.base.caller import Caller
+from broker.base.faults import fail_point
 from broker.handlers import api_versions
 from broker.metrics import request_log
 from broker.security.forwarded import original_caller
