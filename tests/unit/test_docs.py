@@ -289,6 +289,10 @@ def test_operations_page_lists_every_gregor_command() -> None:
     assert listed == set(_subcommands(_cli()))
 
 
+def _strings(node: ast.Tuple) -> list[str]:
+    return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
 def _metric_families() -> set[str]:
     """Every metric family name broker/metrics/collectors.py builds: its `kafka_...`/`gregor_...`
     strings, and PREFIX + "name" (or PREFIX + a variable taking the first items of a tuple table)."""
@@ -303,13 +307,13 @@ def _metric_families() -> set[str]:
     for function in ast.walk(tree):
         if not isinstance(function, ast.FunctionDef):
             continue
-        firsts = [t.elts[0].value for t in ast.walk(function) if isinstance(t, ast.Tuple) and t.elts
-                  and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in t.elts)]
+        firsts = [_strings(t)[0] for t in ast.walk(function) if isinstance(t, ast.Tuple) and t.elts
+                  and len(_strings(t)) == len(t.elts)]
         for op in ast.walk(function):
             if isinstance(op, ast.BinOp) and isinstance(op.left, ast.Name) and op.left.id in prefixes:
                 prefix = prefixes[op.left.id]
                 if isinstance(op.right, ast.Constant):
-                    names.add(prefix + op.right.value)
+                    names.add(prefix + str(op.right.value))
                 elif isinstance(op.right, ast.Name):
                     names |= {prefix + str(first) for first in firsts}
     return names
