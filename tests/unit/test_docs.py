@@ -228,6 +228,14 @@ def test_every_file_path_named_exists(page: Path) -> None:
     assert not missing, f"{_rel(page)} names paths that are not in the repository: {missing}"
 
 
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_every_top_level_file_named_exists(page: Path) -> None:
+    named = {span for span in INLINE.findall(FENCE.sub("", page.read_text()))
+             if re.fullmatch(r"[\w.-]+\.(?:yml|toml|md)|Dockerfile|Makefile", span)}
+    missing = sorted(name for name in named if not (ROOT / name).exists())
+    assert not missing, f"{_rel(page)} names files the repository's top level lacks: {missing}"
+
+
 # -- docs/broker.md: the APIs and their versions ---------------------------------------
 
 
