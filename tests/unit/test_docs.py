@@ -236,6 +236,35 @@ def test_every_top_level_file_named_exists(page: Path) -> None:
     assert not missing, f"{_rel(page)} names files the repository's top level lacks: {missing}"
 
 
+# Names that look like broker or topic configs but belong to clients, or to Kafka alone.
+NOT_BROKER_KEYS = {
+    "message.timeout.ms", "transaction.timeout.ms", "sasl.mechanism",  # clients' settings
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",  # Kafka's, absent here
+}
+CONFIG_LIKE = re.compile(
+    r"(?:log|offsets|transaction|group|replica|broker|metadata|ssl|sasl|auto|num|min|max|message|segment"
+    r"|retention|cleanup|compression|delete|flush|leader|producer|connections|socket|default|node"
+    r"|listeners?|advertised|inter|super|allow|authorizer|cluster|metrics)\.[a-z.]+(?<!\.py)"
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_every_config_key_named_exists(page: Path) -> None:
+    """A config name in the prose, or a key of a YAML example, is a broker key, a dynamic broker
+    key or a topic config (per-listener `listener.name.<l>.` keys checked without the prefix)."""
+    from broker.config import KEYS
+    from storage.log_config import DYNAMIC_BROKER_CONFIGS, TOPIC_CONFIGS
+
+    known = set(KEYS) | set(DYNAMIC_BROKER_CONFIGS) | set(TOPIC_CONFIGS) | NOT_BROKER_KEYS
+    text = page.read_text()
+    named = {s for s in INLINE.findall(FENCE.sub("", text)) if CONFIG_LIKE.fullmatch(s)}
+    for block in re.findall(r"^```yaml\n(.*?)^```", text, re.M | re.S):
+        named |= set(re.findall(r"^([a-z][\w.-]*):", block, re.M))
+    named = {re.sub(r"^listener\.name\.[a-z_]+\.(?:[a-z0-9-]+\.(?=sasl\.jaas))?", "", n) for n in named}
+    unknown = sorted(named - known - {"services"})  # `services:` opens a compose file example
+    assert not unknown, f"{_rel(page)} names config keys Gregor does not have: {unknown}"
+
+
 # -- docs/broker.md: the APIs and their versions ---------------------------------------
 
 
