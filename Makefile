@@ -91,7 +91,7 @@ chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS) $(JAVA_DEPS)
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG) $(ARGS)
 
-# kcat (the README's examples) from Debian's packages, unless it is there.
+# kcat (the README's tour) from Debian's packages, unless it is there.
 kcat:
 	command -v kcat >/dev/null || (apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq kcat)
 

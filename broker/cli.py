@@ -8,7 +8,7 @@
     gregor acls --bootstrap-server HOST:PORT --add|--remove|--list ...
     gregor configs --bootstrap-server HOST:PORT --entity-type users --describe|--alter ...
     gregor storage format --config FILE [--add-scram 'SCRAM-SHA-512=[name=...,password=...]']
-    gregor config-docs [--readme README.md]
+    gregor config-docs [--doc docs/configuration.md]
     gregor --version
 
 A mistake of the user (configuration, busy port, a data dir in use) ends start-up
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--log-level", default="INFO", type=_log_level, metavar="LEVEL",
                         help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
     docs = sub.add_parser("config-docs", help="print the table of configuration keys (Markdown)")
-    docs.add_argument("--readme", type=Path, help="rewrite the key table inside this README instead")
+    docs.add_argument("--doc", type=Path, help="rewrite the key table inside this Markdown page instead")
     transactions_tool.add_parser(sub)
     dump_tool.add_parser(sub)
     topics_tool.add_parser(sub)
@@ -127,13 +127,13 @@ async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     )
 
 
-def _config_docs(readme: Path | None) -> int:
+def _config_docs(page: Path | None) -> int:
     from broker.config import config_docs, with_config_docs
 
-    if readme is None:
+    if page is None:
         sys.stdout.write(config_docs())
         return 0
-    readme.write_text(with_config_docs(readme.read_text()))
+    page.write_text(with_config_docs(page.read_text()))
     return 0
 
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if tool is not None:
         return tool(args)
     if args.command == "config-docs":
-        return _config_docs(args.readme)
+        return _config_docs(args.doc)
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
