@@ -29,6 +29,7 @@ from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.types import IsolationLevel
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -37,7 +38,6 @@ API_KEY = ApiKey.FETCH
 R = FetchResponse
 PartitionData = R.FetchableTopicResponse.PartitionData
 AbortedTransaction = PartitionData.AbortedTransaction
-READ_COMMITTED = 1
 FINAL_EPOCH = -1  # a fetch that closes its session (or wants none)
 
 
@@ -127,7 +127,7 @@ def _diverging(w: Wanted) -> Any:
     return None
 
 
-def _read(w: Wanted, budget: int, isolation: int, first: bool, follower: bool) -> tuple[Any, int]:
+def _read(w: Wanted, budget: int, isolation: IsolationLevel, first: bool, follower: bool) -> tuple[Any, int]:
     """One partition's data: below the high watermark, or below the LSO for read_committed;
     a follower reads to the log end, or learns where its log diverged."""
     index = w.fetch.partition
@@ -140,9 +140,9 @@ def _read(w: Wanted, budget: int, isolation: int, first: bool, follower: bool) -
         data = _empty(index, ErrorCode.NONE, w.part)
         data.diverging_epoch = diverging
         return data, 0
-    upper = log.log_end_offset if follower else stable if isolation == READ_COMMITTED else log.high_watermark
+    committed = isolation is IsolationLevel.READ_COMMITTED
+    upper = log.log_end_offset if follower else stable if committed else log.high_watermark
     max_bytes = min(w.fetch.partition_max_bytes, budget)
-    committed = isolation == READ_COMMITTED
     info = log.read(w.fetch.fetch_offset, max_bytes, upper, first, collect_aborted=committed)
     if info.error != ErrorCode.NONE:
         return _empty(index, ErrorCode(info.error), w.part), 0
@@ -165,8 +165,9 @@ def _read_all(wanted: list[Wanted], request: Any, follower: bool) -> tuple[list[
     total = 0
     errors = False
     out = []
+    isolation = IsolationLevel.of(request.isolation_level)
     for w in wanted:
-        data, size = _read(w, max(budget - total, 0), request.isolation_level, total == 0, follower)
+        data, size = _read(w, max(budget - total, 0), isolation, total == 0, follower)
         total += size
         errors = errors or data.error_code != ErrorCode.NONE
         out.append(data)

@@ -12,6 +12,7 @@ from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.types import IsolationLevel
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -26,7 +27,6 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6  # tiered storage: Gregor has none, so no offset
 TIERED = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
 FIRST_VERSION_WITH_PENDING_UPLOAD = 11
-READ_COMMITTED = 1
 
 
 def _unsupported(timestamp: int, version: int) -> bool:
@@ -36,13 +36,13 @@ def _unsupported(timestamp: int, version: int) -> bool:
     return timestamp != EARLIEST_PENDING_UPLOAD or version < FIRST_VERSION_WITH_PENDING_UPLOAD
 
 
-def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, int]:
+def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets query."""
     log = part.log
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1, part.leader_epoch
     if timestamp == LATEST:
-        end = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
+        end = log.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else log.high_watermark
         return end, -1, part.leader_epoch
     if timestamp in TIERED:
         return -1, -1, -1
@@ -57,7 +57,7 @@ def _may_describe(ctx: RequestContext, topic: Any) -> bool:
     return name is None or authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
 
-def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> Any:
+def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: IsolationLevel) -> Any:
     index = query.partition_index
     if not _may_describe(ctx, topic):
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -78,7 +78,9 @@ def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> An
 
 
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
-    isolation = request.isolation_level if ctx.version >= 2 else 0
+    isolation = IsolationLevel.READ_UNCOMMITTED
+    if ctx.version >= 2:  # the field since v2
+        isolation = IsolationLevel.of(request.isolation_level)
     topics = [
         L.ListOffsetsTopicResponse(
             name=topic.name,

@@ -28,7 +28,7 @@ from broker.net.client import BrokerClient, BrokerUnreachable
 from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
-from protocol.types import TopicPartition
+from protocol.types import IsolationLevel, TopicPartition
 from storage.log import Log, ReplicaDataError
 
 log = logging.getLogger(__name__)
@@ -174,8 +174,8 @@ class ReplicaFetcher:
             gone.setdefault(topic, []).append(index)
         return cls(
             replica_id=self.node_id, max_wait_ms=self._max_wait_ms, min_bytes=1,
-            max_bytes=self._max_bytes, isolation_level=0, session_id=self._session.session_id,
-            session_epoch=self._session.epoch,
+            max_bytes=self._max_bytes, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            session_id=self._session.session_id, session_epoch=self._session.epoch,
             topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
             forgotten_topics_data=[cls.ForgottenTopic(topic=t, partitions=ps) for t, ps in gone.items()],
             rack_id="",
