@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from broker.cluster.view import BrokerInfo, PartitionInfo
     from broker.config import BrokerConfig
     from broker.replication.fetch_sessions import FetchSessionCache
-    from broker.replication.replica_manager import Partition
+    from broker.replication.replica_manager import DeleteRecordsResult, Partition
     from broker.security.acl import AclBinding, AclFilter
     from broker.security.authorizer import Authorizer
     from broker.security.scram import ScramCredential, ScramMechanism
@@ -78,6 +78,8 @@ class Partitions(PartitionWriter, Protocol):
     ) -> Verification | None: ...
 
     def verification_current(self, part: Partition, guard: Verification) -> bool: ...
+
+    def delete_records(self, part: Partition, offset: int) -> DeleteRecordsResult: ...
 
     def append_txn_marker(
         self, part: Partition, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 API_KEY = 21
 R = DeleteRecordsResponse
 PartResult = R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
-HIGH_WATERMARK = -1
+HIGH_WATERMARK = -1  # the offset that means "up to the high watermark"
 
 
 def _delete_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
@@ -29,12 +29,10 @@ def _delete_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResult(partition_index=index, low_watermark=-1, error_code=error)
-    offset = part.log.high_watermark if query.offset == HIGH_WATERMARK else query.offset
-    if offset < 0:
+    if query.offset < HIGH_WATERMARK:
         return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
-    error = ErrorCode(part.log.delete_records_before(offset))
-    low_watermark = part.log.log_start_offset if error == ErrorCode.NONE else -1  # as Kafka answers
-    return PartResult(partition_index=index, low_watermark=low_watermark, error_code=error)
+    result = ctx.services.partitions.delete_records(part, query.offset)  # -1 on an error, as Kafka
+    return PartResult(partition_index=index, low_watermark=result.low_watermark, error_code=result.error)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
