@@ -60,10 +60,6 @@ def marker(intent: MarkerIntent, partitions: set[TopicPartition]) -> Any:
     )
 
 
-def marker_request(intent: MarkerIntent, partitions: set[TopicPartition]) -> WriteTxnMarkersRequest:
-    return WriteTxnMarkersRequest(markers=[marker(intent, partitions)])
-
-
 @dataclass
 class _Destination:
     """One destination broker. The markers submitted in one event-loop turn go out as one
