@@ -116,7 +116,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     return M(
         throttle_time_ms=0, brokers=_brokers(ctx), cluster_id=services.cluster.cluster_id,
         controller_id=services.cluster.controller_id(), topics=topics, error_code=ErrorCode.NONE,
-        authorized_operations=cluster_operations(ctx) if asks_cluster else NOT_PROVIDED,
+        authorized_operations=cluster_operations(ctx) if asks_cluster else NOT_PROVIDED,  # type: ignore[arg-type]
     )
 
 
@@ -137,7 +137,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     brokers = services.cluster.brokers_on(ctx.caller.listener)
     return D(
         throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, endpoint_type=1,
-        authorized_operations=cluster_operations(ctx) if asks else NOT_PROVIDED,
+        authorized_operations=cluster_operations(ctx) if asks else NOT_PROVIDED,  # type: ignore[arg-type]
         cluster_id=services.cluster.cluster_id, controller_id=services.cluster.controller_id(),
         brokers=[D.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
                                          rack=b.rack, is_fenced=False) for b in brokers],
