@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from protocol.messages import REQUESTS, RESPONSES, schema_versions
 
+# A handler takes its API's request class and returns its response class; the table holds
+# every API's, so it is typed loosely here and strictly in each handler module.
 Handler = Callable[[Any, Any], Coroutine[Any, Any, Any]]
+Handlers = Mapping[int, Handler]
 
 
 @dataclass(frozen=True, slots=True)

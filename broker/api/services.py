@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
 if TYPE_CHECKING:
+    from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+
     from broker.api.registry import ApiHandler
     from broker.base.caller import Caller
     from broker.cluster.placement import Refused
@@ -250,7 +252,7 @@ class TransactionCompletions(Protocol):
 class Markers(Protocol):
     """Writing COMMIT/ABORT markers where this broker leads (WriteTxnMarkers)."""
 
-    async def write(self, request: Any) -> Any: ...
+    async def write(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse: ...
 
 
 class Configs(Protocol):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 
 from broker.api.authorize import authorize_cluster
+from broker.api.registry import Handlers
 from broker.handlers.forwarding import on_controller
 from broker.security.acl import (
     CLUSTER_NAME,
@@ -207,7 +208,7 @@ def _delete_not_controller(request: Any) -> Any:
 
 
 VERSIONS = {ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3), ApiKey.DELETE_ACLS: (1, 3)}
-HANDLERS = {
+HANDLERS: Handlers = {
     ApiKey.DESCRIBE_ACLS: describe,
     ApiKey.CREATE_ACLS: on_controller(_create, _create_not_controller),
     ApiKey.DELETE_ACLS: on_controller(_delete, _delete_not_controller),

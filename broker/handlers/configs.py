@@ -13,6 +13,7 @@ from kafka.protocol.admin import (
 )
 
 from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.dynamic_config import DEFAULT_SCOPE
 from broker.security.acl import AclOperation, ResourceType
 from broker.store.local_store import TopicMetadata
@@ -328,7 +329,7 @@ async def handle_incremental_alter(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {DESCRIBE: (0, 4), ALTER: (0, 2), INCREMENTAL_ALTER: (0, 1)}
-HANDLERS = {
+HANDLERS: Handlers = {
     DESCRIBE: handle_describe,
     ALTER: handle_alter,
     INCREMENTAL_ALTER: handle_incremental_alter,

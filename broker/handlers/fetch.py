@@ -23,6 +23,7 @@ from kafka.protocol.consumer import FetchResponse
 
 from broker import metrics
 from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition, topic_name
 from broker.replication.fetch_sessions import FetchSession, topic_key
 from broker.replication.replica_manager import Partition
@@ -291,4 +292,4 @@ def _record_follower(ctx: RequestContext, wanted: list[Wanted], node: int) -> No
 
 
 VERSIONS = {API_KEY: (4, 18)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.api.authorize import authorize, authorize_cluster, authorized_operations
+from broker.api.registry import Handlers
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
 from coordinator.group import JoinRequest, LeaveMember, SyncRequest
 from protocol.api_keys import ApiKey
@@ -239,7 +240,7 @@ VERSIONS = {
     LIST: (0, 5),
     DELETE: (0, 2),
 }
-HANDLERS = {
+HANDLERS: Handlers = {
     JOIN: handle_join,
     HEARTBEAT: handle_heartbeat,
     LEAVE: handle_leave,

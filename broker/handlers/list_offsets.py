@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
+from kafka.protocol.consumer import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 
 from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.handlers.resolve import check_leader_epoch, resolve_partition, topic_name
 from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
@@ -22,6 +28,8 @@ L = ListOffsetsResponse
 LPart = L.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 E = OffsetForLeaderEpochResponse
 EPart = E.OffsetForLeaderTopicResult.EpochEndOffset
+LTopic = ListOffsetsRequest.ListOffsetsTopic
+ETopic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6  # tiered storage: Gregor has none, so no offset
@@ -52,12 +60,14 @@ def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple
     return found.offset, found.timestamp, found.leader_epoch
 
 
-def _may_describe(ctx: RequestContext, topic: Any) -> bool:
+def _may_describe(ctx: RequestContext, topic: LTopic | ETopic) -> bool:
     name, _ = topic_name(ctx, topic)
     return name is None or authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
 
-def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: IsolationLevel) -> Any:
+def _list_one(
+    ctx: RequestContext, topic: LTopic, query: LTopic.ListOffsetsPartition, isolation: IsolationLevel
+) -> LPart:
     index = query.partition_index
     if not _may_describe(ctx, topic):
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -77,7 +87,7 @@ def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: IsolationL
     )
 
 
-async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> L:
     isolation = IsolationLevel.READ_UNCOMMITTED
     if ctx.version >= 2:  # the field since v2
         isolation = IsolationLevel.of(request.isolation_level)
@@ -91,7 +101,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return L(throttle_time_ms=0, topics=topics)
 
 
-def _epoch_one(ctx: RequestContext, topic: Any, query: Any, denied: ErrorCode | None) -> Any:
+def _epoch_one(
+    ctx: RequestContext, topic: ETopic, query: ETopic.OffsetForLeaderPartition, denied: ErrorCode | None
+) -> EPart:
     if denied is None and not _may_describe(ctx, topic):
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if denied is not None:
@@ -105,7 +117,7 @@ def _epoch_one(ctx: RequestContext, topic: Any, query: Any, denied: ErrorCode | 
     return EPart(error_code=ErrorCode.NONE, partition=query.partition, leader_epoch=epoch, end_offset=end)
 
 
-async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> E:
     """A follower (v3+ replica id) needs ClusterAction on the cluster, a client Describe per topic."""
     follower = ctx.version >= 3 and request.replica_id >= 0
     denied = None
@@ -121,4 +133,6 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
 
 
 VERSIONS = {LIST_OFFSETS: (0, 11), OFFSET_FOR_LEADER_EPOCH: (0, 4)}
-HANDLERS = {LIST_OFFSETS: handle_list_offsets, OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch}
+HANDLERS: Handlers = {
+    LIST_OFFSETS: handle_list_offsets, OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+}

@@ -10,6 +10,7 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from broker.api.authorize import authorize, authorize_cluster, authorized_operations, cluster_operations
+from broker.api.registry import Handlers
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
 from broker.store.local_store import TopicMetadata, topic_name_error
 from protocol.api_keys import ApiKey
@@ -145,4 +146,4 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {METADATA: (0, 13), DESCRIBE_CLUSTER: (0, 2)}
-HANDLERS = {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}
+HANDLERS: Handlers = {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}

@@ -10,6 +10,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from broker import metrics
 from broker.api.authorize import authorize
+from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.replication.replica_manager import Partition, replicated
 from broker.security.acl import AclOperation, ResourceType
@@ -275,4 +276,4 @@ def _topic_response(topic_data: Any, parts: list[Any]) -> Any:
 
 
 VERSIONS = {API_KEY: (3, 13)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

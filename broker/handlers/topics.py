@@ -13,6 +13,7 @@ from kafka.protocol.admin import (
 )
 
 from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.cluster.topic_manager import NewTopic, TopicResult
 from broker.handlers.configs import resolved_topic_configs
 from broker.handlers.forwarding import on_controller
@@ -187,7 +188,7 @@ def _not_controller(api_key: int) -> Callable[[Any], Any]:
 
 
 VERSIONS = {CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3)}
-HANDLERS = {
+HANDLERS: Handlers = {
     CREATE_TOPICS: on_controller(handle_create_topics, _not_controller(CREATE_TOPICS)),
     DELETE_TOPICS: on_controller(handle_delete_topics, _not_controller(DELETE_TOPICS)),
     CREATE_PARTITIONS: on_controller(handle_create_partitions, _not_controller(CREATE_PARTITIONS)),

@@ -15,6 +15,7 @@ from kafka.protocol.producer import (
 )
 
 from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.cluster.view import BrokerInfo
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey, fenced_error_for_version
@@ -231,7 +232,7 @@ VERSIONS = {
     FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 5), ADD_OFFSETS: (0, 4), END_TXN: (0, 5),
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
-HANDLERS = {
+HANDLERS: Handlers = {
     FIND_COORDINATOR: handle_find_coordinator,
     ADD_PARTITIONS: handle_add_partitions,
     ADD_OFFSETS: handle_add_offsets,
