@@ -4,10 +4,19 @@ without an authorizer; creations and deletions carried out on the controller (fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import IntEnum
 from itertools import groupby
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
-from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
+from kafka.protocol.admin import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
 
 from broker.api.authorize import authorize_cluster
 from broker.api.registry import Handlers
@@ -29,9 +38,12 @@ if TYPE_CHECKING:
     from broker.api.services import Acls
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
+E = TypeVar("E", bound=IntEnum)
+FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
+ToResult = Callable[[ErrorCode, str | None, list[AclBinding]], FilterResult]
 
 
-def _enum(kind: Any, value: int) -> Any:
+def _enum(kind: type[E], value: int) -> E:
     try:
         return kind(value)
     except ValueError:
@@ -45,7 +57,7 @@ def _pattern(ctx: RequestContext, value: int) -> PatternType:
 # -- DescribeAcls ---------------------------------------------------------------------------
 
 
-def _filter(ctx: RequestContext, r: Any) -> AclFilter:
+def _filter(ctx: RequestContext, r: DescribeAclsRequest | DeleteAclsRequest.DeleteAclsFilter) -> AclFilter:
     """DescribeAcls' request and each of DeleteAcls' filters have the same fields."""
     return AclFilter(
         _enum(ResourceType, r.resource_type_filter), r.resource_name_filter,
@@ -54,7 +66,7 @@ def _filter(ctx: RequestContext, r: Any) -> AclFilter:
     )
 
 
-def _described(acls: list[AclBinding]) -> list[Any]:
+def _described(acls: list[AclBinding]) -> list[DescribeAclsResponse.DescribeAclsResource]:
     R = DescribeAclsResponse
     by_resource = sorted(acls, key=lambda a: (a.resource_type, a.name, a.pattern_type))
     return [
@@ -70,13 +82,15 @@ def _described(acls: list[AclBinding]) -> list[Any]:
     ]
 
 
-def _describe_answer(error: ErrorCode, message: str | None = None, acls: tuple[AclBinding, ...] = ()) -> Any:
+def _describe_answer(
+    error: ErrorCode, message: str | None = None, acls: tuple[AclBinding, ...] = ()
+) -> DescribeAclsResponse:
     return DescribeAclsResponse(
         throttle_time_ms=0, error_code=error, error_message=message, resources=_described(list(acls))
     )
 
 
-async def describe(ctx: RequestContext, request: Any) -> Any:
+async def describe(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         return _describe_answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     store = ctx.services.acls
@@ -91,7 +105,7 @@ async def describe(ctx: RequestContext, request: Any) -> Any:
 # -- CreateAcls ------------------------------------------------------------------------------
 
 
-def _binding(ctx: RequestContext, c: Any) -> AclBinding:
+def _binding(ctx: RequestContext, c: CreateAclsRequest.AclCreation) -> AclBinding:
     return AclBinding(
         _enum(ResourceType, c.resource_type), c.resource_name or "",
         _pattern(ctx, c.resource_pattern_type), c.principal or "", c.host or "",
@@ -127,11 +141,11 @@ def creation_problem(acl: AclBinding) -> str | None:
     return None
 
 
-async def _create(ctx: RequestContext, request: Any) -> Any:
+async def _create(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     R = CreateAclsResponse
     wanted = [_binding(ctx, c) for c in request.creations]
 
-    def answer(errors: list[tuple[ErrorCode, str | None]]) -> Any:
+    def answer(errors: list[tuple[ErrorCode, str | None]]) -> CreateAclsResponse:
         return R(throttle_time_ms=0, results=[
             R.AclCreationResult(error_code=e, error_message=m) for e, m in errors
         ])
@@ -151,7 +165,7 @@ async def _create(ctx: RequestContext, request: Any) -> Any:
 # -- DeleteAcls ------------------------------------------------------------------------------
 
 
-def _deleted(acls: list[AclBinding]) -> list[Any]:
+def _deleted(acls: list[AclBinding]) -> list[FilterResult.DeleteAclsMatchingAcl]:
     M = DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
     return [
         M(error_code=ErrorCode.NONE, error_message=None, resource_type=a.resource_type,
@@ -161,14 +175,14 @@ def _deleted(acls: list[AclBinding]) -> list[Any]:
     ]
 
 
-async def _delete(ctx: RequestContext, request: Any) -> Any:
+async def _delete(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     R = DeleteAclsResponse
     filters = [_filter(ctx, f) for f in request.filters]
 
-    def result(error: ErrorCode, message: str | None, acls: list[AclBinding]) -> Any:
+    def result(error: ErrorCode, message: str | None, acls: list[AclBinding]) -> FilterResult:
         return R.DeleteAclsFilterResult(error_code=error, error_message=message, matching_acls=_deleted(acls))
 
-    def answer(results: list[Any]) -> Any:
+    def answer(results: list[FilterResult]) -> DeleteAclsResponse:
         return R(throttle_time_ms=0, filter_results=results)
 
     if not authorize_cluster(ctx, AclOperation.ALTER):
@@ -180,7 +194,7 @@ async def _delete(ctx: RequestContext, request: Any) -> Any:
     return answer(await _delete_valid(store, filters, result))
 
 
-async def _delete_valid(store: Acls, filters: list[AclFilter], result: Any) -> list[Any]:
+async def _delete_valid(store: Acls, filters: list[AclFilter], result: ToResult) -> list[FilterResult]:
     problems = [f.problem() for f in filters]
     valid = [f for f, p in zip(filters, problems, strict=True) if p is None]
     found = iter(await store.delete(valid))
@@ -191,7 +205,7 @@ async def _delete_valid(store: Acls, filters: list[AclFilter], result: Any) -> l
     ]
 
 
-def _create_not_controller(request: Any) -> Any:
+def _create_not_controller(request: CreateAclsRequest) -> CreateAclsResponse:
     R = CreateAclsResponse
     return R(throttle_time_ms=0, results=[
         R.AclCreationResult(error_code=ErrorCode.NOT_CONTROLLER, error_message=None)
@@ -199,7 +213,7 @@ def _create_not_controller(request: Any) -> Any:
     ])
 
 
-def _delete_not_controller(request: Any) -> Any:
+def _delete_not_controller(request: DeleteAclsRequest) -> DeleteAclsResponse:
     R = DeleteAclsResponse
     return R(throttle_time_ms=0, filter_results=[
         R.DeleteAclsFilterResult(error_code=ErrorCode.NOT_CONTROLLER, error_message=None, matching_acls=[])

@@ -4,13 +4,22 @@ admin queries ListTransactions / DescribeTransactions."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from kafka.protocol.admin import DescribeTransactionsResponse, ListTransactionsResponse
-from kafka.protocol.metadata import FindCoordinatorResponse
+from kafka.protocol.admin import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
     EndTxnResponse,
 )
 
@@ -34,6 +43,8 @@ F = FindCoordinatorResponse
 A = AddPartitionsToTxnResponse
 TopicResult = A.AddPartitionsToTxnTopicResult
 PartResult = TopicResult.AddPartitionsToTxnPartitionResult
+# the topics of a v3 request, or of one transaction of a v4+ one
+AddTopics = Sequence[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
 
 
 def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
@@ -76,7 +87,7 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCod
     return (ErrorCode.NONE, found) if found is not None else (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
 
 
-async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> F:
     if ctx.version < 4:
         error, node = _coordinator(ctx, request.key_type if ctx.version else GROUP_KEY, request.key)
         return F(throttle_time_ms=0, error_code=error, error_message=None if node else error.name,
@@ -92,8 +103,8 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     return F(throttle_time_ms=0, coordinators=coordinators)
 
 
-def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[Any]:
-    by_topic: dict[str, list[Any]] = {}
+def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[TopicResult]:
+    by_topic: dict[str, list[PartResult]] = {}
     for (topic, index), error in sorted(partitions.items()):
         by_topic.setdefault(topic, []).append(PartResult(partition_index=index, partition_error_code=error))
     return [TopicResult(name=t, results_by_partition=p) for t, p in by_topic.items()]
@@ -114,7 +125,9 @@ def _refused(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[s
     return refused
 
 
-async def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify: bool) -> Any:
+async def _add_one(
+    ctx: RequestContext, tid: str, pid: int, epoch: int, topics: AddTopics, verify: bool
+) -> dict[tuple[str, int], ErrorCode]:
     wanted = [(t.name, i) for t in topics for i in t.partitions]
     if ctx.version <= 3 and not _may_write_txn(ctx, tid):
         return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -131,7 +144,7 @@ async def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: 
                                          ctx.version) for tp in wanted}
 
 
-async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_partitions(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> A:
     if ctx.version <= 3:
         errors = await _add_one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                 request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
@@ -150,7 +163,7 @@ async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
     return A(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
 
 
-async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_offsets(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not _may_write_txn(ctx, request.transactional_id):
         error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -164,7 +177,7 @@ async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     # EndTxn v5: the client speaks transaction version 2. As in Kafka, the request version
     # decides, whatever level the broker finalized (a client at level 1 never sends v5).
     version = TV2 if ctx.version >= FIRST_TV2_END_TXN else 0
@@ -178,7 +191,9 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     return EndTxnResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
 
 
-async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_transactions(
+    ctx: RequestContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
     D = DescribeTransactionsResponse
     states = []
     for tid in request.transactional_ids:
@@ -205,7 +220,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     return D(throttle_time_ms=0, transaction_states=states)
 
 
-async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_transactions(
+    ctx: RequestContext, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
     L = ListTransactionsResponse
     duration = request.duration_filter if ctx.version >= 1 else -1
     result = ctx.services.transactions.list_transactions(
