@@ -19,17 +19,15 @@ def authorize_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
     return authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-def authorized_operations(ctx: RequestContext, resource: ResourceType, name: str) -> frozenset[int]:
+def authorized_operations(ctx: RequestContext, resource: ResourceType, name: str) -> set[int]:
     """The operations on `name` the caller may perform, as the codec's bit-set of operation codes
     (what Kafka's AuthHelper.authorizedOperations packs into the 32-bit field)."""
-    return frozenset(
-        int(op) for op in SUPPORTED_OPERATIONS[resource] if authorize(ctx, op, resource, name)
-    )
+    return {int(op) for op in SUPPORTED_OPERATIONS[resource] if authorize(ctx, op, resource, name)}
 
 
-def cluster_operations(ctx: RequestContext) -> frozenset[int]:
+def cluster_operations(ctx: RequestContext) -> set[int]:
     """Kafka's cluster answer: nothing (0) without DESCRIBE on the cluster, else the allowed set."""
     if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return frozenset()
+        return set()
     return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
 

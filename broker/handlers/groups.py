@@ -3,15 +3,33 @@ DescribeGroups, ListGroups, DeleteGroups."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 
 from broker.api.authorize import authorize, authorize_cluster, authorized_operations
 from broker.api.registry import Handlers
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
-from coordinator.group import JoinRequest, LeaveMember, SyncRequest
+from coordinator.group import DescribedGroup, JoinRequest, LeaveMember, SyncRequest
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-from protocol.messages import RESPONSES
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -44,8 +62,8 @@ def _protocol_name(ctx: RequestContext, name: str | None) -> str | None:
     return "" if name is None and ctx.version < JOIN_NULLABLE_PROTOCOL_NAME else name
 
 
-async def handle_join(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[JOIN]
+async def handle_join(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    R = JoinGroupResponse
     if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(
             throttle_time_ms=0,
@@ -88,8 +106,8 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_sync(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[SYNC]
+async def handle_sync(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    R = SyncGroupResponse
     if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(throttle_time_ms=0, error_code=error, assignment=b"")
     answer = await ctx.services.groups.sync_group(
@@ -112,7 +130,7 @@ async def handle_sync(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     if (error := _member_unready(ctx, request.group_id)) is None:
         error = await ctx.services.groups.heartbeat(
             request.group_id,
@@ -120,11 +138,11 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
             request.generation_id,
             request.group_instance_id if ctx.version >= 3 else None,
         )
-    return RESPONSES[HEARTBEAT](throttle_time_ms=0, error_code=error)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
 
-async def handle_leave(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[LEAVE]
+async def handle_leave(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    R = LeaveGroupResponse
     if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(throttle_time_ms=0, error_code=error, members=[])
     if ctx.version >= 3:
@@ -139,8 +157,8 @@ async def handle_leave(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, error_code=error, members=members)
 
 
-async def handle_describe(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[DESCRIBE]
+async def handle_describe(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    R = DescribeGroupsResponse
     G = R.DescribedGroup
     if (error := _unready(ctx)) is not None:
         return R(
@@ -169,8 +187,8 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, groups=groups)
 
 
-def _described(ctx: RequestContext, g: Any, asks: bool) -> Any:
-    G = RESPONSES[DESCRIBE].DescribedGroup
+def _described(ctx: RequestContext, g: DescribedGroup, asks: bool) -> DescribeGroupsResponse.DescribedGroup:
+    G = DescribeGroupsResponse.DescribedGroup
     return (
         G(
             error_code=g.error,
@@ -194,13 +212,13 @@ def _described(ctx: RequestContext, g: Any, asks: bool) -> Any:
     )
 
 
-def _group_operations(ctx: RequestContext, group_id: str, asked: bool) -> frozenset[int] | None:
+def _group_operations(ctx: RequestContext, group_id: str, asked: bool) -> set[int]:
     """Kafka answers them only when asked (v3+), and only for a group described without error."""
     return authorized_operations(ctx, ResourceType.GROUP, group_id) if asked else NOT_PROVIDED
 
 
-async def handle_list(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[LIST]
+async def handle_list(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    R = ListGroupsResponse
     if (error := _unready(ctx)) is not None:
         return R(throttle_time_ms=0, error_code=error, groups=[])
     states = request.states_filter if ctx.version >= 4 else []
@@ -217,8 +235,8 @@ async def handle_list(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, error_code=error, groups=groups)
 
 
-async def handle_delete(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[DELETE]
+async def handle_delete(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    R = DeleteGroupsResponse
     allowed = [g for g in request.groups_names if _may(ctx, AclOperation.DELETE, g)]
     if (error := _unready(ctx)) is not None:
         found = dict.fromkeys(allowed, error)
