@@ -17,15 +17,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker import metrics
 from broker.api.authorize import authorize, authorize_cluster
 from broker.api.registry import Handlers
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition, topic_name
-from broker.replication.fetch_sessions import FetchSession, topic_key
+from broker.replication.fetch_sessions import FetchPartition, FetchSession, FetchTopic, TopicKey, topic_key
 from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey
@@ -44,13 +44,13 @@ FINAL_EPOCH = -1  # a fetch that closes its session (or wants none)
 
 @dataclass(frozen=True, slots=True)
 class Wanted:
-    topic: Any
-    fetch: Any
+    topic: FetchTopic
+    fetch: FetchPartition
     part: Partition | None
     error: ErrorCode
 
 
-def _may_read(ctx: RequestContext, topic: Any, follower: bool) -> bool:
+def _may_read(ctx: RequestContext, topic: FetchTopic, follower: bool) -> bool:
     """Kafka: a follower needs ClusterAction on the cluster, a consumer Read on the topic."""
     if follower:
         return authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
@@ -58,7 +58,9 @@ def _may_read(ctx: RequestContext, topic: Any, follower: bool) -> bool:
     return name is None or authorize(ctx, AclOperation.READ, ResourceType.TOPIC, name)
 
 
-def _wanted(ctx: RequestContext, topics: Iterable[tuple[Any, list[Any]]], follower: bool) -> list[Wanted]:
+def _wanted(
+    ctx: RequestContext, topics: Iterable[tuple[FetchTopic, list[FetchPartition]]], follower: bool
+) -> list[Wanted]:
     """The partitions to read: (topic entry, its fetch entries) from the request, or from the
     follower's session."""
     result = []
@@ -75,9 +77,8 @@ def _wanted(ctx: RequestContext, topics: Iterable[tuple[Any, list[Any]]], follow
     return result
 
 
-def _by_id(topic: Any) -> bool:
-    topic_id = getattr(topic, "topic_id", None)
-    return not getattr(topic, "topic", None) and topic_id is not None and topic_id != ZERO_UUID
+def _by_id(topic: FetchTopic) -> bool:
+    return not topic.topic and topic.topic_id is not None and topic.topic_id != ZERO_UUID
 
 
 def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
@@ -94,7 +95,7 @@ def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
     return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
-def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
+def _empty(index: int, error: ErrorCode, part: Partition | None) -> PartitionData:
     """A partition without records. With an error, Kafka's: offsets -1 (INVALID_HIGH_WATERMARK),
     and no aborted-transactions field but for a partition it does not know (an empty list)."""
     if error != ErrorCode.NONE or part is None:
@@ -109,17 +110,17 @@ def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
     )
 
 
-def replica_id(request: Any) -> int:
+def replica_id(request: FetchRequest) -> int:
     """The fetching follower's broker id (v15+: in ReplicaState), -1 for a consumer."""
-    state = getattr(request, "replica_state", None)
+    state = request.replica_state
     if state is not None and state.replica_id >= 0:
         return int(state.replica_id)
-    return int(getattr(request, "replica_id", -1) or -1)
+    return int(request.replica_id or -1)
 
 
-def _diverging(w: Wanted) -> Any:
+def _diverging(w: Wanted) -> PartitionData.EpochEndOffset | None:
     """Fetch v12+: where a follower's last fetched epoch ends on this leader, if before its fetch offset."""
-    last_epoch = getattr(w.fetch, "last_fetched_epoch", -1)
+    last_epoch = w.fetch.last_fetched_epoch
     if w.part is None or last_epoch < 0:
         return None
     epoch, end = w.part.log.end_offset_for_epoch(last_epoch)
@@ -128,7 +129,9 @@ def _diverging(w: Wanted) -> Any:
     return None
 
 
-def _read(w: Wanted, budget: int, isolation: IsolationLevel, first: bool, follower: bool) -> tuple[Any, int]:
+def _read(
+    w: Wanted, budget: int, isolation: IsolationLevel, first: bool, follower: bool
+) -> tuple[PartitionData, int]:
     """One partition's data: below the high watermark, or below the LSO for read_committed;
     a follower reads to the log end, or learns where its log diverged."""
     index = w.fetch.partition
@@ -161,7 +164,9 @@ def _read(w: Wanted, budget: int, isolation: IsolationLevel, first: bool, follow
     return data, len(info.records)
 
 
-def _read_all(wanted: list[Wanted], request: Any, follower: bool) -> tuple[list[Any], int, bool]:
+def _read_all(
+    wanted: list[Wanted], request: FetchRequest, follower: bool
+) -> tuple[list[PartitionData], int, bool]:
     budget = request.max_bytes
     total = 0
     errors = False
@@ -175,8 +180,8 @@ def _read_all(wanted: list[Wanted], request: Any, follower: bool) -> tuple[list[
     return out, total, errors
 
 
-def _response(wanted: list[Wanted], parts: list[Any], session_id: int = 0) -> Any:
-    by_topic: dict[Any, tuple[Any, list[Any]]] = {}
+def _response(wanted: list[Wanted], parts: list[PartitionData], session_id: int = 0) -> R:
+    by_topic: dict[TopicKey, tuple[FetchTopic, list[PartitionData]]] = {}
     for w, data in zip(wanted, parts, strict=True):
         by_topic.setdefault(topic_key(w.topic), (w.topic, []))[1].append(data)
     topics = [
@@ -186,7 +191,9 @@ def _response(wanted: list[Wanted], parts: list[Any], session_id: int = 0) -> An
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
 
 
-def _session(ctx: RequestContext, request: Any, follower: int) -> tuple[FetchSession | None, ErrorCode]:
+def _session(
+    ctx: RequestContext, request: FetchRequest, follower: int
+) -> tuple[FetchSession | None, ErrorCode]:
     """The follower's fetch session this request opens or continues (None: a full, sessionless
     fetch), or the error to answer with. Closing a session (epoch -1) leaves a full fetch;
     a consumer's session is declined (session id 0), so it fetches in full."""
@@ -225,8 +232,8 @@ def _quiet(session: FetchSession, w: Wanted) -> bool:
 
 
 def _changed_only(
-    session: FetchSession, wanted: list[Wanted], parts: list[Any]
-) -> tuple[list[Wanted], list[Any]]:
+    session: FetchSession, wanted: list[Wanted], parts: list[PartitionData]
+) -> tuple[list[Wanted], list[PartitionData]]:
     """A session's answer: the partitions read with records, an error, a diverging epoch or
     offsets other than the last answered (every partition when the request opened the
     session); the session remembers what it sent."""
@@ -242,7 +249,7 @@ def _changed_only(
     return kept_w, kept_p
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(ctx: RequestContext, request: FetchRequest) -> R:
     follower = replica_id(request)
     session, error = _session(ctx, request, follower)
     if error != ErrorCode.NONE:
@@ -273,7 +280,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             ctx.services.partitions.forget(waiter, live)
 
 
-def _count(wanted: list[Wanted], parts: list[Any], follower: bool) -> None:
+def _count(wanted: list[Wanted], parts: list[PartitionData], follower: bool) -> None:
     """Bytes out and failures per topic (metrics), once for the answer sent."""
     for w, data in zip(wanted, parts, strict=True):
         if w.part is None:
