@@ -114,14 +114,14 @@ async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     from broker.cluster.membership import ClusterMembership
     from broker.security.client import inter_broker_security
 
-    if config["metadata.store"] == "local":
+    if config.metadata_store == "local":
         return None
     security = inter_broker_security(config)  # the controller channel's connections
     return await ClusterMembership.join(
-        config["metadata.store"], config.node_id, config["cluster.id"],
-        config["broker.session.timeout.ms"], config["metadata.store.connect.attempts"],
+        config.metadata_store, config.node_id, config.cluster_id,
+        config.broker_session_timeout_ms, config.metadata_store_connect_attempts,
         LeaderBalancing(
-            config["auto.leader.rebalance.enable"], config["leader.imbalance.check.interval.seconds"]
+            config.auto_leader_rebalance_enable, config.leader_imbalance_check_interval_seconds
         ),
         security,
     )

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 from urllib.parse import ParseResult, urlparse
 
 import yaml
@@ -473,13 +473,87 @@ class Listener:
     port: int
 
 
+Value = TypeVar("Value", int, float, bool, str)
+
+
+class Setting(Generic[Value]):
+    """One key's typed getter, as Kafka's KafkaConfig has one per key: the value `build_config`
+    parsed (and checked) for the key, read as the type its parser gives."""
+
+    def __init__(self, key: str, kind: type[Value]) -> None:
+        self.key = key
+        self.kind: type[Value] = kind
+
+    def __get__(self, config: BrokerConfig, owner: type[BrokerConfig] | None = None) -> Value:
+        return cast(Value, config.values[self.key])
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
+    """The broker's configuration: a typed getter per key the code reads (below), and the
+    listeners, log dirs and per-listener keys derived from them."""
+
     values: Mapping[str, Any]
     explicit: Mapping[str, Any]  # only the keys the file or overrides set
 
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+    allow_everyone_if_no_acl_found = Setting("allow.everyone.if.no.acl.found", bool)
+    authorizer_class_name = Setting("authorizer.class.name", str)
+    auto_create_topics_enable = Setting("auto.create.topics.enable", bool)
+    auto_leader_rebalance_enable = Setting("auto.leader.rebalance.enable", bool)
+    broker_rack = Setting("broker.rack", str)
+    broker_session_timeout_ms = Setting("broker.session.timeout.ms", int)
+    cluster_id = Setting("cluster.id", str)
+    connection_failed_authentication_delay_ms = Setting("connection.failed.authentication.delay.ms", int)
+    default_replication_factor = Setting("default.replication.factor", int)
+    delete_topic_enable = Setting("delete.topic.enable", bool)
+    group_initial_rebalance_delay_ms = Setting("group.initial.rebalance.delay.ms", int)
+    group_max_session_timeout_ms = Setting("group.max.session.timeout.ms", int)
+    group_max_size = Setting("group.max.size", int)
+    group_min_session_timeout_ms = Setting("group.min.session.timeout.ms", int)
+    leader_imbalance_check_interval_seconds = Setting("leader.imbalance.check.interval.seconds", int)
+    listener_security_protocol_map = Setting("listener.security.protocol.map", str)
+    log_cleaner_backoff_ms = Setting("log.cleaner.backoff.ms", int)
+    log_cleaner_dedupe_buffer_size = Setting("log.cleaner.dedupe.buffer.size", int)
+    log_cleaner_enable = Setting("log.cleaner.enable", bool)
+    log_cleaner_io_buffer_load_factor = Setting("log.cleaner.io.buffer.load.factor", float)
+    log_cleaner_io_max_bytes_per_second = Setting("log.cleaner.io.max.bytes.per.second", float)
+    log_flush_offset_checkpoint_interval_ms = Setting("log.flush.offset.checkpoint.interval.ms", int)
+    log_flush_scheduler_interval_ms = Setting("log.flush.scheduler.interval.ms", int)
+    log_retention_check_interval_ms = Setting("log.retention.check.interval.ms", int)
+    max_partitions = Setting("max.partitions", int)
+    metadata_store = Setting("metadata.store", str)
+    metadata_store_connect_attempts = Setting("metadata.store.connect.attempts", int)
+    metrics_listener = Setting("metrics.listener", str)
+    num_partitions = Setting("num.partitions", int)
+    offset_metadata_max_bytes = Setting("offset.metadata.max.bytes", int)
+    offsets_commit_timeout_ms = Setting("offsets.commit.timeout.ms", int)
+    offsets_retention_check_interval_ms = Setting("offsets.retention.check.interval.ms", int)
+    offsets_retention_minutes = Setting("offsets.retention.minutes", int)
+    offsets_topic_num_partitions = Setting("offsets.topic.num.partitions", int)
+    offsets_topic_replication_factor = Setting("offsets.topic.replication.factor", int)
+    offsets_topic_segment_bytes = Setting("offsets.topic.segment.bytes", int)
+    replica_fetch_wait_max_ms = Setting("replica.fetch.wait.max.ms", int)
+    replica_lag_time_max_ms = Setting("replica.lag.time.max.ms", int)
+    request_timeout_ms = Setting("request.timeout.ms", int)
+    sasl_jaas_config = Setting("sasl.jaas.config", str)
+    sasl_mechanism_inter_broker_protocol = Setting("sasl.mechanism.inter.broker.protocol", str)
+    socket_request_max_bytes = Setting("socket.request.max.bytes", int)
+    super_users = Setting("super.users", str)
+    transaction_abort_timed_out_transaction_cleanup_interval_ms = Setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", int,
+    )
+    transaction_completion_wait_ms = Setting("transaction.completion.wait.ms", int)
+    transaction_hanging_auto_abort_enable = Setting("transaction.hanging.auto.abort.enable", bool)
+    transaction_hanging_check_interval_ms = Setting("transaction.hanging.check.interval.ms", int)
+    transaction_hanging_margin_ms = Setting("transaction.hanging.margin.ms", int)
+    transaction_max_timeout_ms = Setting("transaction.max.timeout.ms", int)
+    transaction_partition_verification_enable = Setting("transaction.partition.verification.enable", bool)
+    transaction_state_log_min_isr = Setting("transaction.state.log.min.isr", int)
+    transaction_state_log_num_partitions = Setting("transaction.state.log.num.partitions", int)
+    transaction_state_log_replication_factor = Setting("transaction.state.log.replication.factor", int)
+    transaction_state_log_segment_bytes = Setting("transaction.state.log.segment.bytes", int)
+    transaction_version = Setting("transaction.version", int)
+    transactional_id_expiration_ms = Setting("transactional.id.expiration.ms", int)
 
     @property
     def node_id(self) -> int:
@@ -661,12 +735,12 @@ def _check(config: BrokerConfig) -> None:
     dirs = [d.resolve() for d in config.log_dirs]
     if len(set(dirs)) < len(dirs):
         raise ConfigError(f"log.dirs names the same directory twice: {', '.join(map(str, config.log_dirs))}")
-    low, high = config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"]
+    low, high = config.group_min_session_timeout_ms, config.group_max_session_timeout_ms
     if high < low:
         raise ConfigError(
             f"group.max.session.timeout.ms ({high}) must be \u2265 group.min.session.timeout.ms ({low})"
         )
-    wait, lag = config["replica.fetch.wait.max.ms"], config["replica.lag.time.max.ms"]
+    wait, lag = config.replica_fetch_wait_max_ms, config.replica_lag_time_max_ms
     if wait > lag:  # Kafka's rule: a follower parked at its leader longer than this leaves the ISR
         raise ConfigError(
             f"replica.fetch.wait.max.ms ({wait}) must be \u2264 replica.lag.time.max.ms ({lag})"
@@ -677,7 +751,7 @@ def _check_listeners(config: BrokerConfig) -> None:
     """Every listener's name has a protocol, every advertised one exists, the inter-broker
     one is advertised, and nothing advertises an address no client can reach."""
     names = list(config.listeners)
-    mapped = {item.split(":")[0].upper() for item in str(config["listener.security.protocol.map"]).split(",")}
+    mapped = {item.split(":")[0].upper() for item in config.listener_security_protocol_map.split(",")}
     for name in names:
         if name not in SECURITY_PROTOCOLS and name not in mapped:
             raise ConfigError(f"listeners: {name} has no protocol in listener.security.protocol.map "
@@ -714,7 +788,7 @@ def _check_security(config: BrokerConfig, names: list[str]) -> None:
                                   f"Gregor serves {', '.join(SASL_MECHANISMS)}")
     inter = config.inter_broker_listener
     if config.security_protocol(inter).startswith("SASL_"):
-        mechanism = str(config["sasl.mechanism.inter.broker.protocol"]).upper()
+        mechanism = config.sasl_mechanism_inter_broker_protocol.upper()
         enabled = (_items(config.for_listener(inter, "sasl.enabled.mechanisms")) or [])
         if mechanism not in [m.upper() for m in enabled]:
             raise ConfigError(f"sasl.mechanism.inter.broker.protocol: {mechanism} is not enabled on the "

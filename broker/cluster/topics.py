@@ -181,7 +181,7 @@ class ClusterTopicManager(TopicManager):
             topic = self.get(name)
             if topic is None:
                 return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            if not self.config["delete.topic.enable"]:
+            if not self.config.delete_topic_enable:
                 return TopicResult(ErrorCode.TOPIC_DELETION_DISABLED)
             await self.etcd.delete_topic(name)
             await self.etcd.wait_for(lambda image: name not in image.topics, VISIBLE_TIMEOUT_S)

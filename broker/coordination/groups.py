@@ -59,15 +59,15 @@ WaiterKey = tuple[str, str, Kind]
 _K = TypeVar("_K")
 
 
-def group_config(config: Any) -> GroupConfig:
+def group_config(config: BrokerConfig) -> GroupConfig:
     return GroupConfig(
-        num_partitions=int(config["offsets.topic.num.partitions"]),
-        min_session_timeout_ms=int(config["group.min.session.timeout.ms"]),
-        max_session_timeout_ms=int(config["group.max.session.timeout.ms"]),
-        initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
-        max_group_size=int(config["group.max.size"]),
-        offset_metadata_max_bytes=int(config["offset.metadata.max.bytes"]),
-        offsets_retention_ms=int(config["offsets.retention.minutes"]) * 60_000,
+        num_partitions=config.offsets_topic_num_partitions,
+        min_session_timeout_ms=config.group_min_session_timeout_ms,
+        max_session_timeout_ms=config.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        max_group_size=config.group_max_size,
+        offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
     )
 
 
@@ -81,8 +81,8 @@ class GroupCoordinator:
         self.machine = GroupCoordinatorMachine(self.config)
         self.log = log
         self.runtime = CoordinatorRuntime(log, topics, InternalTopic(
-            OFFSETS_TOPIC, self.config.num_partitions, int(config["offsets.topic.replication.factor"]),
-            {"cleanup.policy": "compact", "segment.bytes": str(config["offsets.topic.segment.bytes"])},
+            OFFSETS_TOPIC, self.config.num_partitions, config.offsets_topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes)},
         ), self)
         self.on_leadership = self.runtime.on_leadership
         self.ensure_topic = self.runtime.ensure_topic
@@ -213,7 +213,7 @@ class GroupCoordinator:
         self.runtime.spawn(self.persist(self.machine.on_timer(steady_ms())))
 
     async def _expire_offsets_loop(self) -> None:
-        interval = int(self.settings["offsets.retention.check.interval.ms"]) / 1000
+        interval = self.settings.offsets_retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             self.runtime.spawn(self.persist(self.machine.expire_offsets(steady_ms())))

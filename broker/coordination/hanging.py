@@ -94,10 +94,10 @@ class HangingTransactionCheck:
         self.coordinator = coordinator
         self.cluster = cluster
         self.markers = markers
-        self.interval_s = int(config["transaction.hanging.check.interval.ms"]) / 1000
-        margin = int(config["transaction.hanging.margin.ms"])
-        self.threshold_ms = int(config["transaction.max.timeout.ms"]) + margin
-        self.auto_abort = bool(config["transaction.hanging.auto.abort.enable"])
+        self.interval_s = config.transaction_hanging_check_interval_ms / 1000
+        margin = config.transaction_hanging_margin_ms
+        self.threshold_ms = config.transaction_max_timeout_ms + margin
+        self.auto_abort = config.transaction_hanging_auto_abort_enable
         self._reported: set[tuple[str, int, int, int]] = set()
         self._clients = BrokerClientPool(f"gregor-hanging-check-{cluster.node_id}", security)
         self._task: asyncio.Task[None] | None = None

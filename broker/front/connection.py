@@ -175,7 +175,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         config = self.services.configs.config
-        max_size = config["socket.request.max.bytes"]
+        max_size = config.socket_request_max_bytes
         unauthenticated_max = config.for_listener(self.caller.listener, "sasl.server.max.receive.size")
         while self.failed is None:
             prefix = await self.reader.readexactly(SIZE_PREFIX)
@@ -355,7 +355,7 @@ class Connection:
     async def _delay_failed_authentication(self) -> None:
         """Kafka's `connection.failed.authentication.delay.ms`: the failure's answer and the close
         after it wait, so a client guessing passwords gets few tries a second per connection."""
-        await asyncio.sleep(self.services.configs.config["connection.failed.authentication.delay.ms"] / 1000)
+        await asyncio.sleep(self.services.configs.config.connection_failed_authentication_delay_ms / 1000)
 
 
 def _produce_errors(response: Any) -> str:

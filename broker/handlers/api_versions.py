@@ -51,7 +51,7 @@ def _supported_features(version: int) -> list[R.SupportedFeatureKey]:
 def _finalized_features(config: BrokerConfig) -> list[R.FinalizedFeatureKey]:
     """Kafka lists a finalized feature with min and max both at its level, and none at level 0.
     A 4.x client uses transaction version 2 only when this level is 2."""
-    level = int(config["transaction.version"])
+    level = config.transaction_version
     return [R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=level, min_version_level=level)]
 
 

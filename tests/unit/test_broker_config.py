@@ -24,10 +24,10 @@ CONFIG_PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 def test_defaults_and_kafka_precedence() -> None:
     config = build_config({"log.retention.hours": 2, "node.id": "3"})
     assert config.node_id == 3
-    assert config["log.retention.ms"] == 7_200_000
+    assert config.values["log.retention.ms"] == 7_200_000
     assert config.explicit == {"log.retention.hours": 2, "node.id": 3}
-    assert build_config({"log.retention.ms": 5, "log.retention.hours": 2})["log.retention.ms"] == 5
-    assert build_config({"log.retention.hours": -1})["log.retention.ms"] == -1
+    assert build_config({"log.retention.ms": 5, "log.retention.hours": 2}).values["log.retention.ms"] == 5
+    assert build_config({"log.retention.hours": -1}).values["log.retention.ms"] == -1
 
 
 def test_log_dirs_wins_over_log_dir() -> None:
@@ -134,7 +134,7 @@ def test_every_integer_key_has_kafkas_range(key: str) -> None:
     assert kind.minimum >= -1, f"{key} accepts any integer"
     # the cross-key rules hold: group max >= min, replica fetch wait <= lag
     lowest = {"group.min.session.timeout.ms": 0, "replica.fetch.wait.max.ms": 0, key: str(kind.minimum)}
-    assert build_config(lowest)[key] == kind.minimum
+    assert build_config(lowest).values[key] == kind.minimum
     with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
         build_config({key: kind.minimum - 1})
     with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
@@ -152,7 +152,7 @@ def test_every_key_is_documented_and_its_default_is_valid(key: str) -> None:
 
 
 def test_etcd_metadata_store_is_accepted() -> None:
-    assert build_config({"metadata.store": "etcd://127.0.0.1:2379/g"})["metadata.store"] == "etcd://127.0.0.1:2379/g"
+    assert build_config({"metadata.store": "etcd://127.0.0.1:2379/g"}).values["metadata.store"] == "etcd://127.0.0.1:2379/g"
 
 
 def test_docs_key_table_is_generated_from_keys() -> None:
@@ -170,7 +170,7 @@ def test_docs_key_table_is_generated_from_keys() -> None:
 def test_config_file_errors(tmp_path: Path) -> None:
     path = tmp_path / "broker.yaml"
     path.write_text("node.id: 1\nnum.partitions: 2\n")
-    assert load_config(path, ["num.partitions=5"])["num.partitions"] == 5
+    assert load_config(path, ["num.partitions=5"]).values["num.partitions"] == 5
     with pytest.raises(ConfigError, match="key=value"):
         load_config(path, ["num.partitions"])
     path.write_text("- just\n- a list\n")
@@ -188,3 +188,17 @@ def test_config_file_errors(tmp_path: Path) -> None:
     path.write_bytes(b"node.id: \xff\xfe\n")
     with pytest.raises(ConfigError, match="not text"):
         load_config(path, [])
+
+
+def test_every_typed_getter_names_a_key_and_reads_it_as_its_parser_gives() -> None:
+    """BrokerConfig's getters (one per key the code reads, as Kafka's KafkaConfig): the key
+    exists and the getter's type is what the key's parser returns, for the defaults too."""
+    from broker.config import KEYS, BrokerConfig, Setting
+
+    getters = {name: g for name, g in vars(BrokerConfig).items() if isinstance(g, Setting)}
+    assert len(getters) > 50
+    config = build_config({})
+    for name, getter in getters.items():
+        assert name == getter.key.replace(".", "_") and getter.key in KEYS, name
+        value = getattr(config, name)
+        assert type(value) is getter.kind, (name, value)
