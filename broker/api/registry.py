@@ -9,9 +9,12 @@ from typing import Any
 
 from protocol.messages import REQUESTS, RESPONSES, schema_versions
 
-# A handler takes its API's request class and returns its response class; the table holds
-# every API's, so it is typed loosely here and strictly in each handler module.
-Handler = Callable[[Any, Any], Coroutine[Any, Any, Any]]
+# A decoded request, or a response, of whichever API a frame names. The table holds every API's
+# handler, each typed strictly in its own module (its request class in, its response class out),
+# so an entry of the table is loosely typed: these two are the one place that says so.
+Request = Any
+Response = Any
+Handler = Callable[[Any, Request], Coroutine[Any, Any, Response]]
 Handlers = Mapping[int, Handler]
 
 

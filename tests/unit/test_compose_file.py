@@ -123,7 +123,7 @@ def test_the_secured_file_gives_each_broker_sasl_ssl_with_scram_and_the_authoriz
         assert broker.values["ssl.truststore.location"] == "/etc/gregor/secrets/ca.pem"
         login = parse_jaas(broker.values["listener.name.internal.scram-sha-512.sasl.jaas.config"]).options
         assert (login["username"], login["password"]) == ("broker", "b-pw")
-        assert broker.values["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        assert broker.authorizer_class_name == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
         assert set(broker.values["super.users"].split(";")) == {"User:broker", "User:admin"}
         assert all(p[0] == "127.0.0.1" for p in published(service)), "only the host's loopback is published"
     defaults = compose_config("docker-compose.secure.yml")["services"]
