@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed .deps/java4/.installed
 KAFKA_DEPS := .deps/kafka/.installed
 SPARK_KAFKA_DEPS := .deps/spark-kafka/.installed
+STREAMS_DEPS := .deps/streams/.installed
 ETCD := .deps/etcd/.installed
 DOCKER_DEPS := .deps/docker/.installed
 CHAOS_DEPS := .deps/chaos/.installed
@@ -15,7 +16,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -49,6 +50,13 @@ $(SPARK_KAFKA_DEPS): scripts/kafka/spark-pom.xml scripts/maven-deps.sh
 		-DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
 
 spark-kafka-deps: $(SPARK_KAFKA_DEPS)
+
+# Kafka Streams 4.3.1 with its RocksDB (scripts/kafka/streams-pom.xml), for the Streams
+# application of tests/integration/test_streams_eos.py.
+$(STREAMS_DEPS): scripts/kafka/streams-pom.xml scripts/maven-deps.sh
+	bash scripts/maven-deps.sh scripts/kafka/streams-pom.xml .deps/streams
+
+streams-deps: $(STREAMS_DEPS)
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 
@@ -106,14 +114,14 @@ cluster-stop:
 
 # Test files side by side on two workers; then the short chaos campaign alone, as it fails on
 # stalls, and another worker's load starves its brokers (the CI run of 2026-11-29 at 08:30).
-test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
+test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 --ignore=tests/chaos tests
 	$(PY) -m pytest -q tests/chaos
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS)
+integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS)
 	$(PY) -m pytest -q -n 2 --dist loadfile tests/integration
 
 # The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of
