@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -38,16 +39,15 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, New
 
 from tests.integration.cluster import running_cluster
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, wait_until
-from tests.integration.kafka import require_kafka, started_kafka_cluster
+from tests.integration.kafka import KafkaCluster, require_kafka
 from tests.integration.wire import WireClient
 
 STREAMS_DEPS = REPO_ROOT / ".deps" / "streams"  # scripts/kafka/streams-pom.xml
 APP = "streams-eos"
 PARTITIONS = 2
 KEYS = [f"k{i}" for i in range(8)]
-RECORDS = 1200
-PRODUCE_S = 14.0  # input arrives over this long while instance b is killed
-KILLS = 3
+RATE = 80  # input records a second, arriving while instance b is killed
+KILLS = 3  # the last one also wipes b's state directory
 WINDOW_MS = 2000  # StreamsEos.WINDOW_MS
 STEP_MS = 25  # event time between two input records
 SEED = 58
@@ -68,7 +68,8 @@ STREAMS_CONFIG = {
     "repartition.purge.interval.ms": "500",
     "session.timeout.ms": "2000",
     "heartbeat.interval.ms": "500",
-    "transaction.timeout.ms": "10000",
+    "transaction.timeout.ms": "5000",  # a wiped instance's open transactions end by timeout
+    "num.standby.replicas": "1",  # standby tasks restoring from the changelogs
     "retry.backoff.ms": "100",
 }
 # The Java client's partitioner (murmur2), as Streams partitions its repartition topics: the table
@@ -90,7 +91,7 @@ class Outcome:
     """What a run leaves for the comparison of both brokers."""
 
     topic_configs: dict[str, dict[str, str]]  # internal topic -> the configs Streams set
-    kills: int
+    records: int
 
 
 OUTCOMES: dict[str, Outcome] = {}
@@ -104,8 +105,12 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
             yield Target("gregor", cluster.bootstrap, cluster.log_tails)
     else:
         require_kafka()
-        with started_kafka_cluster(tmp_path / "kafka", BROKER_CONFIG) as kafka:
+        kafka = KafkaCluster(tmp_path / "kafka", BROKER_CONFIG).start()
+        try:
             yield Target("kafka", kafka.bootstrap, kafka.log_tails)
+        finally:
+            for node in kafka.nodes:  # nothing to keep: no controlled shutdown to wait for
+                node.kill9()
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +124,9 @@ def streams_classes() -> Path:
 class Instance:
     """One StreamsEos process: its state directory and its stdout (the STATE lines) under `workdir`."""
 
-    def __init__(self, name: str, bootstrap: str, classes: Path, workdir: Path, extra: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, bootstrap: str, classes: Path, workdir: Path, extra: dict[str, str]
+    ) -> None:
         self.name = name
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -149,6 +156,20 @@ class Instance:
         states = self.states()
         assert "ERROR" not in states and self.proc is not None and self.proc.poll() is None, self.tail()
         return bool(states) and states[-1] == "RUNNING"
+
+    def has_run(self) -> bool:
+        """The current start reached RUNNING (it may be rebalancing again since)."""
+        self.running()
+        return "RUNNING" in self.states()
+
+    def thread_names(self) -> set[str]:
+        """The stream threads' names of every start (StreamsEos prints them once RUNNING)."""
+        text = self.out.read_text(errors="replace")
+        return {line.split()[1] for line in text.splitlines() if line.startswith("THREAD ")}
+
+    def wipe(self) -> None:
+        """Delete the state directory (the stores and the process id), as a lost disk."""
+        shutil.rmtree(self.workdir / "state")
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -188,24 +209,39 @@ def factor(key: str) -> int:
     return int(key[1:]) % 3 + 1
 
 
-def make_input(base_ts: int) -> list[Input]:
-    rng = random.Random(SEED)
-    return [Input(rng.choice(KEYS), rng.randint(1, 100), seq, base_ts + seq * STEP_MS) for seq in range(RECORDS)]
+class InputFeed:
+    """Input records at RATE a second, idempotent and keyed, on a thread, until `stop()`; each
+    one's event time STEP_MS after the one before, so the test knows every window."""
 
+    def __init__(self, bootstrap: str, base_ts: int) -> None:
+        self.producer = Producer({**PRODUCER, "bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.base_ts = base_ts
+        self.sent: list[Input] = []
+        self.errors: list[str] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="streams-input")
+        self.thread.start()
 
-def produce(bootstrap: str, records: list[Input], seconds: float, errors: list[str]) -> None:
-    """The input at an even pace over `seconds`, idempotent, keyed by the record's key."""
-    p = Producer({**PRODUCER, "bootstrap.servers": bootstrap, "linger.ms": 5})
-    start = time.monotonic()
-    for i, r in enumerate(records):
-        delay = start + seconds * i / len(records) - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        p.produce("in", f"{r.key},{r.amount},{r.seq}", key=r.key, timestamp=r.ts,
-                  on_delivery=lambda err, _m: err and errors.append(str(err)))
-        p.poll(0)
-    if p.flush(30):
-        errors.append("input still queued after 30 s")
+    def _run(self) -> None:
+        rng = random.Random(SEED)
+        start = time.monotonic()
+        while not self.done.is_set():
+            seq = len(self.sent)
+            if (delay := start + seq / RATE - time.monotonic()) > 0:
+                time.sleep(delay)
+            r = Input(rng.choice(KEYS), rng.randint(1, 100), seq, self.base_ts + seq * STEP_MS)
+            self.producer.produce("in", f"{r.key},{r.amount},{r.seq}", key=r.key, timestamp=r.ts,
+                                  on_delivery=lambda err, _m: err and self.errors.append(str(err)))
+            self.producer.poll(0)
+            self.sent.append(r)
+
+    def stop(self) -> list[Input]:
+        """Every record sent, once all are acknowledged."""
+        self.done.set()
+        self.thread.join()
+        assert self.producer.flush(30) == 0, "input still queued after 30 s"
+        assert not self.errors, self.errors
+        return self.sent
 
 
 def create_topics(bootstrap: str, base_ts: int) -> None:
@@ -352,33 +388,41 @@ def progress(bootstrap: str) -> str:
 def test_streams_exactly_once_under_kill9(target: Target, streams_classes: Path, tmp_path: Path) -> None:
     bootstrap = target.bootstrap
     base_ts = (int(time.time() * 1000) // WINDOW_MS) * WINDOW_MS
-    records = make_input(base_ts)
     create_topics(bootstrap, base_ts)
     a = Instance("a", bootstrap, streams_classes, tmp_path / "a", {})
     b = Instance("b", bootstrap, streams_classes, tmp_path / "b", {"group.instance.id": "b"})
     rng = random.Random(SEED)
+    t0 = time.monotonic()
+    lap = lambda what: print(f"{target.name} {time.monotonic() - t0:6.1f}s {what}")  # noqa: E731
     try:
         a.start()
         b.start()
         wait_until(lambda: a.running() and b.running(), 60, 0.2, "both instances RUNNING")
-        errors: list[str] = []
-        producer = threading.Thread(target=produce, args=(bootstrap, records, PRODUCE_S, errors))
-        producer.start()
-        for _ in range(KILLS):
-            time.sleep(rng.uniform(1.5, PRODUCE_S / KILLS))
+        lap("both RUNNING")
+        feed = InputFeed(bootstrap, base_ts)
+        for kill in range(1, KILLS + 1):
+            wait_until(b.has_run, 60, 0.1, f"instance b RUNNING (start #{b.starts})")
+            time.sleep(rng.uniform(0.2, 2.5))
+            lap(f"kill {kill}")
             b.kill9()
-            time.sleep(rng.uniform(0.2, 1.0))
+            if kill == KILLS:
+                b.wipe()  # restored from the changelogs, under a new process id
+            time.sleep(rng.uniform(0.1, 1.0))
             b.start()
-        producer.join()
-        assert not errors, errors
+        wait_until(b.has_run, 60, 0.1, f"instance b RUNNING (start #{b.starts})")
+        records = feed.stop()
+        lap("input stopped")
         want = expected_totals(records)
-        wait_until(lambda: a.running() and b.running() and totals_done(bootstrap, want), 90, 0.5,
+        wait_until(lambda: a.running() and b.running() and totals_done(bootstrap, want), 60, 0.5,
                    "every key's total in the output")
+        lap("output complete")
         a.stop()
         b.stop()
+        lap("stopped")
         check_output(bootstrap, records, want)
-        configs = check_broker_side(bootstrap)
-        OUTCOMES[target.name] = Outcome(configs, KILLS)
+        configs = check_broker_side(bootstrap, a.thread_names() | b.thread_names())
+        OUTCOMES[target.name] = Outcome(configs, len(records))
+        lap("checked")
     except BaseException:
         print(a.tail(), b.tail(), target.log_tails(), progress(bootstrap), sep="\n")
         raise
@@ -399,7 +443,7 @@ def check_output(bootstrap: str, records: list[Input], want: dict[str, list[str]
         assert windows.get(name) == [str(i) for i in range(1, n + 1)], f"window {name}: {windows.get(name)}"
 
 
-def check_broker_side(bootstrap: str) -> dict[str, dict[str, str]]:
+def check_broker_side(bootstrap: str, threads: set[str]) -> dict[str, dict[str, str]]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = internal_topics(admin)
     configs = dynamic_configs(admin, topics)
@@ -415,8 +459,11 @@ def check_broker_side(bootstrap: str) -> dict[str, dict[str, str]]:
     for t in changelogs:
         assert configs[t].get("cleanup.policy", "").startswith("compact"), (t, configs[t])
         assert configs[t].get("message.timestamp.type") == "CreateTime", (t, configs[t])
+    # EOS v2: one producer per stream thread, transactional id APPLICATION-PROCESS_ID-THREAD_INDEX
+    # (the thread's name APPLICATION-PROCESS_ID-StreamThread-THREAD_INDEX); b's process id changed
+    # with its wiped state directory.
     tids = {t for t in list_transactions(bootstrap) if t.startswith(f"{APP}-")}
-    assert len(tids) >= 4, f"one transactional id per stream thread: {sorted(tids)}"
+    assert len(threads) == 6 and tids == {t.replace("-StreamThread-", "-") for t in threads}, (tids, threads)
     return configs
 
 

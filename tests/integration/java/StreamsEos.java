@@ -14,8 +14,8 @@
 //     -> to(totals)                                      value "COUNT,SUM"
 //   selectKey(KEY) -> groupByKey().windowedBy(WINDOW_MS tumbling).count()
 //     -> to(windows)                                     key "KEY@WINDOW_START", value COUNT
-// The line "STATE RUNNING" on stdout says the instance is processing; "STATE ERROR" that a
-// thread died (the test fails on it).
+// The line "STATE RUNNING" on stdout says the instance is processing (after a "THREAD NAME" line
+// per stream thread); "STATE ERROR" that a thread died (the test fails on it).
 import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
@@ -56,6 +56,9 @@ public class StreamsEos {
         KafkaStreams streams = new KafkaStreams(topology().build(), props);
         CountDownLatch done = new CountDownLatch(1);
         streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.RUNNING) {
+                streams.metadataForLocalThreads().forEach(t -> System.out.println("THREAD " + t.threadName()));
+            }
             System.out.println("STATE " + now);
             System.out.flush();
             if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
