@@ -84,6 +84,7 @@ class Target:
     name: str
     bootstrap: str
     log_tails: Callable[[], str]
+    bounce: Callable[[int], threading.Thread]  # kill -9 the broker of this node id; its restart
 
 
 @dataclass(frozen=True)
@@ -102,15 +103,52 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     (tmp_path / request.param).mkdir()
     if request.param == "gregor":
         with running_cluster(tmp_path / "gregor", overrides=BROKER_CONFIG) as cluster:
-            yield Target("gregor", cluster.bootstrap, cluster.log_tails)
+            def bounce_broker(node_id: int) -> Restart:
+                cluster.broker(node_id).kill9()
+                return restarting(cluster.broker(node_id).start)
+
+            yield Target("gregor", cluster.bootstrap, cluster.log_tails, bounce_broker)
     else:
         require_kafka()
         kafka = KafkaCluster(tmp_path / "kafka", BROKER_CONFIG).start()
+
+        def bounce_node(node_id: int) -> Restart:
+            kafka.nodes[node_id - 1].kill9()
+            return restarting(kafka.nodes[node_id - 1].start)
+
         try:
-            yield Target("kafka", kafka.bootstrap, kafka.log_tails)
+            yield Target("kafka", kafka.bootstrap, kafka.log_tails, bounce_node)
         finally:
             for node in kafka.nodes:  # nothing to keep: no controlled shutdown to wait for
                 node.kill9()
+
+
+class Restart(threading.Thread):
+    """A broker's `start` on a thread, half a second from now: the scenario goes on meanwhile;
+    `join` raises what the start raised."""
+
+    def __init__(self, start: Callable[[], object]) -> None:
+        super().__init__(name="broker-restart")
+        self.start_broker = start
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        time.sleep(0.5)
+        try:
+            self.start_broker()
+        except BaseException as e:
+            self.error = e
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
+def restarting(start: Callable[[], object]) -> Restart:
+    restart = Restart(start)
+    restart.start()
+    return restart
 
 
 @pytest.fixture(scope="module")
@@ -342,6 +380,11 @@ def log_start_offsets(admin: AdminClient, topic: str) -> dict[int, tuple[int, in
     return {tp.partition: (earliest[tp].result(15).offset, latest[tp].result(15).offset) for tp in tps}
 
 
+def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
+
+
 def list_transactions(bootstrap: str) -> set[str]:
     """The transactional ids every broker's coordinator lists (ListTransactions v0, no filters)."""
     from protocol.messages import REQUESTS
@@ -405,11 +448,16 @@ def test_streams_exactly_once_under_kill9(target: Target, streams_classes: Path,
             time.sleep(rng.uniform(0.2, 2.5))
             lap(f"kill {kill}")
             b.kill9()
+            if kill == 2:  # and the broker leading a changelog partition, while a commits
+                leader = leader_of(bootstrap, f"{APP}-totals-changelog")
+                broker_restart = target.bounce(leader)
+                lap(f"broker {leader} (leader of {APP}-totals-changelog-0) killed")
             if kill == KILLS:
                 b.wipe()  # restored from the changelogs, under a new process id
             time.sleep(rng.uniform(0.1, 1.0))
             b.start()
         wait_until(b.has_run, 60, 0.1, f"instance b RUNNING (start #{b.starts})")
+        broker_restart.join()
         records = feed.stop()
         lap("input stopped")
         want = expected_totals(records)
