@@ -4,8 +4,11 @@ brokers and on Apache Kafka's three nodes: the same application, the same faults
 The application (tests/integration/java/StreamsEos.java, jars from `make streams-deps`) repartitions
 its input (`selectKey`), joins it with a KTable, keeps a count and sum per key in RocksDB (a
 changelog topic) and counts per key in tumbling windows. Two instances run it with two stream
-threads each; instance b (static membership, `group.instance.id`) is killed with kill -9 at random
-points while input arrives, and restarted on its state directory. Then, read back read_committed:
+threads each and a standby replica per task; instance b (static membership, `group.instance.id`) is
+killed with kill -9 at random points once it processed, while input arrives, and restarted on its
+state directory (the last time wiped: a restore from the changelogs under a new process id); once,
+the broker leading a partition of the aggregate's changelog is killed with kill -9 too and
+restarted. Then, read back read_committed:
 
 - `totals`: per key the counts 1, 2, ... N (the cache is off: one update per record) with the sums
   of the input so far, ending at the exact count and sum of the input: a record processed twice
@@ -436,7 +439,10 @@ def test_streams_exactly_once_under_kill9(target: Target, streams_classes: Path,
     b = Instance("b", bootstrap, streams_classes, tmp_path / "b", {"group.instance.id": "b"})
     rng = random.Random(SEED)
     t0 = time.monotonic()
-    lap = lambda what: print(f"{target.name} {time.monotonic() - t0:6.1f}s {what}")  # noqa: E731
+
+    def lap(what: str) -> None:  # the timeline, in a failure's report (or with -s)
+        print(f"{target.name} {time.monotonic() - t0:6.1f}s {what}")
+
     try:
         a.start()
         b.start()

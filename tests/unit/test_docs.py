@@ -24,7 +24,8 @@ PAGES = sorted([ROOT / "README.md", ROOT / "ARCHITECTURE.md", *DOCS.glob("*.md")
 OTHER_MARKDOWN = [ROOT / "tests" / "chaos" / "RUNS.md"]
 EXPECTED_PAGES = {
     "benchmarks.md", "broker.md", "cluster.md", "configuration.md", "development.md",
-    "differences.md", "fault-testing.md", "operations.md", "pyspark.md", "security.md", "storage.md",
+    "differences.md", "fault-testing.md", "kafka-streams.md", "operations.md", "pyspark.md", "security.md",
+    "storage.md",
 }
 TOP_DIRS = ("bench", "broker", "config", "coordinator", "docker", "docs", "gregor_spark", "protocol",
             "scripts", "storage", "tests")
@@ -238,7 +239,7 @@ def test_every_top_level_file_named_exists(page: Path) -> None:
 
 # Names that look like broker or topic configs but belong to clients, or to Kafka alone.
 NOT_BROKER_KEYS = {
-    "message.timeout.ms", "transaction.timeout.ms", "sasl.mechanism",  # clients' settings
+    "message.timeout.ms", "transaction.timeout.ms", "sasl.mechanism", "group.instance.id",  # clients'
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",  # Kafka's, absent here
 }
 CONFIG_LIKE = re.compile(
