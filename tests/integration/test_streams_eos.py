@@ -40,7 +40,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec
 
-from tests.integration.cluster import running_cluster
+from tests.integration.cluster import LAG_MS, SESSION_MS, running_cluster
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, wait_until
 from tests.integration.kafka import KafkaCluster, require_kafka
 from tests.integration.wire import WireClient
@@ -63,6 +63,14 @@ BROKER_CONFIG: dict[str, object] = {
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+}
+# Kafka's nodes notice a killed one as soon as Gregor's cluster does (tests/integration/cluster.py:
+# a broker session of 2 s, a replica lagging 2 s leaves the ISR).
+KAFKA_CONFIG: dict[str, object] = {
+    **BROKER_CONFIG,
+    "broker.session.timeout.ms": SESSION_MS,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": LAG_MS,
 }
 # The application's settings beyond StreamsEos.java's own (exactly_once_v2, two threads).
 STREAMS_CONFIG = {
@@ -113,7 +121,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
             yield Target("gregor", cluster.bootstrap, cluster.log_tails, bounce_broker)
     else:
         require_kafka()
-        kafka = KafkaCluster(tmp_path / "kafka", BROKER_CONFIG).start()
+        kafka = KafkaCluster(tmp_path / "kafka", KAFKA_CONFIG).start()
 
         def bounce_node(node_id: int) -> Restart:
             kafka.nodes[node_id - 1].kill9()

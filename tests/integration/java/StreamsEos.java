@@ -59,7 +59,7 @@ public class StreamsEos {
             if (now == KafkaStreams.State.RUNNING) {
                 streams.metadataForLocalThreads().forEach(t -> System.out.println("THREAD " + t.threadName()));
             }
-            System.out.println("STATE " + now);
+            System.out.println("STATE " + now + " " + java.time.Instant.now());
             System.out.flush();
             if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
                 done.countDown();
