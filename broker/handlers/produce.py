@@ -33,16 +33,25 @@ PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
 RecordErrorEntry = PartitionResponse.BatchIndexAndErrorMessage
 TopicData = ProduceRequest.TopicProduceData
 # Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
-# answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+# answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh; only a
+# producer of transaction version 2 (Produce v12+, Kafka's ADD_PARTITION operation, which
+# "supports epoch bump") gets CONCURRENT_TRANSACTIONS as it is, and retries it.
 PRODUCE_RETRIABLE = {
     ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR,
 }
 
 
-def produce_error(error: ErrorCode) -> ErrorCode:
-    """On Produce, retriable coordinator errors are NOT_ENOUGH_REPLICAS (Kafka's ReplicaManager)."""
-    return ErrorCode.NOT_ENOUGH_REPLICAS if error in PRODUCE_RETRIABLE else error
+def produce_error(error: ErrorCode, version: int) -> tuple[ErrorCode, str | None]:
+    """A transaction check's error as Produce `version` answers it, with Kafka's message."""
+    if error == ErrorCode.CONCURRENT_TRANSACTIONS and version >= FIRST_TV2_PRODUCE:
+        return error, None
+    if error in PRODUCE_RETRIABLE:
+        return ErrorCode.NOT_ENOUGH_REPLICAS, ("Unable to verify the partition has been added to the "
+                                               f"transaction. Underlying error: {error.name}")
+    if error == ErrorCode.INVALID_TXN_STATE:
+        return error, "Partition was not added to the transaction"
+    return error, None
 
 
 # Kafka's ReplicaManager answers these without the partition's log start offset (-1); any other
@@ -114,7 +123,7 @@ class Checked:
     """What the transaction checks of one request found: per partition the error to answer
     (absent: none), and the guard to append with where the check opened the transaction."""
 
-    errors: dict[tuple[str, int], ErrorCode] = field(default_factory=dict)
+    errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = field(default_factory=dict)
     guards: dict[tuple[str, int], Verification] = field(default_factory=dict)
 
 
@@ -162,7 +171,7 @@ async def _check_round(
             transactional_id, pid, epoch, tps, operation, wait_ms=timeout_ms
         )
         found.errors.update(
-            {tp: produce_error(error) for tp, error in answers.items() if error != ErrorCode.NONE}
+            {tp: produce_error(e, ctx.version) for tp, e in answers.items() if e != ErrorCode.NONE}
         )
     return [
         t for t, guard in guarded
@@ -178,7 +187,7 @@ def _append(
     tp = (part.topic, index)
     if tp in checked.errors:
         metrics.produce_failed(part.topic)
-        return _error(index, checked.errors[tp], "partition is not part of the ongoing transaction")
+        return _error(index, *checked.errors[tp])
     if not part.is_leader:  # lost while the request waited for its checks or its turn
         return _error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no longer the partition's leader")
     if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:

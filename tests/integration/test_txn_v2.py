@@ -47,7 +47,7 @@ from tests.integration.tcp_proxy import KafkaProxy
 from tests.integration.wire import WireClient, build_batch, create_topic, encode_body, produce_request
 
 FIND_COORDINATOR, LIST_OFFSETS, OFFSET_FETCH, ADD_OFFSETS, TXN_COMMIT, DESCRIBE_TXNS = 10, 2, 9, 25, 28, 65
-NONE, NOT_ENOUGH_REPLICAS, OUT_OF_ORDER_SEQUENCE = 0, 19, 45
+NONE, NOT_ENOUGH_REPLICAS, OUT_OF_ORDER_SEQUENCE, CONCURRENT_TRANSACTIONS = 0, 19, 45, 51
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 47, 48
 UNSTABLE_OFFSET_COMMIT, PRODUCER_FENCED, TRANSACTION_ABORTABLE = 88, 90, 120
 OFFSETS_TOPIC, TXN_STATE = "__consumer_offsets", "__transaction_state"
@@ -92,7 +92,7 @@ class Txn:
     def produce(self, topic: str, value: bytes, version: int = 12, epoch: int | None = None) -> int:
         """Produce v12 (the Java client's v13 names the topic by id, otherwise the same),
         retried as clients do while the previous transaction's markers are being written
-        (CONCURRENT_TRANSACTIONS, which Produce answers as NOT_ENOUGH_REPLICAS)."""
+        (CONCURRENT_TRANSACTIONS, which Produce below v12 answers as NOT_ENOUGH_REPLICAS)."""
         epoch = self.epoch if epoch is None else epoch
         seq = self.seq.get(topic, 0)
         batch = build_batch([value], producer_id=self.pid, producer_epoch=epoch, base_sequence=seq,
@@ -102,9 +102,9 @@ class Txn:
         def attempt() -> tuple[int] | None:
             answer = self.c.call(request, version)
             error = int(answer.responses[0].partition_responses[0].error_code)
-            return None if error == NOT_ENOUGH_REPLICAS else (error,)
+            return None if error in (NOT_ENOUGH_REPLICAS, CONCURRENT_TRANSACTIONS) else (error,)
 
-        [error] = wait_until(attempt, timeout=10, msg=f"produce to {topic} past NOT_ENOUGH_REPLICAS")
+        [error] = wait_until(attempt, timeout=10, msg=f"produce to {topic} past CONCURRENT_TRANSACTIONS")
         if error == NONE:
             self.seq[topic] = seq + 1
         return error
@@ -372,7 +372,9 @@ def test_a_later_batch_cannot_overtake_one_whose_check_is_retried(
         # q's add is a (slow) transaction log write; r's check meanwhile finds the id busy
         pipelined = (request(q, b"q0", 0), request(r, b"r0", 0))
         ids = [c.send_request(0, 12, encode_body(m, 12)) for m in pipelined]
-        assert [error_of(c.recv_response(0, 12, cid)) for cid in ids] == [NONE, NOT_ENOUGH_REPLICAS]
+        # Kafka 4.3's ReplicaManager: CONCURRENT_TRANSACTIONS as it is at Produce v12+ (a producer
+        # of transaction version 2 retries it); NOT_ENOUGH_REPLICAS below
+        assert [error_of(c.recv_response(0, 12, cid)) for cid in ids] == [NONE, CONCURRENT_TRANSACTIONS]
         assert error_of(c.call(request(r, b"r1", 1), 12)) == OUT_OF_ORDER_SEQUENCE  # r0 first
         assert error_of(c.call(request(r, b"r0", 0), 12)) == NONE  # the retry
         assert error_of(c.call(request(r, b"r1", 1), 12)) == NONE
