@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.messages import Request, Response
 from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class Controller(Protocol):
     @property
     def active(self) -> bool: ...
 
-    async def forward(self, request: Any, version: int, original: Caller | None = None) -> Any: ...
+    async def forward(self, request: Request, version: int, original: Caller | None = None) -> Response: ...
 
     async def elect(
         self, election_type: int, wanted: list[TopicPartition] | None
