@@ -47,7 +47,7 @@ async def handle_init_producer_id(
     if denied != ErrorCode.NONE:
         return InitResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
-        expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
+        expected = (request.producer_id, request.producer_epoch)  # -1, -1 below v3: the schema's default
         error, pid, epoch = await ctx.services.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, *expected
         )

@@ -224,7 +224,7 @@ async def handle_list_transactions(
     ctx: RequestContext, request: ListTransactionsRequest
 ) -> ListTransactionsResponse:
     L = ListTransactionsResponse
-    duration = request.duration_filter if ctx.version >= 1 else -1
+    duration = request.duration_filter  # -1 below v1, the schema's default
     result = ctx.services.transactions.list_transactions(
         request.state_filters, request.producer_id_filters, duration
     )
