@@ -173,22 +173,25 @@ class Transactions(Protocol):
     def ensure_topic(self) -> ErrorCode: ...
 
     async def init_producer_id(
-        self, tid: str, timeout_ms: int, producer_id: int, epoch: int
+        self, tid: str, timeout_ms: int, producer_id: ProducerId, epoch: ProducerEpoch
     ) -> tuple[ErrorCode, int, int]: ...
 
     async def add_partitions(
-        self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition],
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, partitions: Iterable[TopicPartition],
         verify_only: bool = False, transaction_version: int = 0, wait_ms: int | None = None,
     ) -> Outcome: ...
 
-    async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode: ...
+    async def add_offsets(
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, group_id: str
+    ) -> ErrorCode: ...
 
     async def end_txn(
-        self, tid: str, producer_id: int, epoch: int, commit: bool, transaction_version: int
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, commit: bool, transaction_version: int
     ) -> tuple[ErrorCode, int, int]: ...
 
     async def check_writes(
-        self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation,
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, tps: list[TopicPartition],
+        operation: TxnOperation,
         wait_ms: int | None = None,
     ) -> dict[TopicPartition, ErrorCode]: ...
 
@@ -247,7 +250,7 @@ class TransactionCompletions(Protocol):
     """What a written marker tells the group coordinator: the transaction's offsets in that
     `__consumer_offsets` partition become committed (or go)."""
 
-    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None: ...
+    def complete_transaction(self, partition: int, producer_id: ProducerId, commit: bool) -> None: ...
 
 
 class Markers(Protocol):

@@ -46,7 +46,7 @@ from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
 from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.record_batch import ControlType
-from protocol.types import TopicPartition
+from protocol.types import ProducerId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Topics
@@ -322,7 +322,7 @@ class GroupCoordinator:
 
     # -- markers ---------------------------------------------------------------------------
 
-    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+    def complete_transaction(self, partition: int, producer_id: ProducerId, commit: bool) -> None:
         """A COMMIT/ABORT marker in `__consumer_offsets`-`partition` is replicated."""
         self.machine.complete_transaction(partition, producer_id, commit)
 
