@@ -1,0 +1,95 @@
+"""`gregor console` as a test process, and the HTTP calls a test makes to it (urllib: what a
+browser sends, without following redirects, so a test sees each answer)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.integration.harness import free_port, gregor_command
+
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: str
+    headers: dict[str, str]
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+class ConsoleProcess:
+    """One `gregor console` on a free port, its output in `console.log` of its work dir."""
+
+    def __init__(self, workdir: Path, bootstrap: str, *args: str) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.log_path = workdir / "console.log"
+        command = [*gregor_command(), "console", "--bootstrap-server", bootstrap, "--port", str(self.port),
+                   "--refresh-ms", "300", "--timeout-ms", "5000", *args]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self._wait_serving()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _wait_serving(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gregor console exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                self.get("/static/console.css")
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"gregor console did not serve within {START_TIMEOUT_S} s:\n{self.log()}")
+
+    def request(self, path: str, data: dict[str, str] | None = None) -> Answer:
+        body = urllib.parse.urlencode(data).encode() if data is not None else None
+        try:
+            with _OPENER.open(self.url + path, data=body, timeout=30) as r:
+                return Answer(r.status, r.read().decode(), dict(r.headers))
+        except urllib.error.HTTPError as exc:
+            return Answer(exc.code, exc.read().decode(), dict(exc.headers))
+
+    def get(self, path: str) -> Answer:
+        return self.request(path)
+
+    def api(self, path: str, **query: object) -> Any:
+        """The JSON of `/api<path>?query`, which must answer 200."""
+        answer = self.get(f"/api{path}?{urllib.parse.urlencode(query)}")
+        assert answer.status == 200, f"{path}: {answer.status} {answer.body}"
+        return answer.json()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,347 @@
+"""`gregor console` against a real Gregor broker and a real Apache Kafka 4.3.1, each shared by
+the module: its pages and their JSON, fetched over HTTP, show a transaction a real producer
+leaves open (state, partitions, LSO lag, the partition's open offset) and then commits; a
+hanging transaction flagged by Kafka's find-hanging rules and aborted through the console
+with --allow-abort (refused without it, without the form's CSRF token, and for a
+transaction that is not hanging); a read_committed group's lag to the LSO beside its lag
+to the HW; an unreachable cluster as a message while the console keeps serving.
+
+The hanging transaction is crafted at the byte level, as in test_txn_tools: a producer id no
+transactional id owns appends a transactional batch stamped an hour ago, so it is older
+than the clusters' 15-minute transaction.max.timeout.ms (the console reads it with
+DescribeConfigs). Both clusters run with `transaction.partition.verification.enable: false`,
+as those on which hanging transactions happened did."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from protocol.messages import REQUESTS
+from tests.integration import wire
+from tests.integration.console_process import ConsoleProcess
+from tests.integration.harness import free_port, started_broker, unique_topic, wait_until
+from tests.integration.kafka import require_kafka, started_kafka
+
+pytestmark = pytest.mark.integration
+UNVERIFIED = {"transaction.partition.verification.enable": False}
+SHOWN_WITHIN_S = 30.0
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class Target:
+    """The cluster under the console: Gregor or Apache Kafka, one broker."""
+
+    name: str
+    bootstrap: str
+    port: int
+
+
+@pytest.fixture(scope="module", params=["gregor", "kafka"])
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    if request.param == "gregor":
+        with started_broker(tmp_path_factory.mktemp("gregor"), UNVERIFIED) as b:
+            yield Target("gregor", b.bootstrap, b.port)
+        return
+    require_kafka()
+    with started_kafka(tmp_path_factory.mktemp("kafka"), UNVERIFIED) as k:
+        yield Target("kafka", k.bootstrap, k.port)
+
+
+def _console(workdir: Path, bootstrap: str, *args: str) -> Iterator[ConsoleProcess]:
+    console = ConsoleProcess(workdir, bootstrap, *args)
+    try:
+        yield console
+    finally:
+        console.stop()
+    assert "Traceback" not in console.log(), console.log()
+
+
+@pytest.fixture(scope="module")
+def console(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
+    yield from _console(tmp_path_factory.mktemp("console"), target.bootstrap)
+
+
+@pytest.fixture(scope="module")
+def abort_console(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
+    yield from _console(tmp_path_factory.mktemp("console-abort"), target.bootstrap, "--allow-abort")
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def shown(console: ConsoleProcess, find: Any, what: str) -> Any:
+    """`find()`'s first truthy answer within SHOWN_WITHIN_S; the console's log on failure."""
+    try:
+        return wait_until(find, timeout=SHOWN_WITHIN_S, interval=0.2, msg=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- console log ---\n{console.log()[-3000:]}") from None
+
+
+def txn_row(console: ConsoleProcess, txn_id: str) -> dict[str, Any] | None:
+    rows = [t for t in console.api("/transactions", q=txn_id)["transactions"] if t["transactional_id"] == txn_id]
+    return rows[0] if rows else None
+
+
+def partition_row(console: ConsoleProcess, topic: str, **query: object) -> dict[str, Any] | None:
+    rows = [p for p in console.api("/partitions", q=topic, **query)["partitions"] if p["topic"] == topic]
+    return rows[0] if rows else None
+
+
+def create_topic(target: Target, topic: str) -> None:
+    with wire.WireClient(target.port) as c:
+        wire.create_topic(c, topic)
+    wait_until(lambda: _leader_known(target, topic), timeout=20, msg=f"a leader for {topic}")
+
+
+def _leader_known(target: Target, topic: str) -> bool:
+    with wire.WireClient(target.port) as c:
+        t = c.metadata([topic]).topics[0]
+        return t.error_code == 0 and bool(t.partitions) and t.partitions[0].leader_id >= 0
+
+
+def txn_producer(target: Target, txn_id: str) -> Producer:
+    p = Producer({
+        "bootstrap.servers": target.bootstrap, "transactional.id": txn_id, "linger.ms": 0,
+        "transaction.timeout.ms": 60000, "message.timeout.ms": 20000,
+    })
+    p.init_transactions(30)
+    return p
+
+
+def produce(p: Producer, topic: str, count: int) -> None:
+    for i in range(count):
+        p.produce(topic, b"value-%d" % i, partition=0)
+    assert p.flush(20) == 0
+
+
+def craft_hanging(target: Target, topic: str) -> int:
+    """Offset 0 plain, 1 transactional from a producer id no transactional id owns, stamped
+    an hour ago (never marked), 2 plain. Its producer id."""
+    create_topic(target, topic)
+    with wire.WireClient(target.port) as c:
+        init = wait_until(lambda: _init_producer_id(c), timeout=20, msg="a producer id")
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+        hour_ago = int(time.time() * 1000) - HOUR_MS
+        stuck = wire.build_batch([b"stuck"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                 transactional=True, base_timestamp=hour_ago)
+        for batch, txn_id in ((wire.build_batch([b"before"]), None), (stuck, "console-ghost"),
+                              (wire.build_batch([b"after"]), None)):
+            answer = c.produce(topic, [(0, batch)], version=7, transactional_id=txn_id)
+            assert wire.partition_errors(answer) == {0: 0}, f"produce to {topic}-0"
+    return pid
+
+
+def _init_producer_id(c: wire.WireClient) -> Any:
+    """An idempotent producer's id (InitProducerId without a transactional id), or None while
+    the cluster cannot give one yet (a fresh Kafka's producer id manager)."""
+    init = c.call(REQUESTS[22](version=1, transactional_id=None, transaction_timeout_ms=60000), 1)
+    return init if init.error_code == 0 else None
+
+
+def abort_fields(topic: str, start_offset: int, token: str) -> dict[str, str]:
+    return {"topic": topic, "partition": "0", "start_offset": str(start_offset), "csrf_token": token}
+
+
+def csrf_token(page: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def html_row(page: str, attribute: str, value: str) -> str:
+    """The `<tr ... attribute="value" ...>...</tr>` of an HTML page."""
+    found = re.search(rf'<tr[^>]*{attribute}="{re.escape(value)}"[^>]*>(.*?)</tr>', page, re.S)
+    assert found, f"no row {attribute}={value} in the page"
+    return found.group(1)
+
+
+# -- a transaction left open, then committed ---------------------------------------------------
+
+
+def test_open_transaction_shown_then_committed(
+    target: Target, console: ConsoleProcess, abort_console: ConsoleProcess
+) -> None:
+    topic, txn_id = unique_topic("console-open"), unique_topic("console-tx")
+    create_topic(target, topic)
+    p = txn_producer(target, txn_id)
+    p.begin_transaction()
+    produce(p, topic, 3)
+
+    row = shown(console, lambda: (r := txn_row(console, txn_id)) and r["partitions"] and r, "the open transaction")
+    assert row["state"] == "Ongoing"
+    assert row["partitions"] == [{"topic": topic, "partition": 0}]
+    assert row["producer_id"] >= 0 and row["producer_epoch"] >= 0
+    assert row["transaction_timeout_ms"] == 60000 and 0 <= row["age_ms"] < 60_000
+
+    part = shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 3 and r, "LSO lag 3")
+    assert (part["high_watermark"], part["last_stable_offset"]) == (3, 0)
+    assert part["holder"]["transactional_id"] == txn_id and part["holder"]["start_offset"] == 0
+    assert part["hanging"] == [], "a live transaction is not hanging"
+
+    detail = console.api(f"/transactions/{quote(txn_id, safe='')}")
+    assert detail["transaction"]["state"] == "Ongoing"
+    assert [(r["topic"], r["open_offset"], r["lso_lag"]) for r in detail["partitions"]] == [(topic, 0, 3)]
+
+    assert console.api("/transactions", q=txn_id, topic=topic)["total"] == 1
+    assert console.api("/transactions", q=txn_id, topic="no-such-topic")["total"] == 0
+    assert console.api("/transactions", q=txn_id, state="Ongoing", min_age_ms=0)["total"] == 1
+    assert console.api("/transactions", q=txn_id, min_age_ms=HOUR_MS)["total"] == 0
+
+    page = console.get(f"/transactions?q={txn_id}")
+    assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
+    cells = html_row(page.body, "data-id", txn_id)
+    assert "Ongoing" in cells and f"{topic}-0" in cells
+    assert txn_id in html_row(console.get(f"/partitions?q={topic}").body, "data-tp", f"{topic}-0")
+    assert f">{0}<" in html_row(console.get(f"/transactions/{quote(txn_id, safe='')}").body, "data-tp", f"{topic}-0")
+
+    refused = abort_console.get(f"/abort?topic={topic}&partition=0&start_offset=0")
+    assert refused.status == 409 and "not hanging" in refused.body
+
+    p.commit_transaction(30)
+    row = shown(console, lambda: (r := txn_row(console, txn_id)) and r["state"] == "CompleteCommit" and r,
+                "the committed transaction")
+    assert row["partitions"] == []
+    part = shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 0 and r, "LSO lag 0")
+    assert part["high_watermark"] == part["last_stable_offset"] == 4  # three records and the marker
+    assert part["holder"] is None
+    assert console.api("/transactions", q=txn_id, state="Ongoing")["total"] == 0
+
+
+# -- a hanging transaction, flagged and aborted ------------------------------------------------
+
+
+def test_hanging_transaction_flagged_then_aborted(
+    target: Target, console: ConsoleProcess, abort_console: ConsoleProcess
+) -> None:
+    topic = unique_topic("console-hanging")
+    pid = craft_hanging(target, topic)
+
+    # Each read of a snapshot takes its own moment (the LSO, then the HW, then the producers):
+    # the row may show the writes half done for one refresh.
+    row = shown(console, lambda: (r := partition_row(console, topic, hanging=1)) and r["lso_lag"] == 2 and r,
+                "the hanging transaction")
+    assert (row["high_watermark"], row["last_stable_offset"]) == (3, 1)
+    [hanging] = row["hanging"]
+    assert (hanging["producer_id"], hanging["start_offset"], hanging["transactional_id"]) == (pid, 1, None)
+    assert row["holder"]["producer_id"] == pid
+    page = console.get(f"/partitions?q={topic}&hanging=1").body
+    assert "HANGING" in html_row(page, "data-tp", f"{topic}-0") and "/abort?" not in page
+
+    target_query = f"/abort?topic={topic}&partition=0&start_offset=1"
+    assert console.get(target_query).status == 403, "no abort without --allow-abort"
+    assert console.request("/abort", abort_fields(topic, 1, "guess")).status == 403
+    assert console.api("/partitions", q=topic)["partitions"][0]["lso_lag"] == 2
+
+    shown(abort_console, lambda: partition_row(abort_console, topic, hanging=1), "hanging, to the abort console")
+    assert "/abort?" in abort_console.get(f"/partitions?q={topic}").body
+    confirm = abort_console.get(target_query)
+    assert confirm.status == 200, confirm.body
+    assert f"{topic}-{0}" in confirm.body and str(pid) in confirm.body and "owned by no transactional id" in confirm.body
+    assert abort_console.api("/abort", topic=topic, partition=0, start_offset=1)["transaction"]["producer_id"] == pid
+    assert abort_console.request("/abort", abort_fields(topic, 1, "forged")).status == 403
+    assert abort_console.api("/partitions", q=topic)["partitions"][0]["lso_lag"] == 2, abort_console.api("/partitions", q=topic)
+
+    done = abort_console.request("/abort", abort_fields(topic, 1, csrf_token(confirm.body)))
+    assert done.status == 303, done.body
+    assert done.headers["Location"].startswith("/partitions?")
+    row = shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 0 and r, "the LSO released")
+    assert row["high_watermark"] == row["last_stable_offset"] == 4, "the ABORT marker takes offset 3"
+    assert row["hanging"] == [] and row["holder"] is None
+    assert f"aborted the transaction of producer {pid}" in abort_console.log()
+    again = abort_console.request("/abort", abort_fields(topic, 1, csrf_token(confirm.body)))
+    assert again.status == 404
+
+
+# -- a read_committed group's lag ---------------------------------------------------------------
+
+
+def test_read_committed_group_lag_to_the_lso(target: Target, console: ConsoleProcess) -> None:
+    """Five committed records and their marker (offsets 0-5), then two in an open transaction
+    (6-7): a read_committed consumer that read all it can has no lag to the LSO, and 2 to the
+    HW (a lag exporter reading the HW reports it); once committed, 3 to both."""
+    topic, group = unique_topic("console-lag"), unique_topic("console-group")
+    create_topic(target, topic)
+    p = txn_producer(target, unique_topic("console-lag-tx"))
+    p.begin_transaction()
+    produce(p, topic, 5)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    produce(p, topic, 2)
+    shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 2, "the open transaction")
+
+    assert read_committed(target, topic, group) == 5
+
+    def group_row() -> dict[str, Any] | None:
+        rows = [g for g in console.api("/groups", q=group)["groups"] if g["group_id"] == group]
+        return rows[0] if rows and rows[0]["partitions"] else None
+
+    g = shown(console, group_row, "the group's committed offset")
+    [offset] = g["partitions"]
+    assert (offset["committed"], offset["last_stable_offset"], offset["high_watermark"]) == (6, 6, 8)
+    assert (offset["lag_to_lso"], offset["lag_to_hw"]) == (0, 2)
+    assert (g["lag_to_lso"], g["lag_to_hw"]) == (0, 2)
+    cells = html_row(console.get(f"/groups?q={group}").body, "data-tp", f"{topic}-0")
+    assert re.search(r'class="lag-lso">0<', cells) and re.search(r'class="lag-hw">2<', cells)
+
+    p.commit_transaction(30)
+    g = shown(console, lambda: (r := group_row()) and r["lag_to_lso"] == 3 and r, "lag after the commit")
+    assert g["lag_to_hw"] == 3 and g["partitions"][0]["last_stable_offset"] == 9
+
+
+def read_committed(target: Target, topic: str, group: str) -> int:
+    """Read partition 0 as a read_committed member of `group` up to its LSO, commit the LSO as
+    the group's offset (where such a consumer stands), and say how many records it read."""
+    c = Consumer({
+        "bootstrap.servers": target.bootstrap, "group.id": group, "enable.auto.commit": False,
+        "isolation.level": "read_committed", "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
+    })
+    try:
+        c.assign([CTopicPartition(topic, 0, 0)])
+        got, deadline = 0, time.monotonic() + 20
+        while got < 5 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got += 1
+        _, stable = c.get_watermark_offsets(CTopicPartition(topic, 0), timeout=10, cached=False)
+        c.commit(offsets=[CTopicPartition(topic, 0, 6)], asynchronous=False)
+        assert stable in (6, 8), stable  # librdkafka asks for the HW or the LSO as it likes
+        return got
+    finally:
+        c.close()
+
+
+# -- what the console says when it cannot ---------------------------------------------------------
+
+
+def test_unreachable_cluster_is_a_message_and_the_console_keeps_serving(tmp_path: Path) -> None:
+    nowhere = f"127.0.0.1:{free_port()}"
+    for console in _console(tmp_path, nowhere, "--timeout-ms", "1000"):
+        message = f"cannot read the cluster at {nowhere}"
+        shown(console, lambda: message in console.get("/transactions").body, "the message")
+        for _ in range(2):
+            page = console.get("/transactions")
+            assert page.status == 503 and message in page.body, page.body
+            api = console.get("/api/partitions")
+            assert api.status == 503 and api.json()["error"].startswith(message)
+            time.sleep(1.0)
+        assert console.proc.poll() is None
+
+
+def test_bad_requests_are_named(target: Target, console: ConsoleProcess) -> None:
+    bad = console.get("/api/transactions?page=two")
+    assert bad.status == 400 and "page must be a whole number" in bad.json()["error"]
+    assert console.get("/partitions?per_page=0").status == 400
+    unknown = console.get("/transactions/no-such-transactional-id")
+    assert unknown.status == 404 and "no-such-transactional-id" in unknown.body
+    assert console.get("/abort?topic=t&partition=0").status == 400
