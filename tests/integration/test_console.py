@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -89,13 +90,23 @@ def shown(console: ConsoleProcess, find: Any, what: str) -> Any:
 
 
 def txn_row(console: ConsoleProcess, txn_id: str) -> dict[str, Any] | None:
-    rows = [t for t in console.api("/transactions", q=txn_id)["transactions"] if t["transactional_id"] == txn_id]
-    return rows[0] if rows else None
+    rows = console.api("/transactions", q=txn_id)["transactions"]
+    return next((t for t in rows if t["transactional_id"] == txn_id), None)
 
 
 def partition_row(console: ConsoleProcess, topic: str, **query: object) -> dict[str, Any] | None:
-    rows = [p for p in console.api("/partitions", q=topic, **query)["partitions"] if p["topic"] == topic]
-    return rows[0] if rows else None
+    rows = console.api("/partitions", q=topic, **query)["partitions"]
+    return next((p for p in rows if p["topic"] == topic), None)
+
+
+def lag_shown(console: ConsoleProcess, topic: str, lag: int, **query: object) -> dict[str, Any]:
+    """The partition's row once it shows `lag` (each read of a snapshot takes its own moment:
+    the LSO, then the HW, then the producers, so a row may show writes half done for one
+    refresh)."""
+    def find() -> dict[str, Any] | None:
+        row = partition_row(console, topic, **query)
+        return row if row is not None and row["lso_lag"] == lag else None
+    return shown(console, find, f"{topic}-0 with LSO lag {lag}")
 
 
 def create_topic(target: Target, topic: str) -> None:
@@ -178,13 +189,13 @@ def test_open_transaction_shown_then_committed(
     p.begin_transaction()
     produce(p, topic, 3)
 
-    row = shown(console, lambda: (r := txn_row(console, txn_id)) and r["partitions"] and r, "the open transaction")
+    row = shown(console, lambda: (r := txn_row(console, txn_id)) and r["partitions"] and r, "the transaction")
     assert row["state"] == "Ongoing"
     assert row["partitions"] == [{"topic": topic, "partition": 0}]
     assert row["producer_id"] >= 0 and row["producer_epoch"] >= 0
     assert row["transaction_timeout_ms"] == 60000 and 0 <= row["age_ms"] < 60_000
 
-    part = shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 3 and r, "LSO lag 3")
+    part = lag_shown(console, topic, 3)
     assert (part["high_watermark"], part["last_stable_offset"]) == (3, 0)
     assert part["holder"]["transactional_id"] == txn_id and part["holder"]["start_offset"] == 0
     assert part["hanging"] == [], "a live transaction is not hanging"
@@ -203,7 +214,8 @@ def test_open_transaction_shown_then_committed(
     cells = html_row(page.body, "data-id", txn_id)
     assert "Ongoing" in cells and f"{topic}-0" in cells
     assert txn_id in html_row(console.get(f"/partitions?q={topic}").body, "data-tp", f"{topic}-0")
-    assert f">{0}<" in html_row(console.get(f"/transactions/{quote(txn_id, safe='')}").body, "data-tp", f"{topic}-0")
+    detail_page = console.get(f"/transactions/{quote(txn_id, safe='')}").body
+    assert re.search(r'class="open-offset">0<', html_row(detail_page, "data-tp", f"{topic}-0"))
 
     refused = abort_console.get(f"/abort?topic={topic}&partition=0&start_offset=0")
     assert refused.status == 409 and "not hanging" in refused.body
@@ -212,7 +224,7 @@ def test_open_transaction_shown_then_committed(
     row = shown(console, lambda: (r := txn_row(console, txn_id)) and r["state"] == "CompleteCommit" and r,
                 "the committed transaction")
     assert row["partitions"] == []
-    part = shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 0 and r, "LSO lag 0")
+    part = lag_shown(console, topic, 0)
     assert part["high_watermark"] == part["last_stable_offset"] == 4  # three records and the marker
     assert part["holder"] is None
     assert console.api("/transactions", q=txn_id, state="Ongoing")["total"] == 0
@@ -227,10 +239,7 @@ def test_hanging_transaction_flagged_then_aborted(
     topic = unique_topic("console-hanging")
     pid = craft_hanging(target, topic)
 
-    # Each read of a snapshot takes its own moment (the LSO, then the HW, then the producers):
-    # the row may show the writes half done for one refresh.
-    row = shown(console, lambda: (r := partition_row(console, topic, hanging=1)) and r["lso_lag"] == 2 and r,
-                "the hanging transaction")
+    row = lag_shown(console, topic, 2, hanging=1)
     assert (row["high_watermark"], row["last_stable_offset"]) == (3, 1)
     [hanging] = row["hanging"]
     assert (hanging["producer_id"], hanging["start_offset"], hanging["transactional_id"]) == (pid, 1, None)
@@ -243,19 +252,22 @@ def test_hanging_transaction_flagged_then_aborted(
     assert console.request("/abort", abort_fields(topic, 1, "guess")).status == 403
     assert console.api("/partitions", q=topic)["partitions"][0]["lso_lag"] == 2
 
-    shown(abort_console, lambda: partition_row(abort_console, topic, hanging=1), "hanging, to the abort console")
+    lag_shown(abort_console, topic, 2, hanging=1)
     assert "/abort?" in abort_console.get(f"/partitions?q={topic}").body
     confirm = abort_console.get(target_query)
     assert confirm.status == 200, confirm.body
-    assert f"{topic}-{0}" in confirm.body and str(pid) in confirm.body and "owned by no transactional id" in confirm.body
-    assert abort_console.api("/abort", topic=topic, partition=0, start_offset=1)["transaction"]["producer_id"] == pid
+    assert f"{topic}-0" in confirm.body and str(pid) in confirm.body
+    assert "owned by no transactional id" in confirm.body
+    described = abort_console.api("/abort", topic=topic, partition=0, start_offset=1)["transaction"]
+    assert described["producer_id"] == pid
     assert abort_console.request("/abort", abort_fields(topic, 1, "forged")).status == 403
-    assert abort_console.api("/partitions", q=topic)["partitions"][0]["lso_lag"] == 2, abort_console.api("/partitions", q=topic)
+    still = partition_row(abort_console, topic)
+    assert still is not None and still["lso_lag"] == 2 and still["hanging"], still
 
     done = abort_console.request("/abort", abort_fields(topic, 1, csrf_token(confirm.body)))
     assert done.status == 303, done.body
     assert done.headers["Location"].startswith("/partitions?")
-    row = shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 0 and r, "the LSO released")
+    row = lag_shown(console, topic, 0)
     assert row["high_watermark"] == row["last_stable_offset"] == 4, "the ABORT marker takes offset 3"
     assert row["hanging"] == [] and row["holder"] is None
     assert f"aborted the transaction of producer {pid}" in abort_console.log()
@@ -278,7 +290,7 @@ def test_read_committed_group_lag_to_the_lso(target: Target, console: ConsolePro
     p.commit_transaction(30)
     p.begin_transaction()
     produce(p, topic, 2)
-    shown(console, lambda: (r := partition_row(console, topic)) and r["lso_lag"] == 2, "the open transaction")
+    lag_shown(console, topic, 2)
 
     assert read_committed(target, topic, group) == 5
 
@@ -326,9 +338,9 @@ def read_committed(target: Target, topic: str, group: str) -> int:
 
 def test_unreachable_cluster_is_a_message_and_the_console_keeps_serving(tmp_path: Path) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
+    message = f"cannot read the cluster at {nowhere}"
     for console in _console(tmp_path, nowhere, "--timeout-ms", "1000"):
-        message = f"cannot read the cluster at {nowhere}"
-        shown(console, lambda: message in console.get("/transactions").body, "the message")
+        shown(console, partial(_says, console, message), "the message")
         for _ in range(2):
             page = console.get("/transactions")
             assert page.status == 503 and message in page.body, page.body
@@ -336,6 +348,10 @@ def test_unreachable_cluster_is_a_message_and_the_console_keeps_serving(tmp_path
             assert api.status == 503 and api.json()["error"].startswith(message)
             time.sleep(1.0)
         assert console.proc.poll() is None
+
+
+def _says(console: ConsoleProcess, message: str) -> bool:
+    return message in console.get("/transactions").body
 
 
 def test_bad_requests_are_named(target: Target, console: ConsoleProcess) -> None:
