@@ -15,7 +15,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps chaos-deps chaos clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,12 @@ chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS) $(JAVA_DEPS)
 # ARGS: more `gregor broker` options, e.g. ARGS="--override listeners=PLAINTEXT://127.0.0.1:9093".
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG) $(ARGS)
+
+# The transaction console (README "The transaction console") of the `make run` broker, or of
+# BOOTSTRAP; ARGS: more `gregor console` options, e.g. ARGS="--allow-abort --port 9081".
+BOOTSTRAP ?= 127.0.0.1:9092
+console: $(STAMP)
+	$(VENV)/bin/gregor console --bootstrap-server $(BOOTSTRAP) $(ARGS)
 
 # kcat (the README's examples) from Debian's packages, unless it is there.
 kcat:

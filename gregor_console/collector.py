@@ -119,6 +119,7 @@ class Collector:
         self.error: str | None = None
         self.history = LagHistory(int(history_s / interval_s) + 1)
         self._refreshed = asyncio.Event()
+        self._reading = asyncio.Lock()  # one read at a time: the loop's, or one after an abort
 
     async def run(self) -> None:
         while True:
@@ -126,6 +127,10 @@ class Collector:
             await asyncio.sleep(self.interval_s)
 
     async def refresh(self) -> None:
+        async with self._reading:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         try:
             snapshot = await self.cluster.run(
                 f"cannot read the cluster at {self.cluster.bootstrap}",
