@@ -15,7 +15,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run console kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps chaos-deps chaos clean clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,11 @@ BOOTSTRAP ?= 127.0.0.1:9092
 console: $(STAMP)
 	$(VENV)/bin/gregor console --bootstrap-server $(BOOTSTRAP) $(ARGS)
 
+# The console's browser test: Debian's Chromium and chromedriver (scripts/chromium.sh), unless
+# they are there.
+chromium:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || bash scripts/chromium.sh
+
 # kcat (the README's examples) from Debian's packages, unless it is there.
 kcat:
 	command -v kcat >/dev/null || (apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq kcat)
@@ -110,14 +115,14 @@ cluster-stop:
 
 # Test files side by side on two workers; then the short chaos campaign alone, as it fails on
 # stalls, and another worker's load starves its brokers (the CI run of 2026-11-29 at 08:30).
-test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
+test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 --ignore=tests/chaos tests
 	$(PY) -m pytest -q tests/chaos
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS)
+integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile tests/integration
 
 # The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of

@@ -9,13 +9,15 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integration.harness import free_port, gregor_command
+from tests.integration.harness import free_port, gregor_command, wait_until
 
 START_TIMEOUT_S = 30.0
+SHOWN_WITHIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -93,3 +95,36 @@ class ConsoleProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def running_console(workdir: Path, bootstrap: str, *args: str) -> Iterator[ConsoleProcess]:
+    """A fixture's body: a console, stopped at the end; it must have logged no traceback."""
+    console = ConsoleProcess(workdir, bootstrap, *args)
+    try:
+        yield console
+    finally:
+        console.stop()
+    assert "Traceback" not in console.log(), console.log()
+
+
+def shown(console: ConsoleProcess, find: Any, what: str) -> Any:
+    """`find()`'s first truthy answer within SHOWN_WITHIN_S; the console's log on failure."""
+    try:
+        return wait_until(find, timeout=SHOWN_WITHIN_S, interval=0.2, msg=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- console log ---\n{console.log()[-3000:]}") from None
+
+
+def partition_row(console: ConsoleProcess, topic: str, **query: object) -> dict[str, Any] | None:
+    rows = console.api("/partitions", q=topic, **query)["partitions"]
+    return next((p for p in rows if p["topic"] == topic), None)
+
+
+def lag_shown(console: ConsoleProcess, topic: str, lag: int, **query: object) -> dict[str, Any]:
+    """The partition's row once it shows `lag` (each read of a snapshot takes its own moment:
+    the LSO, then the HW, then the producers, so a row may show writes half done for one
+    refresh)."""
+    def find() -> dict[str, Any] | None:
+        row = partition_row(console, topic, **query)
+        return row if row is not None and row["lso_lag"] == lag else None
+    return shown(console, find, f"{topic}-0 with LSO lag {lag}")

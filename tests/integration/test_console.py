@@ -6,158 +6,60 @@ with --allow-abort (refused without it, without the form's CSRF token, and for a
 transaction that is not hanging); a read_committed group's lag to the LSO beside its lag
 to the HW; an unreachable cluster as a message while the console keeps serving.
 
-The hanging transaction is crafted at the byte level, as in test_txn_tools: a producer id no
-transactional id owns appends a transactional batch stamped an hour ago, so it is older
-than the clusters' 15-minute transaction.max.timeout.ms (the console reads it with
-DescribeConfigs). Both clusters run with `transaction.partition.verification.enable: false`,
-as those on which hanging transactions happened did."""
+The hanging transaction is crafted at the byte level (console_clusters.py), stamped an hour
+ago: older than the clusters' 15-minute transaction.max.timeout.ms, which the console reads
+with DescribeConfigs."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
 
-from protocol.messages import REQUESTS
-from tests.integration import wire
-from tests.integration.console_process import ConsoleProcess
-from tests.integration.harness import free_port, started_broker, unique_topic, wait_until
-from tests.integration.kafka import require_kafka, started_kafka
+from tests.integration.console_clusters import (
+    HOUR_MS,
+    Target,
+    craft_hanging,
+    create_topic,
+    produce,
+    started_target,
+    txn_producer,
+)
+from tests.integration.console_process import ConsoleProcess, lag_shown, partition_row, running_console, shown
+from tests.integration.harness import free_port, unique_topic
 
 pytestmark = pytest.mark.integration
-UNVERIFIED = {"transaction.partition.verification.enable": False}
-SHOWN_WITHIN_S = 30.0
-HOUR_MS = 3_600_000
-
-
-@dataclass(frozen=True)
-class Target:
-    """The cluster under the console: Gregor or Apache Kafka, one broker."""
-
-    name: str
-    bootstrap: str
-    port: int
 
 
 @pytest.fixture(scope="module", params=["gregor", "kafka"])
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    if request.param == "gregor":
-        with started_broker(tmp_path_factory.mktemp("gregor"), UNVERIFIED) as b:
-            yield Target("gregor", b.bootstrap, b.port)
-        return
-    require_kafka()
-    with started_kafka(tmp_path_factory.mktemp("kafka"), UNVERIFIED) as k:
-        yield Target("kafka", k.bootstrap, k.port)
-
-
-def _console(workdir: Path, bootstrap: str, *args: str) -> Iterator[ConsoleProcess]:
-    console = ConsoleProcess(workdir, bootstrap, *args)
-    try:
-        yield console
-    finally:
-        console.stop()
-    assert "Traceback" not in console.log(), console.log()
+    yield from started_target(request.param, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def console(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
-    yield from _console(tmp_path_factory.mktemp("console"), target.bootstrap)
+    yield from running_console(tmp_path_factory.mktemp("console"), target.bootstrap)
 
 
 @pytest.fixture(scope="module")
 def abort_console(target: Target, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
-    yield from _console(tmp_path_factory.mktemp("console-abort"), target.bootstrap, "--allow-abort")
+    yield from running_console(tmp_path_factory.mktemp("console-abort"), target.bootstrap, "--allow-abort")
 
 
 # -- helpers ------------------------------------------------------------------------------
 
 
-def shown(console: ConsoleProcess, find: Any, what: str) -> Any:
-    """`find()`'s first truthy answer within SHOWN_WITHIN_S; the console's log on failure."""
-    try:
-        return wait_until(find, timeout=SHOWN_WITHIN_S, interval=0.2, msg=what)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- console log ---\n{console.log()[-3000:]}") from None
-
-
 def txn_row(console: ConsoleProcess, txn_id: str) -> dict[str, Any] | None:
     rows = console.api("/transactions", q=txn_id)["transactions"]
     return next((t for t in rows if t["transactional_id"] == txn_id), None)
-
-
-def partition_row(console: ConsoleProcess, topic: str, **query: object) -> dict[str, Any] | None:
-    rows = console.api("/partitions", q=topic, **query)["partitions"]
-    return next((p for p in rows if p["topic"] == topic), None)
-
-
-def lag_shown(console: ConsoleProcess, topic: str, lag: int, **query: object) -> dict[str, Any]:
-    """The partition's row once it shows `lag` (each read of a snapshot takes its own moment:
-    the LSO, then the HW, then the producers, so a row may show writes half done for one
-    refresh)."""
-    def find() -> dict[str, Any] | None:
-        row = partition_row(console, topic, **query)
-        return row if row is not None and row["lso_lag"] == lag else None
-    return shown(console, find, f"{topic}-0 with LSO lag {lag}")
-
-
-def create_topic(target: Target, topic: str) -> None:
-    with wire.WireClient(target.port) as c:
-        wire.create_topic(c, topic)
-    wait_until(lambda: _leader_known(target, topic), timeout=20, msg=f"a leader for {topic}")
-
-
-def _leader_known(target: Target, topic: str) -> bool:
-    with wire.WireClient(target.port) as c:
-        t = c.metadata([topic]).topics[0]
-        return t.error_code == 0 and bool(t.partitions) and t.partitions[0].leader_id >= 0
-
-
-def txn_producer(target: Target, txn_id: str) -> Producer:
-    p = Producer({
-        "bootstrap.servers": target.bootstrap, "transactional.id": txn_id, "linger.ms": 0,
-        "transaction.timeout.ms": 60000, "message.timeout.ms": 20000,
-    })
-    p.init_transactions(30)
-    return p
-
-
-def produce(p: Producer, topic: str, count: int) -> None:
-    for i in range(count):
-        p.produce(topic, b"value-%d" % i, partition=0)
-    assert p.flush(20) == 0
-
-
-def craft_hanging(target: Target, topic: str) -> int:
-    """Offset 0 plain, 1 transactional from a producer id no transactional id owns, stamped
-    an hour ago (never marked), 2 plain. Its producer id."""
-    create_topic(target, topic)
-    with wire.WireClient(target.port) as c:
-        init = wait_until(lambda: _init_producer_id(c), timeout=20, msg="a producer id")
-        pid, epoch = int(init.producer_id), int(init.producer_epoch)
-        hour_ago = int(time.time() * 1000) - HOUR_MS
-        stuck = wire.build_batch([b"stuck"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
-                                 transactional=True, base_timestamp=hour_ago)
-        for batch, txn_id in ((wire.build_batch([b"before"]), None), (stuck, "console-ghost"),
-                              (wire.build_batch([b"after"]), None)):
-            answer = c.produce(topic, [(0, batch)], version=7, transactional_id=txn_id)
-            assert wire.partition_errors(answer) == {0: 0}, f"produce to {topic}-0"
-    return pid
-
-
-def _init_producer_id(c: wire.WireClient) -> Any:
-    """An idempotent producer's id (InitProducerId without a transactional id), or None while
-    the cluster cannot give one yet (a fresh Kafka's producer id manager)."""
-    init = c.call(REQUESTS[22](version=1, transactional_id=None, transaction_timeout_ms=60000), 1)
-    return init if init.error_code == 0 else None
 
 
 def abort_fields(topic: str, start_offset: int, token: str) -> dict[str, str]:
@@ -339,7 +241,7 @@ def read_committed(target: Target, topic: str, group: str) -> int:
 def test_unreachable_cluster_is_a_message_and_the_console_keeps_serving(tmp_path: Path) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
     message = f"cannot read the cluster at {nowhere}"
-    for console in _console(tmp_path, nowhere, "--timeout-ms", "1000"):
+    for console in running_console(tmp_path, nowhere, "--timeout-ms", "1000"):
         shown(console, partial(_says, console, message), "the message")
         for _ in range(2):
             page = console.get("/transactions")
