@@ -93,3 +93,16 @@ def _init_producer_id(c: wire.WireClient) -> Any:
     the cluster cannot give one yet (a fresh Kafka's producer id manager)."""
     init = c.call(REQUESTS[22](version=1, transactional_id=None, transaction_timeout_ms=60000), 1)
     return init if init.error_code == 0 else None
+
+
+def last_stable_offset(target: Target, topic: str) -> int:
+    """Partition 0's LSO (ListOffsets v2, latest, read_committed)."""
+    cls = REQUESTS[2]
+    part = cls.ListOffsetsTopic.ListOffsetsPartition
+    request = cls(version=2, replica_id=-1, isolation_level=1, topics=[
+        cls.ListOffsetsTopic(name=topic, partitions=[part(partition_index=0, timestamp=-1)])
+    ])
+    with wire.WireClient(target.port) as c:
+        p = c.call(request, 2).topics[0].partitions[0]
+    assert p.error_code == 0, f"ListOffsets {topic}-0: error {p.error_code}"
+    return int(p.offset)
