@@ -43,8 +43,7 @@ def read_snapshot(admin: Any, now_ms: Callable[[], int], max_timeout_ms: int | N
     problems: list[str] = []
     leaders, high, stable, found = read_partitions(admin)
     if max_timeout_ms is None:
-        max_timeout_ms = _section(problems, "DescribeConfigs", lambda: read_max_timeout(admin),
-                                  DEFAULT_MAX_TRANSACTION_TIMEOUT_MS)
+        max_timeout_ms = _max_timeout(admin, problems)
     no_transactions: tuple[Transaction, ...] = ()
     transactions = _section(problems, "transactions", lambda: read_transactions(admin), no_transactions)
     hanging = find_hanging(found, transactions, now_ms(), max_timeout_ms)
@@ -171,19 +170,30 @@ def open_offsets(admin: Any, txn: Transaction) -> dict[TopicPartition, int]:
     return {o.topic_partition: o.start_offset for o in found if o.producer_id == txn.producer_id}
 
 
-def max_timeout_of(configs: Mapping[str, Any]) -> int:
+def _max_timeout(admin: Any, problems: list[str]) -> int:
+    """The brokers' transaction.max.timeout.ms; Kafka's default, named among the problems,
+    when it cannot be read (kafka-python answers a denied DescribeConfigs with no entries)."""
+    found = _section(problems, "DescribeConfigs", lambda: read_max_timeout(admin), None)
+    if found is None:
+        problems.append(f"DescribeConfigs: no {MAX_TIMEOUT_KEY} in the brokers' answer (is DescribeConfigs "
+                        f"on the cluster allowed?); taken as {DEFAULT_MAX_TRANSACTION_TIMEOUT_MS} ms")
+        return DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+    return found
+
+
+def max_timeout_of(configs: Mapping[str, Any]) -> int | None:
     entry = configs.get(MAX_TIMEOUT_KEY) or {}
     try:
         return int(str(entry.get("value")))
     except (TypeError, ValueError):
-        return DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+        return None
 
 
-def read_max_timeout(admin: Any) -> int:
-    """transaction.max.timeout.ms of one broker (DescribeConfigs)."""
+def read_max_timeout(admin: Any) -> int | None:
+    """transaction.max.timeout.ms of one broker (DescribeConfigs); None when not answered."""
     brokers = admin.describe_cluster()["brokers"]
     if not brokers:
-        return DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+        return None
     name = str(brokers[0]["broker_id"])
     resource = ConfigResource(ConfigResourceType.BROKER, name, {MAX_TIMEOUT_KEY: None})
     found = admin.describe_configs([resource], config_filter="all")

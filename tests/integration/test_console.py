@@ -142,6 +142,8 @@ def test_hanging_transaction_flagged_then_aborted(
     pid = craft_hanging(target, topic)
 
     row = lag_shown(console, topic, 2, hanging=1)
+    read = console.api("/partitions", q=topic)
+    assert (read["max_transaction_timeout_ms"], read["problems"]) == (900_000, []), "DescribeConfigs read"
     assert (row["high_watermark"], row["last_stable_offset"]) == (3, 1)
     [hanging] = row["hanging"]
     assert (hanging["producer_id"], hanging["start_offset"], hanging["transactional_id"]) == (pid, 1, None)
