@@ -33,6 +33,7 @@ class Settings:
     history_s: float
     max_timeout_ms: int | None
     allow_abort: bool
+    token: str | None
 
 
 def serve(settings: Settings) -> int:
@@ -49,7 +50,8 @@ def serve(settings: Settings) -> int:
 async def _serve(settings: Settings) -> int:
     cluster = Cluster(settings.bootstrap, settings.timeout_ms, settings.security)
     collector = Collector(cluster, settings.refresh_s, settings.history_s, settings.max_timeout_ms)
-    runner = web.AppRunner(build_app(Console(collector, settings.allow_abort)), access_log=None)
+    console = Console(collector, settings.allow_abort, token=settings.token)
+    runner = web.AppRunner(build_app(console), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, settings.host, settings.port).start()

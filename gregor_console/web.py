@@ -21,7 +21,7 @@ from aiohttp import web
 from kafka.structs import TopicPartition
 
 from broker.tools.transactions import OpenTransaction
-from gregor_console import collect, render
+from gregor_console import collect, login, render
 from gregor_console.collector import ClusterError, Collector, now_ms
 from gregor_console.model import (
     STATES,
@@ -56,6 +56,7 @@ class View:
 class Console:
     collector: Collector
     allow_abort: bool
+    token: str | None = None  # --token-file: every request logs in (login.py)
     templates: jinja2.Environment = field(default_factory=render.environment)
     csrf_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
@@ -387,7 +388,11 @@ async def _home(request: web.Request) -> web.StreamResponse:
 
 
 def build_app(console: Console) -> web.Application:
-    app = web.Application()
+    if console.token is None:
+        app = web.Application()
+    else:
+        app = web.Application(middlewares=[login.middleware(console.token)])
+        app.router.add_routes(login.routes(console.token))
     app.router.add_get("/", _home)
     for path, fn in PAGES.items():
         app.router.add_get(path, _html(console, fn))

@@ -1,6 +1,7 @@
 """`gregor console`: the transaction console in the browser (`gregor_console/`).
 
-    gregor console --bootstrap-server HOST:PORT [--command-config FILE] [--port N] [--allow-abort]
+    gregor console --bootstrap-server HOST:PORT [--command-config FILE] [--host H] [--port N]
+                   [--token-file FILE] [--allow-abort]
 
 Only the command line is here; the web server and its dependencies are imported when the
 command runs, so the other tools and the broker never load them."""
@@ -35,6 +36,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "transaction.max.timeout.ms)")
     parser.add_argument("--allow-abort", action="store_true",
                         help="offer to abort hanging transactions (WriteTxnMarkers)")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="a secret every request must carry (a login page sets it as a cookie); "
+                             "needed to serve on an address other than loopback")
     return parser
 
 
@@ -52,13 +56,19 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
 
 def _settings(args: argparse.Namespace) -> Any:
     from gregor_console.app import Settings
+    from gregor_console.login import LoginError, check_exposure, read_token
 
     if args.refresh_ms <= 0 or args.history_minutes <= 0:
         raise ToolError("--refresh-ms and --history-minutes must be positive")
     if args.max_transaction_timeout_ms is not None and args.max_transaction_timeout_ms < 0:
         raise ToolError("--max-transaction-timeout-ms must not be negative")
     security = client_security(args.command_config) if args.command_config else {}
+    try:
+        token = read_token(args.token_file) if args.token_file else None
+        check_exposure(args.host, token)
+    except LoginError as exc:
+        raise ToolError(str(exc)) from None
     return Settings(
         args.bootstrap_server, args.timeout_ms, security, args.host, args.port, args.refresh_ms / 1000,
-        args.history_minutes * 60, args.max_transaction_timeout_ms, args.allow_abort,
+        args.history_minutes * 60, args.max_transaction_timeout_ms, args.allow_abort, token,
     )

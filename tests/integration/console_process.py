@@ -3,6 +3,7 @@ browser sends, without following redirects, so a test sees each answer)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -67,10 +68,12 @@ class ConsoleProcess:
                 time.sleep(0.1)
         raise RuntimeError(f"gregor console did not serve within {START_TIMEOUT_S} s:\n{self.log()}")
 
-    def request(self, path: str, data: dict[str, str] | None = None) -> Answer:
+    def request(self, path: str, data: dict[str, str] | None = None,
+                headers: dict[str, str] | None = None) -> Answer:
         body = urllib.parse.urlencode(data).encode() if data is not None else None
+        request = urllib.request.Request(self.url + path, data=body, headers=headers or {})
         try:
-            with _OPENER.open(self.url + path, data=body, timeout=30) as r:
+            with _OPENER.open(request, timeout=30) as r:
                 return Answer(r.status, r.read().decode(), dict(r.headers))
         except urllib.error.HTTPError as exc:
             return Answer(exc.code, exc.read().decode(), dict(exc.headers))
@@ -128,3 +131,10 @@ def lag_shown(console: ConsoleProcess, topic: str, lag: int, **query: object) ->
         row = partition_row(console, topic, **query)
         return row if row is not None and row["lso_lag"] == lag else None
     return shown(console, find, f"{topic}-0 with LSO lag {lag}")
+
+
+def console_running(
+    workdir: Path, bootstrap: str, *args: str
+) -> contextlib.AbstractContextManager[ConsoleProcess]:
+    """`with console_running(...) as console:` for a test's own console."""
+    return contextlib.contextmanager(running_console)(workdir, bootstrap, *args)

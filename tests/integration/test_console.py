@@ -13,6 +13,8 @@ with DescribeConfigs."""
 from __future__ import annotations
 
 import re
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -33,8 +35,15 @@ from tests.integration.console_clusters import (
     started_target,
     txn_producer,
 )
-from tests.integration.console_process import ConsoleProcess, lag_shown, partition_row, running_console, shown
-from tests.integration.harness import free_port, unique_topic
+from tests.integration.console_process import (
+    ConsoleProcess,
+    console_running,
+    lag_shown,
+    partition_row,
+    running_console,
+    shown,
+)
+from tests.integration.harness import free_port, gregor_command, unique_topic
 
 pytestmark = pytest.mark.integration
 
@@ -243,7 +252,7 @@ def read_committed(target: Target, topic: str, group: str) -> int:
 def test_unreachable_cluster_is_a_message_and_the_console_keeps_serving(tmp_path: Path) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
     message = f"cannot read the cluster at {nowhere}"
-    for console in running_console(tmp_path, nowhere, "--timeout-ms", "1000"):
+    with console_running(tmp_path, nowhere, "--timeout-ms", "1000") as console:
         shown(console, partial(_says, console, message), "the message")
         for _ in range(2):
             page = console.get("/transactions")
@@ -256,6 +265,47 @@ def test_unreachable_cluster_is_a_message_and_the_console_keeps_serving(tmp_path
 
 def _says(console: ConsoleProcess, message: str) -> bool:
     return message in console.get("/transactions").body
+
+
+def _status(console: ConsoleProcess, path: str, headers: dict[str, str]) -> int:
+    return console.request(path, headers=headers).status
+
+
+def test_a_token_file_makes_every_request_log_in(target: Target, tmp_path: Path) -> None:
+    token = "s3cret-console-token-42"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    with console_running(tmp_path / "console", target.bootstrap, "--token-file", str(token_file)) as console:
+        page = console.get("/transactions")
+        assert page.status == 303 and page.headers["Location"] == "/login"
+        assert console.get("/api/transactions").status == 401
+        assert console.get("/login").status == 200
+        assert console.request("/login", {"token": "guess"}).status == 403
+        logged_in = console.request("/login", {"token": token})
+        assert logged_in.status == 303 and logged_in.headers["Location"] == "/transactions"
+        set_cookie = logged_in.headers["Set-Cookie"]
+        assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+        cookie = {"Cookie": set_cookie.split(";")[0]}
+        assert shown(console, lambda: _status(console, "/transactions", cookie) == 200, "the page, logged in")
+        assert _status(console, "/api/transactions", {"Authorization": f"Bearer {token}"}) == 200
+        assert _status(console, "/api/transactions", {"Authorization": "Bearer not-the-token"}) == 401
+
+
+def gregor_console(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*gregor_command(), "console", "--bootstrap-server", "127.0.0.1:1", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_exposed_without_a_token_or_on_a_busy_port_is_one_line() -> None:
+    exposed = gregor_console("--host", "0.0.0.0")
+    assert exposed.returncode == 2 and "give --token-file" in exposed.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = gregor_console("--port", str(port))
+    assert taken.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in taken.stderr, taken.stderr
+    assert "Traceback" not in exposed.stderr + taken.stderr
 
 
 def test_bad_requests_are_named(target: Target, console: ConsoleProcess) -> None:

@@ -49,7 +49,7 @@ from scramp import ScramClient
 from broker.cluster.local_store import STORE_FILE
 from protocol.messages import REQUESTS
 from tests.integration.certs import Pki, make_pki
-from tests.integration.console_process import ConsoleProcess, running_console, shown
+from tests.integration.console_process import ConsoleProcess, console_running, shown
 from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
@@ -570,7 +570,7 @@ def test_console_takes_kafkas_command_config(secured: Secured, tmp_path: Path) -
         f"ssl.truststore.location={secured.pki.ca}\n"
     )
     bootstrap = secured.at(secured.sasl_ssl)
-    for console in running_console(tmp_path / "console", bootstrap, "--command-config", str(props)):
+    with console_running(tmp_path / "console", bootstrap, "--command-config", str(props)) as console:
         topics = shown(console, partial(_console_topics, console, mine), f"{mine} on the console")
         assert other not in topics
         page = console.get("/partitions").body
