@@ -82,20 +82,26 @@ class Cluster:
 class Sample:
     taken_ms: int
     lags: dict[TopicPartition, int]  # only the partitions whose LSO lags
+    group_lags: dict[str, int]  # only the groups with a lag to the LSO
 
 
 class LagHistory:
-    """The LSO lags of the last `keep` snapshots (partitions without lag take no room)."""
+    """The LSO lags and the groups' lags to the LSO of the last `keep` snapshots (what has no
+    lag takes no room)."""
 
     def __init__(self, keep: int) -> None:
         self._samples: deque[Sample] = deque(maxlen=max(keep, 2))
 
     def add(self, snapshot: Snapshot) -> None:
         lags = {p.topic_partition: p.lso_lag for p in snapshot.partitions if p.lso_lag > 0}
-        self._samples.append(Sample(snapshot.taken_ms, lags))
+        group_lags = {g.group_id: g.lag_to_lso for g in snapshot.groups if g.lag_to_lso > 0}
+        self._samples.append(Sample(snapshot.taken_ms, lags, group_lags))
 
     def series(self, tp: TopicPartition) -> list[int]:
         return [s.lags.get(tp, 0) for s in self._samples]
+
+    def group_series(self, group_id: str) -> list[int]:
+        return [s.group_lags.get(group_id, 0) for s in self._samples]
 
     def times(self) -> list[int]:
         return [s.taken_ms for s in self._samples]

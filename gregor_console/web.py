@@ -236,10 +236,10 @@ async def partitions_view(console: Console, request: web.Request) -> View:
 # -- groups -------------------------------------------------------------------------------
 
 
-def group_json(g: Group) -> dict[str, Any]:
+def group_json(g: Group, history: list[int]) -> dict[str, Any]:
     return {
         "group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type, "members": g.members,
-        "lag_to_lso": g.lag_to_lso, "lag_to_hw": g.lag_to_hw,
+        "lag_to_lso": g.lag_to_lso, "lag_to_hw": g.lag_to_hw, "lag_to_lso_history": history,
         "partitions": [
             {"topic": o.topic, "partition": o.partition, "committed": o.committed,
              "high_watermark": o.high_watermark, "last_stable_offset": o.last_stable_offset,
@@ -253,9 +253,12 @@ async def groups_view(console: Console, request: web.Request) -> View:
     q = request.query
     query = GroupQuery(q.get("q", "").strip(), _flag(q, "lagging"))
     page = paginate(_snapshot(console).groups, query.matches, *_paging(q))
+    series = {g.group_id: console.collector.history.group_series(g.group_id) for g in page.items}
     data = {**_meta(console), "total": page.total, "page": page.number, "pages": page.count,
-            "groups": [group_json(g) for g in page.items]}
-    context = {**_frame(console, request, "Consumer groups"), "page": page, "query": query}
+            "groups": [group_json(g, series[g.group_id]) for g in page.items]}
+    sparks = {group: sparkline_points(s, SPARK_WIDTH, SPARK_HEIGHT) for group, s in series.items()}
+    context = {**_frame(console, request, "Consumer groups"), "page": page, "query": query, "series": series,
+               "sparks": sparks, "spark_width": SPARK_WIDTH, "spark_height": SPARK_HEIGHT}
     return View("groups.html", context, data)
 
 

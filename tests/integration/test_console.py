@@ -222,6 +222,8 @@ def test_read_committed_group_lag_to_the_lso(target: Target, console: ConsolePro
     p.commit_transaction(30)
     g = shown(console, lambda: (r := group_row()) and r["lag_to_lso"] == 3 and r, "lag after the commit")
     assert g["lag_to_hw"] == 3 and g["partitions"][0]["last_stable_offset"] == 9
+    history = g["lag_to_lso_history"]
+    assert history[-1] == 3 and 0 in history, f"the chart rises from 0 to 3: {history}"
 
 
 def read_committed(target: Target, topic: str, group: str) -> int:
