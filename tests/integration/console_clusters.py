@@ -1,9 +1,10 @@
 """The clusters the console's tests run it against, Gregor and Apache Kafka 4.3.1 (one broker
-each, `transaction.partition.verification.enable: false`, as the clusters on which hanging
-transactions happened ran), and what the tests do to them: topics, a transactional producer,
-a hanging transaction crafted at the byte level (as in test_txn_tools: a producer id no
-transactional id owns appends a transactional batch stamped an hour ago, older than the
-15-minute transaction.max.timeout.ms, and no marker ever comes)."""
+each, `transaction.partition.verification.enable: false` as the clusters on which hanging
+transactions happened ran, and a quick scan for timed-out transactions), and what the tests
+do to them: topics, a transactional producer, a hanging transaction crafted at the byte
+level (as in test_txn_tools: a producer id no transactional id owns appends a transactional
+batch stamped an hour ago, older than the 15-minute transaction.max.timeout.ms, and no
+marker ever comes)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ from tests.integration import wire
 from tests.integration.harness import started_broker, wait_until
 from tests.integration.kafka import require_kafka, started_kafka
 
-UNVERIFIED = {"transaction.partition.verification.enable": False}
+# No KIP-890 verification (it refuses the write that would hang); a quick scan for timed-out
+# transactions (a killed producer's is aborted by its coordinator within a second of its timeout).
+SETTINGS: dict[str, object] = {
+    "transaction.partition.verification.enable": False,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
+}
 HOUR_MS = 3_600_000
 
 
@@ -36,11 +42,11 @@ class Target:
 def started_target(name: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     """A module fixture's body: the named cluster, started, stopped at the end."""
     if name == "gregor":
-        with started_broker(tmp_path_factory.mktemp("gregor"), UNVERIFIED) as b:
+        with started_broker(tmp_path_factory.mktemp("gregor"), SETTINGS) as b:
             yield Target("gregor", b.bootstrap, b.port)
         return
     require_kafka()
-    with started_kafka(tmp_path_factory.mktemp("kafka"), UNVERIFIED) as k:
+    with started_kafka(tmp_path_factory.mktemp("kafka"), SETTINGS) as k:
         yield Target("kafka", k.bootstrap, k.port)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -139,6 +140,51 @@ def test_open_transaction_shown_then_committed(
     assert part["high_watermark"] == part["last_stable_offset"] == 4  # three records and the marker
     assert part["holder"] is None
     assert console.api("/transactions", q=txn_id, state="Ongoing")["total"] == 0
+
+
+# -- a killed producer's transaction, aborted by its coordinator ---------------------------------
+
+KILLED_PRODUCER = """
+import sys, time
+from confluent_kafka import Producer
+bootstrap, txn_id, topic = sys.argv[1:]
+p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 0,
+              "transaction.timeout.ms": 5000})
+p.init_transactions(30)
+p.begin_transaction()
+for i in range(3):
+    p.produce(topic, b"doomed-%d" % i, partition=0)
+assert p.flush(20) == 0
+print("open", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_producers_transaction_is_shown_until_its_coordinator_aborts_it(
+    target: Target, console: ConsoleProcess
+) -> None:
+    """A producer killed (SIGKILL) inside its transaction, of timeout 5 s: the console shows the
+    transaction Ongoing, open for longer than 2 s, holding its partition's LSO, and not hanging
+    (its coordinator will end it); then, aborted at its timeout, CompleteAbort and no lag."""
+    topic, txn_id = unique_topic("console-killed"), unique_topic("console-killed-tx")
+    create_topic(target, topic)
+    command = [sys.executable, "-c", KILLED_PRODUCER, target.bootstrap, txn_id, topic]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as producer:
+        try:
+            assert producer.stdout is not None and producer.stdout.readline().strip() == "open"
+        finally:
+            producer.kill()
+    row = lag_shown(console, topic, 3)
+    assert row["holder"]["transactional_id"] == txn_id and row["hanging"] == []
+    query = {"q": txn_id, "state": "Ongoing", "min_age_ms": 2000}
+    open_long = shown(console, lambda: console.api("/transactions", **query)["transactions"], "open 2 s")
+    assert open_long[0]["transaction_timeout_ms"] == 5000
+
+    done = shown(console, lambda: (r := txn_row(console, txn_id)) and r["state"] == "CompleteAbort" and r,
+                 "aborted by its coordinator")
+    assert done["partitions"] == []
+    row = lag_shown(console, topic, 0)
+    assert row["high_watermark"] == row["last_stable_offset"] == 4, "three records and the ABORT marker"
 
 
 # -- a hanging transaction, flagged and aborted ------------------------------------------------
