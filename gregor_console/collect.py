@@ -8,6 +8,7 @@ DescribeConfigs. A section that fails (a denied group read, say) is named in the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from kafka.admin import AbortTransactionSpec, ConfigResource, ConfigResourceType, OffsetSpec
@@ -15,7 +16,7 @@ from kafka.errors import KafkaError, TransactionalIdNotFoundError
 from kafka.protocol.consumer.offsets import IsolationLevel
 from kafka.structs import TopicPartition
 
-from broker.tools.common import describe_error
+from broker.tools.common import call, describe_error
 from broker.tools.transactions import OpenTransaction, abort_spec_by_offset, open_transactions
 from gregor_console.model import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
@@ -32,6 +33,7 @@ T = TypeVar("T")
 PRODUCERS_BATCH = 500  # partitions per DescribeProducers, as Kafka's tool
 DESCRIBE_BATCH = 1000  # transactional ids per DescribeTransactions
 MAX_TIMEOUT_KEY = "transaction.max.timeout.ms"
+RETRY_S = 10.0  # a retriable error of a read asked for now (a coordinator loading) is retried
 
 Partitions = tuple[dict[TopicPartition, int], dict[TopicPartition, int], dict[TopicPartition, int],
                    list[OpenTransaction]]
@@ -153,12 +155,17 @@ def _state(state: Any) -> str:
 
 
 def describe_one(admin: Any, txn_id: str) -> Transaction | None:
-    """One transactional id, described now; None when its coordinator does not know it."""
+    """One transactional id, described now (a coordinator loading, or the transaction log
+    still being made, is waited for a while); None when its coordinator does not know it."""
+    d = call("DescribeTransactions", partial(_description, admin, txn_id), RETRY_S)
+    return None if d is None else _transaction(txn_id, d.coordinator_id, None, d)
+
+
+def _description(admin: Any, txn_id: str) -> Any | None:
     try:
-        d = admin.describe_transactions([txn_id]).get(txn_id)
+        return admin.describe_transactions([txn_id]).get(txn_id)
     except TransactionalIdNotFoundError:
         return None
-    return None if d is None else _transaction(txn_id, d.coordinator_id, None, d)
 
 
 def open_offsets(admin: Any, txn: Transaction) -> dict[TopicPartition, int]:

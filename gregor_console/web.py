@@ -117,6 +117,7 @@ def _frame(console: Console, request: web.Request, title: str) -> dict[str, Any]
         "allow_abort": console.allow_abort,
         "page_url": lambda n: str(request.rel_url.update_query(page=n)),
         "refresh_s": collector.interval_s,
+        "notice": None,
     }
 
 
@@ -157,8 +158,9 @@ async def transactions_view(console: Console, request: web.Request) -> View:
     q = request.query
     query = TransactionQuery(q.get("q", "").strip(), q.get("state", "").strip(), q.get("topic", "").strip(),
                              _int(q, "min_age_ms", None))
+    paging = _paging(q)  # a bad parameter is a 400 before any 503
     snapshot, now = _snapshot(console), now_ms()
-    page = paginate(snapshot.transactions, lambda t: query.matches(t, now), *_paging(q))
+    page = paginate(snapshot.transactions, lambda t: query.matches(t, now), *paging)
     data = {**_meta(console), "total": page.total, "page": page.number, "pages": page.count,
             "transactions": [transaction_json(t, now) for t in page.items]}
     context = {**_frame(console, request, "Transactions"), "page": page, "query": query, "states": STATES}
@@ -168,19 +170,30 @@ async def transactions_view(console: Console, request: web.Request) -> View:
 async def transaction_view(console: Console, request: web.Request) -> View:
     txn_id = request.match_info["transactional_id"]
     snapshot = _snapshot(console)
-    txn = await console.collector.cluster.run(
-        f"cannot describe transactional id {txn_id!r}", lambda admin: collect.describe_one(admin, txn_id))
+    if console.collector.error is None:
+        txn, offsets = await _described(console, txn_id)
+    else:  # the cluster cannot be read now: what the last snapshot says, without waiting
+        txn, offsets = snapshot.transaction(txn_id), {}
     if txn is None:
         raise web.HTTPNotFound(text=f"no transactional id {txn_id!r} is known to its coordinator")
-    found = txn
-    offsets = await console.collector.cluster.run(
-        f"cannot describe the producers of {txn_id!r}'s partitions",
-        lambda admin: collect.open_offsets(admin, found))
     rows = [_open_partition(snapshot, tp, offsets.get(tp)) for tp in txn.partitions]
     now = now_ms()
     data = {**_meta(console), "transaction": transaction_json(txn, now), "partitions": rows}
     context = {**_frame(console, request, f"Transaction {txn_id}"), "txn": txn, "rows": rows}
     return View("transaction.html", context, data)
+
+
+async def _described(console: Console, txn_id: str) -> tuple[Transaction | None, dict[TopicPartition, int]]:
+    """The transactional id described now, and its open transaction's first offsets."""
+    cluster = console.collector.cluster
+    txn = await cluster.run(f"cannot describe transactional id {txn_id!r}",
+                            lambda admin: collect.describe_one(admin, txn_id))
+    if txn is None:
+        return None, {}
+    found = txn
+    offsets = await cluster.run(f"cannot describe the producers of {txn_id!r}'s partitions",
+                                lambda admin: collect.open_offsets(admin, found))
+    return txn, offsets
 
 
 def _open_partition(snapshot: Snapshot, tp: TopicPartition, start: int | None) -> dict[str, Any]:
@@ -219,8 +232,9 @@ def partition_json(p: PartitionRow, snapshot: Snapshot, history: list[int]) -> d
 async def partitions_view(console: Console, request: web.Request) -> View:
     q = request.query
     query = PartitionQuery(q.get("q", "").strip(), _flag(q, "lagging"), _flag(q, "hanging"))
+    paging = _paging(q)
     snapshot = _snapshot(console)
-    page = paginate(snapshot.partitions, query.matches, *_paging(q))
+    page = paginate(snapshot.partitions, query.matches, *paging)
     history = console.collector.history
     series = {p.topic_partition: history.series(p.topic_partition) for p in page.items}
     data = {**_meta(console), "total": page.total, "page": page.number, "pages": page.count,
@@ -228,7 +242,9 @@ async def partitions_view(console: Console, request: web.Request) -> View:
             "hanging_total": len(snapshot.hanging()),
             "partitions": [partition_json(p, snapshot, series[p.topic_partition]) for p in page.items]}
     sparks = {tp: sparkline_points(s, SPARK_WIDTH, SPARK_HEIGHT) for tp, s in series.items()}
+    aborted = q.get("aborted")
     context = {**_frame(console, request, "Partitions"), "page": page, "query": query, "sparks": sparks,
+               "notice": f"aborted the transaction at {aborted}" if aborted else None,
                "series": series, "spark_width": SPARK_WIDTH, "spark_height": SPARK_HEIGHT}
     return View("partitions.html", context, data)
 
@@ -252,7 +268,8 @@ def group_json(g: Group, history: list[int]) -> dict[str, Any]:
 async def groups_view(console: Console, request: web.Request) -> View:
     q = request.query
     query = GroupQuery(q.get("q", "").strip(), _flag(q, "lagging"))
-    page = paginate(_snapshot(console).groups, query.matches, *_paging(q))
+    paging = _paging(q)
+    page = paginate(_snapshot(console).groups, query.matches, *paging)
     series = {g.group_id: console.collector.history.group_series(g.group_id) for g in page.items}
     data = {**_meta(console), "total": page.total, "page": page.number, "pages": page.count,
             "groups": [group_json(g, series[g.group_id]) for g in page.items]}
@@ -373,6 +390,7 @@ def _abort_post(console: Console) -> Callable[[web.Request], Awaitable[web.Strea
         try:
             return await abort_post(console, request)
         except (BadRequest, ClusterError, web.HTTPForbidden, web.HTTPNotFound, web.HTTPConflict) as exc:
+            log.warning("abort: refused to %s: %s", request.remote, _status(exc)[1])
             return _message(console, request, exc)
     return handle
 

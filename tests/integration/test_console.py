@@ -226,10 +226,12 @@ def test_hanging_transaction_flagged_then_aborted(
     done = abort_console.request("/abort", abort_fields(topic, 1, csrf_token(confirm.body)))
     assert done.status == 303, done.body
     assert done.headers["Location"].startswith("/partitions?")
+    assert f"aborted the transaction at {topic}-0@1" in abort_console.get(done.headers["Location"]).body
     row = lag_shown(console, topic, 0)
     assert row["high_watermark"] == row["last_stable_offset"] == 4, "the ABORT marker takes offset 3"
     assert row["hanging"] == [] and row["holder"] is None
     assert f"aborted the transaction of producer {pid}" in abort_console.log()
+    assert "abort: refused to 127.0.0.1: the form's CSRF token is missing" in abort_console.log()
     again = abort_console.request("/abort", abort_fields(topic, 1, csrf_token(confirm.body)))
     assert again.status == 404
 
@@ -360,6 +362,7 @@ def test_bad_requests_are_named(target: Target, console: ConsoleProcess) -> None
     bad = console.get("/api/transactions?page=two")
     assert bad.status == 400 and "page must be a whole number" in bad.json()["error"]
     assert console.get("/partitions?per_page=0").status == 400
+    shown(console, lambda: console.get("/api/transactions").status == 200, "the first read")
     unknown = console.get("/transactions/no-such-transactional-id")
-    assert unknown.status == 404 and "no-such-transactional-id" in unknown.body
+    assert unknown.status == 404 and "no-such-transactional-id" in unknown.body, unknown.body
     assert console.get("/abort?topic=t&partition=0").status == 400

@@ -143,6 +143,7 @@ def test_hanging_transaction_seen_and_aborted_in_the_browser(
     screenshot(browser, target, "abort-confirm")
     browser.find_element(By.CSS_SELECTOR, "button.danger").click()
     wait_until(lambda: "/partitions" in browser.current_url, timeout=20)
+    assert "aborted the transaction at" in browser.find_element(By.ID, "notice").text
 
     lag_shown(console, topic, 0)
     opened(browser, console, f"/partitions?q={topic}", f'data-tp="{tp}"')
