@@ -39,10 +39,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, token: str | None) -> None:
-    if token is None and not is_loopback(host):
+def check_exposure(host: str, token: str | None, no_login: bool) -> None:
+    """A console on an address beyond loopback needs a token, or `--no-login` said outright."""
+    if token is None and not no_login and not is_loopback(host):
         raise LoginError(f"serving on {host} exposes the console beyond this machine: "
-                         "give --token-file with a secret to log in with")
+                         "give --token-file with a secret to log in with (or --no-login, when "
+                         "what reaches that address is trusted)")
 
 
 def carries(request: web.Request, token: str) -> bool:

@@ -381,6 +381,8 @@ def _status(exc: Exception) -> tuple[int, str]:
 def _message(console: Console, request: web.Request, exc: Exception) -> web.Response:
     status, text = _status(exc)
     context = {**_frame(console, request, "Gregor console"), "message": text, "status": status}
+    if context["error"] == text:  # said once, as the message
+        context["error"] = None
     body = render.page(console.templates, "message.html", context)
     return web.Response(text=body, status=status, content_type="text/html")
 

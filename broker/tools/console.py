@@ -39,6 +39,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--token-file", metavar="FILE",
                         help="a secret every request must carry (a login page sets it as a cookie); "
                              "needed to serve on an address other than loopback")
+    parser.add_argument("--no-login", action="store_true",
+                        help="serve on another address without a token all the same (a container whose "
+                             "port is published on the host's loopback only)")
     return parser
 
 
@@ -65,7 +68,7 @@ def _settings(args: argparse.Namespace) -> Any:
     security = client_security(args.command_config) if args.command_config else {}
     try:
         token = read_token(args.token_file) if args.token_file else None
-        check_exposure(args.host, token)
+        check_exposure(args.host, token, args.no_login)
     except LoginError as exc:
         raise ToolError(str(exc)) from None
     return Settings(
