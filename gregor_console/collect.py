@@ -233,8 +233,10 @@ def _group(
     listed: Mapping[str, Any], described: Mapping[str, Any] | None,
     committed: Mapping[TopicPartition, int], partitions: Mapping[TopicPartition, PartitionRow],
 ) -> Group:
+    if described is not None and described.get("error"):
+        described = None  # a KIP-848 consumer group is "not a classic group" to DescribeGroups
     state = (described or {}).get("group_state") or listed.get("group_state") or "Unknown"
-    members = len((described or {}).get("members") or []) if described is not None else -1
+    members = len(described.get("members") or []) if described is not None else -1
     return Group(listed["group_id"], str(state), str(listed.get("protocol_type") or ""), members,
                  group_offsets(committed, partitions))
 

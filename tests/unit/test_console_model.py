@@ -163,3 +163,16 @@ async def test_pages_answer_fast_with_10000_ids_and_10000_partitions() -> None:
             assert answer.status == 200, body
             assert took < 1.0, f"{path}: {took:.2f} s"
             print(f"{path}: {took * 1000:.0f} ms")
+
+
+def test_a_group_describe_groups_refuses_keeps_its_listed_state() -> None:
+    """A KIP-848 consumer group: DescribeGroups answers "not a classic group" (state Dead, no
+    members); the console keeps ListGroups' state and says the member count is unknown."""
+    from gregor_console.collect import _group
+
+    listed = {"group_id": "g", "group_state": "Stable", "protocol_type": "consumer", "group_type": "consumer"}
+    refused = {"group_id": "g", "group_state": "Dead", "members": [], "error": "[Error 69] not classic"}
+    group = _group(listed, refused, {TP: 4}, {})
+    assert (group.state, group.members, group.offsets[0].committed) == ("Stable", -1, 4)
+    classic = _group(listed, {"group_state": "Empty", "members": [], "error": None}, {}, {})
+    assert (classic.state, classic.members) == ("Empty", 0)
