@@ -4,5 +4,7 @@ A Kafka client only: it reads the cluster through the admin APIs (kafka-python's
 `KafkaAdminClient`, as the `gregor` admin tools do) and never imports the broker's
 own modules, only `broker.tools` (the client side). `model.py` is pure (the snapshot's
 values, filters, pages, lags); `collect.py` reads one snapshot from the cluster;
-`collector.py` refreshes it in the background; `web.py` serves the pages and their JSON.
+`collector.py` refreshes it in the background; `web.py` serves the pages and their JSON
+(`render.py`: the templates' environment); `login.py` the console's own login; `app.py` the
+process.
 """
