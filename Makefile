@@ -132,7 +132,7 @@ differential: $(STAMP) $(KAFKA_DEPS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark
+	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark gregor_console
 
 # Every benchmark runs, also after one that regressed (a slower machine regresses them all);
 # the run fails at the end, naming them. BENCH="cluster cleaner" runs some of them.
