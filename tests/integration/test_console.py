@@ -346,7 +346,7 @@ def gregor_console(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_exposed_without_a_token_or_on_a_busy_port_is_one_line() -> None:
+def test_a_mistake_on_the_command_line_is_one_line() -> None:
     exposed = gregor_console("--host", "0.0.0.0")
     assert exposed.returncode == 2 and "give --token-file" in exposed.stderr
     with socket.socket() as busy:
@@ -355,7 +355,14 @@ def test_exposed_without_a_token_or_on_a_busy_port_is_one_line() -> None:
         port = busy.getsockname()[1]
         taken = gregor_console("--port", str(port))
     assert taken.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in taken.stderr, taken.stderr
-    assert "Traceback" not in exposed.stderr + taken.stderr
+    no_refresh = gregor_console("--refresh-ms", "0")
+    assert no_refresh.returncode == 2 and "must be positive" in no_refresh.stderr
+    no_file = gregor_console("--command-config", "/nonexistent/client.properties")
+    assert no_file.returncode == 2 and "cannot read --command-config" in no_file.stderr
+    short = gregor_console("--token-file", "/dev/null")
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr
+    outputs = [exposed, taken, no_refresh, no_file, short]
+    assert all("Traceback" not in o.stderr and len(o.stderr.splitlines()) == 1 for o in outputs), outputs
 
 
 def test_bad_requests_are_named(target: Target, console: ConsoleProcess) -> None:
