@@ -151,7 +151,7 @@ def test_hanging_transaction_seen_and_aborted_in_the_browser(
     screenshot(browser, target, "partitions-aborted")
     assert f"aborted the transaction of producer {pid}" in console.log()
 
-    # The abort lets the group read on: the record after it and the marker.
+    # The abort lets the group read on: past the aborted record, the one after it and the marker.
     assert lag_cells(browser, console, group, tp, "3") == ("3", "3")
     commit_at_the_lso(target, topic, group)
     assert lag_cells(browser, console, group, tp, "0") == ("0", "0")
