@@ -242,6 +242,11 @@ class TransactionQuery:
         return True
 
 
+def oldest_first(transactions: Iterable[Transaction]) -> list[Transaction]:
+    """Those with a current transaction, longest running first, then the others by id."""
+    return sorted(transactions, key=lambda t: (t.start_ms < 0, t.start_ms, t.transactional_id))
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionQuery:
     """The partitions page's filters: a part of the topic's name, only those with an LSO lag,

@@ -32,6 +32,7 @@ from gregor_console.model import (
     Snapshot,
     Transaction,
     TransactionQuery,
+    oldest_first,
     paginate,
     sparkline_points,
 )
@@ -93,6 +94,14 @@ def _required_int(query: Mapping[str, str], name: str) -> int:
 
 def _flag(query: Mapping[str, str], name: str) -> bool:
     return query.get(name, "") not in ("", "0", "false", "no")
+
+
+def _sort(query: Mapping[str, str]) -> bool:
+    """Whether the transactions go oldest first (`sort=age`) rather than by id (`sort=id`)."""
+    sort = query.get("sort", "id")
+    if sort not in ("id", "age"):
+        raise BadRequest(f"sort must be id or age, got {sort!r}")
+    return sort == "age"
 
 
 def _paging(query: Mapping[str, str]) -> tuple[int, int]:
@@ -158,12 +167,14 @@ async def transactions_view(console: Console, request: web.Request) -> View:
     q = request.query
     query = TransactionQuery(q.get("q", "").strip(), q.get("state", "").strip(), q.get("topic", "").strip(),
                              _int(q, "min_age_ms", None))
-    paging = _paging(q)  # a bad parameter is a 400 before any 503
+    paging, by_age = _paging(q), _sort(q)  # a bad parameter is a 400 before any 503
     snapshot, now = _snapshot(console), now_ms()
-    page = paginate(snapshot.transactions, lambda t: query.matches(t, now), *paging)
+    listed = oldest_first(snapshot.transactions) if by_age else snapshot.transactions
+    page = paginate(listed, lambda t: query.matches(t, now), *paging)
     data = {**_meta(console), "total": page.total, "page": page.number, "pages": page.count,
             "transactions": [transaction_json(t, now) for t in page.items]}
-    context = {**_frame(console, request, "Transactions"), "page": page, "query": query, "states": STATES}
+    context = {**_frame(console, request, "Transactions"), "page": page, "query": query, "states": STATES,
+               "by_age": by_age}
     return View("transactions.html", context, data)
 
 

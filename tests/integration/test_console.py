@@ -120,6 +120,9 @@ def test_open_transaction_shown_then_committed(
     assert console.api("/transactions", q=txn_id, topic="no-such-topic")["total"] == 0
     assert console.api("/transactions", q=txn_id, state="Ongoing", min_age_ms=0)["total"] == 1
     assert console.api("/transactions", q=txn_id, min_age_ms=HOUR_MS)["total"] == 0
+    oldest = console.api("/transactions", sort="age", state="Ongoing")["transactions"]
+    assert txn_id in [t["transactional_id"] for t in oldest]
+    assert [t["age_ms"] for t in oldest] == sorted((t["age_ms"] for t in oldest), reverse=True)
 
     page = console.get(f"/transactions?q={txn_id}")
     assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
@@ -369,6 +372,7 @@ def test_bad_requests_are_named(target: Target, console: ConsoleProcess) -> None
     bad = console.get("/api/transactions?page=two")
     assert bad.status == 400 and "page must be a whole number" in bad.json()["error"]
     assert console.get("/partitions?per_page=0").status == 400
+    assert console.get("/api/transactions?sort=size").json()["error"] == "sort must be id or age, got 'size'"
     shown(console, lambda: console.get("/api/transactions").status == 200, "the first read")
     unknown = console.get("/transactions/no-such-transactional-id")
     assert unknown.status == 404 and "no-such-transactional-id" in unknown.body, unknown.body

@@ -21,6 +21,7 @@ from gregor_console.model import (
     TransactionQuery,
     find_hanging,
     group_offsets,
+    oldest_first,
     paginate,
     partition_rows,
     sparkline_points,
@@ -110,6 +111,12 @@ def test_transaction_query_filters() -> None:
     assert not TransactionQuery(min_age_ms=0).matches(empty, NOW)
 
 
+def test_oldest_first() -> None:
+    young, old = txn("b", 1, start_ms=NOW - MINUTE), txn("c", 2, start_ms=NOW - 9 * MINUTE)
+    idle = txn("a", 3, "Empty", (), start_ms=-1)
+    assert [t.transactional_id for t in oldest_first([young, idle, old])] == ["c", "b", "a"]
+
+
 def test_paginate_clamps_the_page_number() -> None:
     page = paginate(range(250), lambda n: n % 2 == 0, 9, 50)
     assert (page.number, page.count, page.total, page.items[0]) == (3, 3, 125, 200)
@@ -154,7 +161,8 @@ async def test_pages_answer_fast_with_10000_ids_and_10000_partitions() -> None:
     assert len(collector.snapshot.hanging()) == 3334
     async with TestClient(TestServer(build_app(Console(collector, allow_abort=True)))) as client:
         for path in ("/transactions", "/transactions?q=txn-09&state=Ongoing&page=3",
-                     "/transactions?topic=topic-42&min_age_ms=1", "/partitions?hanging=1&page=30",
+                     "/transactions?topic=topic-42&min_age_ms=1", "/transactions?sort=age&state=Ongoing",
+                     "/partitions?hanging=1&page=30",
                      "/api/transactions?per_page=1000", "/api/partitions?q=topic-9"):
             started = time.monotonic()
             answer = await client.get(path)
