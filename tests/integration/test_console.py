@@ -29,6 +29,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 
 from tests.integration.console_clusters import (
     HOUR_MS,
+    SETTINGS,
     Target,
     craft_hanging,
     create_topic,
@@ -44,7 +45,7 @@ from tests.integration.console_process import (
     running_console,
     shown,
 )
-from tests.integration.harness import free_port, gregor_command, unique_topic
+from tests.integration.harness import BrokerFactory, free_port, gregor_command, unique_topic
 
 pytestmark = pytest.mark.integration
 
@@ -314,6 +315,30 @@ def test_unreachable_cluster_is_a_message_and_the_console_keeps_serving(tmp_path
             assert api.status == 503 and api.json()["error"].startswith(message)
             time.sleep(1.0)
         assert console.proc.poll() is None
+
+
+def test_a_cluster_gone_and_back_keeps_its_last_snapshot_then_is_read_again(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    """A broker stopped under the console: the pages keep the last snapshot with the failure
+    above it (200, never a traceback); started again on its port, it is read again."""
+    broker = broker_factory(dict(SETTINGS))
+    topic = unique_topic("console-gone")
+    target = Target("gregor", broker.bootstrap, broker.port)
+    create_topic(target, topic)
+    message = f"cannot read the cluster at {broker.bootstrap}"
+    with console_running(tmp_path, broker.bootstrap, "--timeout-ms", "2000") as console:
+        shown(console, lambda: console.get("/api/partitions").status == 200, "the first read")
+        shown(console, partial(partition_row, console, topic), "the topic")
+        broker.stop()
+        shown(console, partial(_says, console, message), "the failure above the last snapshot")
+        page = console.get(f"/partitions?q={topic}")
+        assert page.status == 200 and f'data-tp="{topic}-0"' in page.body
+        assert "showing what was read" in page.body
+        assert console.api("/partitions", q=topic)["error"].startswith(message)
+        broker.start()
+        shown(console, lambda: console.api("/partitions", q=topic)["error"] is None, "read again")
+        assert message not in console.get("/transactions").body
 
 
 def _says(console: ConsoleProcess, message: str) -> bool:
