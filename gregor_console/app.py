@@ -34,6 +34,7 @@ class Settings:
     max_timeout_ms: int | None
     allow_abort: bool
     token: str | None
+    metrics_urls: tuple[str, ...] = ()
 
 
 def serve(settings: Settings) -> int:
@@ -49,7 +50,8 @@ def serve(settings: Settings) -> int:
 
 async def _serve(settings: Settings) -> int:
     cluster = Cluster(settings.bootstrap, settings.timeout_ms, settings.security)
-    collector = Collector(cluster, settings.refresh_s, settings.history_s, settings.max_timeout_ms)
+    collector = Collector(cluster, settings.refresh_s, settings.history_s, settings.max_timeout_ms,
+                          settings.metrics_urls)
     console = Console(collector, settings.allow_abort, token=settings.token)
     runner = web.AppRunner(build_app(console), access_log=None)
     await runner.setup()

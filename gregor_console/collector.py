@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -19,6 +19,7 @@ from kafka.structs import TopicPartition
 
 from broker.tools.common import ToolError, connect, describe_error
 from gregor_console.collect import read_snapshot
+from gregor_console.metrics import BrokerMetrics, read_all
 from gregor_console.model import Snapshot
 
 log = logging.getLogger("gregor.console")
@@ -116,9 +117,12 @@ class Collector:
     cluster), and the last failure, shown above it."""
 
     def __init__(
-        self, cluster: Cluster, interval_s: float, history_s: float, max_timeout_ms: int | None
+        self, cluster: Cluster, interval_s: float, history_s: float, max_timeout_ms: int | None,
+        metrics_urls: Sequence[str] = (),
     ) -> None:
         self.cluster = cluster
+        self.metrics_urls = tuple(metrics_urls)
+        self.metrics: list[BrokerMetrics] = []  # on Gregor, its brokers' transaction metrics
         self.interval_s = interval_s
         self.max_timeout_ms = max_timeout_ms
         self.snapshot: Snapshot | None = None
@@ -134,7 +138,10 @@ class Collector:
 
     async def refresh(self) -> None:
         async with self._reading:
-            await self._refresh()
+            await asyncio.gather(self._refresh(), self._read_metrics())
+
+    async def _read_metrics(self) -> None:
+        self.metrics = await read_all(self.metrics_urls)
 
     async def _refresh(self) -> None:
         try:

@@ -23,6 +23,7 @@ from kafka.structs import TopicPartition
 from broker.tools.transactions import OpenTransaction
 from gregor_console import collect, login, render
 from gregor_console.collector import ClusterError, Collector, now_ms
+from gregor_console.metrics import BrokerMetrics
 from gregor_console.model import (
     STATES,
     Group,
@@ -127,6 +128,7 @@ def _frame(console: Console, request: web.Request, title: str) -> dict[str, Any]
         "page_url": lambda n: str(request.rel_url.update_query(page=n)),
         "refresh_s": collector.interval_s,
         "notice": None,
+        "metrics": bool(collector.metrics_urls),
     }
 
 
@@ -290,6 +292,21 @@ async def groups_view(console: Console, request: web.Request) -> View:
     return View("groups.html", context, data)
 
 
+# -- brokers (Gregor's metrics endpoints) ----------------------------------------------------
+
+
+def metrics_json(m: BrokerMetrics) -> dict[str, Any]:
+    return {"url": m.url, "error": m.error,
+            "samples": [{"name": s.name, "labels": dict(s.labels), "value": s.value} for s in m.samples]}
+
+
+async def brokers_view(console: Console, request: web.Request) -> View:
+    found = console.collector.metrics
+    data = {**_meta(console), "brokers": [metrics_json(m) for m in found]}
+    context = {**_frame(console, request, "Brokers"), "brokers": found}
+    return View("brokers.html", context, data)
+
+
 # -- the abort action ---------------------------------------------------------------------
 
 
@@ -413,6 +430,7 @@ PAGES: dict[str, ViewFn] = {
     "/transactions/{transactional_id:.+}": transaction_view,
     "/partitions": partitions_view,
     "/groups": groups_view,
+    "/brokers": brokers_view,
     "/abort": abort_view,
 }
 

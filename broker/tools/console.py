@@ -34,6 +34,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--max-transaction-timeout-ms", type=int, metavar="MS",
                         help="a transaction silent for longer may be hanging (default: the brokers' "
                              "transaction.max.timeout.ms)")
+    parser.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                        help="a Gregor broker's Prometheus endpoint (http://HOST:PORT/metrics, its "
+                             "metrics.listener), for the brokers page (repeatable)")
     parser.add_argument("--allow-abort", action="store_true",
                         help="offer to abort hanging transactions (WriteTxnMarkers)")
     parser.add_argument("--token-file", metavar="FILE",
@@ -74,4 +77,5 @@ def _settings(args: argparse.Namespace) -> Any:
     return Settings(
         args.bootstrap_server, args.timeout_ms, security, args.host, args.port, args.refresh_ms / 1000,
         args.history_minutes * 60, args.max_transaction_timeout_ms, args.allow_abort, token,
+        tuple(args.metrics_url),
     )

@@ -341,6 +341,41 @@ def test_a_cluster_gone_and_back_keeps_its_last_snapshot_then_is_read_again(
         assert message not in console.get("/transactions").body
 
 
+def _samples(console: ConsoleProcess, url: str) -> dict[tuple[str, str], float]:
+    """The brokers page's samples of `url`, by (name, state label)."""
+    brokers = {b["url"]: b for b in console.api("/brokers")["brokers"]}
+    return {(s["name"], s["labels"].get("state", "")): s["value"] for s in brokers[url]["samples"]}
+
+
+def _ongoing(console: ConsoleProcess, url: str) -> dict[tuple[str, str], float] | None:
+    """The samples once they count an Ongoing transaction."""
+    samples = _samples(console, url)
+    return samples if samples.get(("gregor_transactions", "Ongoing"), 0) >= 1 else None
+
+
+def test_gregors_metrics_on_the_brokers_page(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    """On Gregor, `--metrics-url`: the broker's transaction metrics (an open transaction among
+    its transactional ids by state); an endpoint that does not answer is named, not fatal."""
+    listener = f"http://127.0.0.1:{free_port()}"
+    broker = broker_factory({**SETTINGS, "metrics.listener": listener})
+    target = Target("gregor", broker.bootstrap, broker.port)
+    topic, txn_id = unique_topic("console-metrics"), unique_topic("console-metrics-tx")
+    create_topic(target, topic)
+    p = txn_producer(target, txn_id)
+    p.begin_transaction()
+    produce(p, topic, 1)
+    good, gone = f"{listener}/metrics", f"http://127.0.0.1:{free_port()}/metrics"
+    with console_running(tmp_path, broker.bootstrap, "--metrics-url", good, "--metrics-url", gone) as console:
+        shown(console, lambda: console.get("/api/brokers").status == 200, "the first read")
+        samples = shown(console, partial(_ongoing, console, good), "an Ongoing transaction in the metrics")
+        assert samples[("gregor_transaction_oldest_age_ms", "Ongoing")] > 0
+        missing = next(b for b in console.api("/brokers")["brokers"] if b["url"] == gone)
+        assert missing["samples"] == [] and missing["error"].startswith(f"cannot read {gone}")
+        page = console.get("/brokers").body
+        assert 'href="/brokers"' in page and "gregor_transactions" in page and f"cannot read {gone}" in page
+    p.commit_transaction(30)
+
+
 def _says(console: ConsoleProcess, message: str) -> bool:
     return message in console.get("/transactions").body
 
