@@ -174,5 +174,7 @@ def test_the_console_is_a_service_of_its_own_profile(file: str, port: int) -> No
     bootstrap = ",".join(f"{b}:19092" for b in BROKERS)
     assert bootstrap in command or console["environment"]["BOOTSTRAP"] == bootstrap
     assert published(console) == {("127.0.0.1", port, 9080)}
+    metrics = {"docker-compose.yml": 9193, "docker-compose.secure.yml": 9195}[file]
+    assert f"--metrics-url http://broker-1:{metrics}/metrics" in command.replace('"', "")
     moved = compose_config(file, COMPOSE_PROFILES="console", GREGOR_CONSOLE_PORT="19080")
     assert published(moved["services"]["console"]) == {("127.0.0.1", 19080, 9080)}
