@@ -153,7 +153,7 @@ import sys, time
 from confluent_kafka import Producer
 bootstrap, txn_id, topic = sys.argv[1:]
 p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 0,
-              "transaction.timeout.ms": 5000})
+              "transaction.timeout.ms": 10000})
 p.init_transactions(30)
 p.begin_transaction()
 for i in range(3):
@@ -167,7 +167,7 @@ time.sleep(600)
 def test_a_killed_producers_transaction_is_shown_until_its_coordinator_aborts_it(
     target: Target, console: ConsoleProcess
 ) -> None:
-    """A producer killed (SIGKILL) inside its transaction, of timeout 5 s: the console shows the
+    """A producer killed (SIGKILL) inside its transaction, of timeout 10 s: the console shows the
     transaction Ongoing, open for longer than 2 s, holding its partition's LSO, and not hanging
     (its coordinator will end it); then, aborted at its timeout, CompleteAbort and no lag."""
     topic, txn_id = unique_topic("console-killed"), unique_topic("console-killed-tx")
@@ -182,7 +182,7 @@ def test_a_killed_producers_transaction_is_shown_until_its_coordinator_aborts_it
     assert row["holder"]["transactional_id"] == txn_id and row["hanging"] == []
     query = {"q": txn_id, "state": "Ongoing", "min_age_ms": 2000}
     open_long = shown(console, lambda: console.api("/transactions", **query)["transactions"], "open 2 s")
-    assert open_long[0]["transaction_timeout_ms"] == 5000
+    assert open_long[0]["transaction_timeout_ms"] == 10000
 
     done = shown(console, lambda: (r := txn_row(console, txn_id)) and r["state"] == "CompleteAbort" and r,
                  "aborted by its coordinator")
