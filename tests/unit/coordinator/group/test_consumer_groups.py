@@ -1,0 +1,181 @@
+"""The consumer-protocol group machine (KIP-848) with a fake clock and an in-memory log:
+joins, incremental reconciliation (revoke before reassign), expiry, leaving, static members,
+failover by replay, and the member-epoch checks of offset commits."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+
+from coordinator.group import GroupConfig, OffsetCommitInput
+from coordinator.group.assignors import TopicInfo, range_, uniform
+from coordinator.group.consumer_state import MemberId
+from coordinator.group.consumer_types import ConsumerConfig, HeartbeatRequest, HeartbeatResponse
+from protocol.errors import ErrorCode
+from protocol.types import TopicId
+from tests.unit.coordinator.group.harness import GROUP, Harness
+
+T = TopicId(uuid.UUID(int=1))
+U = TopicId(uuid.UUID(int=2))
+IMAGE = {"t": TopicInfo(T, 6), "u": TopicInfo(U, 2)}
+SESSION_MS = 45_000
+
+
+class Consumers(Harness):
+    def __init__(self, **consumer: object) -> None:
+        super().__init__(GroupConfig(num_partitions=1, consumer=ConsumerConfig(**consumer)))  # type: ignore[arg-type]
+        self.image = dict(IMAGE)
+
+    def beat(
+        self,
+        member_id: str,
+        epoch: int,
+        owned: Mapping[TopicId, Sequence[int]] | None = None,
+        *,
+        topics: tuple[str, ...] | None = None,
+        instance: str | None = None,
+        rebalance_ms: int = -1,
+    ) -> HeartbeatResponse:
+        joining = epoch == 0
+        req = HeartbeatRequest(
+            GROUP,
+            member_id,
+            epoch,
+            instance_id=instance,
+            rebalance_timeout_ms=30_000 if joining else rebalance_ms,
+            subscribed_topic_names=topics if topics is not None else (("t",) if joining else None),
+            owned=[] if joining else (None if owned is None else list(owned.items())),
+        )
+        response = self.apply(self.machine.consumer_group_heartbeat(req, self.image, self.now))
+        assert response is not None
+        return response
+
+    def join(self, member_id: str, **kw: object) -> HeartbeatResponse:  # type: ignore[override]
+        response = self.beat(member_id, 0, **kw)  # type: ignore[arg-type]
+        assert response.error is ErrorCode.NONE, response
+        return response
+
+
+def parts(response: HeartbeatResponse, topic: TopicId = T) -> set[int]:
+    assert response.assignment is not None
+    return set(response.assignment.get(topic, ()))
+
+
+def test_a_first_member_gets_every_partition_at_epoch_one() -> None:
+    h = Consumers()
+    answer = h.join("a")
+    assert (answer.member_id, answer.member_epoch, answer.heartbeat_interval_ms) == ("a", 1, 5_000)
+    assert parts(answer) == set(range(6))
+    assert h.machine.consumer_group_describe([GROUP])[0].state == "Stable"
+
+
+def test_a_joining_member_gets_partitions_only_after_their_owner_revoked_them() -> None:
+    h = Consumers()
+    h.join("a")
+    b = h.join("b")
+    assert b.member_epoch == 2 and parts(b) == set()  # unreleased: still a's
+    a = h.beat("a", 1, {T: range(6)})
+    kept = parts(a)
+    assert a.member_epoch == 1 and len(kept) == 3  # a must revoke three first
+    assert h.beat("b", 2, {}).assignment is None  # nothing released yet
+    a = h.beat("a", 1, {T: sorted(kept)})
+    assert a.member_epoch == 2
+    b = h.beat("b", 2, {})
+    assert parts(b) == set(range(6)) - kept
+    assert h.machine.consumer_group_describe([GROUP])[0].state == "Stable"
+
+
+def test_an_expired_member_is_fenced_and_its_partitions_go_to_the_others() -> None:
+    h = Consumers()
+    h.join("a")
+    h.join("b")
+    a = h.beat("a", 1, {T: range(6)})
+    h.beat("a", 1, {T: sorted(parts(a))})
+    h.beat("b", 2, {})
+    h.now = 40_000
+    h.beat("a", 2, {T: sorted(parts(a))})
+    h.tick(SESSION_MS + 1)  # b's session lapsed
+    described = h.machine.consumer_group_describe([GROUP])[0]
+    assert [m.member_id for m in described.members] == ["a"]
+    a = h.beat("a", 2, {T: sorted(parts(a))})
+    assert a.member_epoch == 3 and parts(a) == set(range(6))
+
+
+def test_a_member_that_leaves_hands_its_partitions_over() -> None:
+    h = Consumers()
+    h.join("a")
+    h.join("b")
+    left = h.beat("b", -1)
+    assert (left.error, left.member_epoch) == (ErrorCode.NONE, -1)
+    a = h.beat("a", 1, {T: range(6)})
+    assert a.member_epoch == 3 and a.assignment is None  # all six stay a's: nothing to tell
+
+
+def test_a_static_member_rejoining_within_its_session_keeps_its_partitions() -> None:
+    h = Consumers()
+    h.join("a", instance="i-a")
+    h.join("b", instance="i-b")
+    a = h.beat("a", 1, {T: range(6)}, instance="i-a")
+    h.beat("a", 1, {T: sorted(parts(a))}, instance="i-a")
+    b = h.beat("b", 2, {}, instance="i-b")
+    before = parts(b)
+    assert h.beat("b", -2, instance="i-b").member_epoch == -2
+    assert h.beat("c", 0, instance="i-a").error is ErrorCode.UNRELEASED_INSTANCE_ID
+    again = h.join("b2", instance="i-b")
+    assert parts(again) == before and again.member_epoch == 2
+
+
+def test_a_failover_reloads_the_group_exactly() -> None:
+    h = Consumers()
+    h.join("a")
+    h.join("b")
+    h.beat("a", 1, {T: range(6)})
+    before = h.machine.consumer_group_describe([GROUP])
+    h.failover()
+    assert h.machine.consumer_group_describe([GROUP]) == before
+
+
+def test_bad_heartbeats_get_the_protocol_errors() -> None:
+    h = Consumers()
+    assert h.beat("a", 5, {}).error is ErrorCode.GROUP_ID_NOT_FOUND
+    h.join("a")
+    assert h.beat("a", 7, {}).error is ErrorCode.FENCED_MEMBER_EPOCH
+    assert h.beat("x", 1, {}).error is ErrorCode.UNKNOWN_MEMBER_ID
+    bad = HeartbeatRequest(GROUP, "a", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), owned=[],
+                           server_assignor="nope")
+    result = h.machine.consumer_group_heartbeat(bad, h.image, h.now)
+    assert result.response is not None and result.response.error is ErrorCode.UNSUPPORTED_ASSIGNOR
+    no_timeout = HeartbeatRequest(GROUP, "a", 0, subscribed_topic_names=("t",), owned=[])
+    result = h.machine.consumer_group_heartbeat(no_timeout, h.image, h.now)
+    assert result.response is not None and result.response.error is ErrorCode.INVALID_REQUEST
+    assert not result.records
+
+
+def test_offset_commits_are_fenced_by_member_epoch() -> None:
+    h = Consumers()
+    h.join("a")
+    offsets = {("t", 0): OffsetCommitInput(5)}
+    ok = h.apply(h.machine.offset_commit(GROUP, 1, "a", offsets, h.now))
+    assert ok == {("t", 0): ErrorCode.NONE}
+    assert h.machine.offset_commit(GROUP, 2, "a", offsets, h.now).response == {("t", 0): ErrorCode.STALE_MEMBER_EPOCH}
+    assert h.machine.offset_commit(GROUP, 1, "z", offsets, h.now).response == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    txn = h.machine.txn_offset_commit("tx", GROUP, 7, 0, offsets, h.now, generation=2, member_id="a")
+    assert txn.response == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+    assert h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 2)).error is ErrorCode.STALE_MEMBER_EPOCH
+    fetched = h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 1))
+    assert fetched.error is ErrorCode.NONE and fetched.partitions[0].offset == 5
+
+
+def test_uniform_is_balanced_and_sticky() -> None:
+    first = uniform({MemberId("a"): frozenset({"t"}), MemberId("b"): frozenset({"t"})}, IMAGE, {})
+    assert sorted(len(first[m][T]) for m in first) == [3, 3]
+    subscriptions = {MemberId(m): frozenset({"t"}) for m in "abc"}
+    second = uniform(subscriptions, IMAGE, first)
+    assert sorted(len(second[m].get(T, ())) for m in second) == [2, 2, 2]
+    for m in (MemberId("a"), MemberId("b")):
+        assert second[m][T] <= first[m][T]  # nothing moved between the old members
+
+
+def test_range_gives_contiguous_ranges() -> None:
+    result = range_({MemberId("a"): frozenset({"t"}), MemberId("b"): frozenset({"t"})}, IMAGE, {})
+    assert result[MemberId("a")][T] == {0, 1, 2} and result[MemberId("b")][T] == {3, 4, 5}
