@@ -41,12 +41,20 @@ from coordinator.group import (
     SyncRequest,
     SyncResponse,
 )
+from coordinator.group.assignors import TopicInfo, TopicsImage
+from coordinator.group.consumer_types import (
+    ConsumerConfig,
+    DescribedConsumerGroup,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
 from coordinator.transaction import append_error_to_coordinator_error
+from protocol.consumer_group_log import decode_consumer_key
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
 from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.record_batch import ControlType
-from protocol.types import TopicPartition
+from protocol.types import TopicId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Topics
@@ -59,6 +67,15 @@ WaiterKey = tuple[str, str, Kind]
 _K = TypeVar("_K")
 
 
+def consumer_config(config: Any) -> ConsumerConfig:
+    return ConsumerConfig(
+        heartbeat_interval_ms=int(config["group.consumer.heartbeat.interval.ms"]),
+        session_timeout_ms=int(config["group.consumer.session.timeout.ms"]),
+        max_size=int(config["group.consumer.max.size"]),
+        assignors=tuple(str(config["group.consumer.assignors"]).split(",")),
+    )
+
+
 def group_config(config: Any) -> GroupConfig:
     return GroupConfig(
         num_partitions=int(config["offsets.topic.num.partitions"]),
@@ -68,6 +85,7 @@ def group_config(config: Any) -> GroupConfig:
         max_group_size=int(config["group.max.size"]),
         offset_metadata_max_bytes=int(config["offset.metadata.max.bytes"]),
         offsets_retention_ms=int(config["offsets.retention.minutes"]) * 60_000,
+        consumer=consumer_config(config),
     )
 
 
@@ -77,6 +95,7 @@ class GroupCoordinator:
 
     def __init__(self, config: BrokerConfig, log: CoordinatorLog, topics: Topics) -> None:
         self.settings = config
+        self.topics = topics
         self.config = group_config(config)
         self.machine = GroupCoordinatorMachine(self.config)
         self.log = log
@@ -308,11 +327,37 @@ class GroupCoordinator:
         return _or_append_error(_response(result), await self.persist(result, producer))
 
     def offset_fetch(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool
+        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool,
+        member: tuple[str | None, int] = (None, -1),
     ) -> OffsetFetchResult:
         if not self.log.current():
             return OffsetFetchResult(group_id, ErrorCode.NOT_COORDINATOR)
-        return self.machine.offset_fetch(group_id, partitions, require_stable)
+        return self.machine.offset_fetch(group_id, partitions, require_stable, member)
+
+    # -- consumer-protocol groups (KIP-848) ------------------------------------------------------
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        result = self.machine.consumer_group_heartbeat(request, self._topics_image(), steady_ms())
+        error = await self.persist(result)
+        answer = _response(result)
+        if error != ErrorCode.NONE:
+            return HeartbeatResponse(error)
+        if answer.error == ErrorCode.NONE and answer.assignment is not None:
+            log.debug("group %s: member %s at epoch %d assigned %d partitions", request.group_id,
+                      answer.member_id, answer.member_epoch, sum(len(p) for p in answer.assignment.values()))
+        return answer
+
+    def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]:
+        if not self.log.current():
+            return [DescribedConsumerGroup(g, ErrorCode.NOT_COORDINATOR) for g in group_ids]
+        return self.machine.consumer_group_describe(group_ids)
+
+    def _topics_image(self) -> TopicsImage:
+        return {
+            name: TopicInfo(TopicId(t.topic_id), t.partitions)
+            for name, t in self.topics.all().items()
+            if not t.internal
+        }
 
     async def offset_delete(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
         result = self.machine.offset_delete(group_id, partitions)
@@ -339,6 +384,9 @@ def _or_append_error(errors: dict[_K, ErrorCode], append_error: ErrorCode) -> di
 
 
 def _group_of(key: bytes) -> str:
+    consumer_key = decode_consumer_key(key)
+    if consumer_key is not None:
+        return consumer_key.group
     decoded = decode_key(key)
     assert isinstance(decoded, GroupMetadataKey | OffsetCommitKey)
     return decoded.group
