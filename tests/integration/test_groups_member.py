@@ -86,17 +86,20 @@ def batch_offsets(recs: list[list[Any]]) -> dict[int, int]:
 
 
 def run_confluent(
-    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None,
+    protocol: str = "classic",
 ) -> None:
+    """``protocol`` "consumer": KIP-848's group protocol, the broker's session timeout and
+    heartbeat interval (librdkafka refuses its own with it)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    timeouts = {"session.timeout.ms": session_ms, "heartbeat.interval.ms": hb_ms}
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": session_ms,
-        "heartbeat.interval.ms": hb_ms,
+        **(timeouts if protocol == "classic" else {"group.protocol": "consumer"}),
         "max.poll.interval.ms": max(MAX_POLL_INTERVAL_MS, session_ms),
         "reconnect.backoff.ms": 50,
         "reconnect.backoff.max.ms": 500,
@@ -108,7 +111,10 @@ def run_confluent(
     c = Consumer(conf)
 
     def on_assign(_c: Any, tps: list[Any]) -> None:  # librdkafka does not expose the generation
-        emit("assigned", tps=sorted(tp.partition for tp in tps), gen=None, member=c.memberid())
+        added = {tp.partition for tp in tps}
+        if protocol == "consumer":  # incremental: the callback names only the partitions added
+            added |= {tp.partition for tp in c.assignment()}
+        emit("assigned", tps=sorted(added), gen=None, member=c.memberid())
 
     def on_revoke(_c: Any, tps: list[Any]) -> None:
         emit("revoked", tps=sorted(tp.partition for tp in tps))
@@ -262,8 +268,15 @@ async def _aiokafka_main(
     emit("closed")
 
 
+def run_confluent_consumer_protocol(
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+) -> None:
+    run_confluent(bootstrap, group, topic, session_ms, hb_ms, inst, protocol="consumer")
+
+
 RUNNERS: dict[str, Callable[..., None]] = {
     "confluent": run_confluent,
+    "confluent-consumer": run_confluent_consumer_protocol,
     "kafka-python": run_kafka_python,
     "aiokafka": run_aiokafka,
 }
