@@ -699,7 +699,8 @@ def _check_consumer_groups(config: BrokerConfig) -> None:
                 f"group.consumer.{name} ({value}) must be between group.consumer.min.{name} ({low}) "
                 f"and group.consumer.max.{name} ({high})"
             )
-    interval, session = config["group.consumer.heartbeat.interval.ms"], config["group.consumer.session.timeout.ms"]
+    interval = config["group.consumer.heartbeat.interval.ms"]
+    session = config["group.consumer.session.timeout.ms"]
     if interval >= session:
         raise ConfigError(
             f"group.consumer.heartbeat.interval.ms ({interval}) must be < group.consumer.session.timeout.ms "

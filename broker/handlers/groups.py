@@ -211,7 +211,8 @@ async def handle_list(ctx: RequestContext, request: Any) -> Any:
             group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type
         )
         for g in listed
-        if (not types or g.group_type in types) and (everything or _may(ctx, AclOperation.DESCRIBE, g.group_id))
+        if (not types or g.group_type in types)
+        and (everything or _may(ctx, AclOperation.DESCRIBE, g.group_id))
     ]
     return R(throttle_time_ms=0, error_code=error, groups=groups)
 

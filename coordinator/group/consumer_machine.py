@@ -251,7 +251,9 @@ class ConsumerGroups:
         reconciled = self._reconcile(writer, group.members[member_id], target_epoch, target, req, now_ms)
         self._sessions[(group.group_id, member_id)] = now_ms + self.config.session_timeout_ms
         full = req.member_epoch == 0 or (
-            req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None and req.owned is not None
+            req.rebalance_timeout_ms != -1
+            and req.subscribed_topic_names is not None
+            and req.owned is not None
         )
         changed = dict(reconciled.assigned) != dict(member.assigned)
         return HeartbeatResponse(
@@ -288,7 +290,8 @@ class ConsumerGroups:
             if existing is None:
                 raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
             if existing.member_id != member_id:
-                raise _Refusal(_E.FENCED_INSTANCE_ID, f"Static member {member_id} was fenced by {existing.member_id}.")
+                message = f"Static member {member_id} was fenced by {existing.member_id}."
+                raise _Refusal(_E.FENCED_INSTANCE_ID, message)
             _check_epoch(existing, req)
             return existing
         if existing is None:
@@ -322,7 +325,9 @@ class ConsumerGroups:
             rebalance_timeout_ms=(
                 req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1 else member.rebalance_timeout_ms
             ),
-            server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
+            server_assignor=(
+                req.server_assignor if req.server_assignor is not None else member.server_assignor
+            ),
             subscribed_topic_names=(
                 tuple(sorted(set(req.subscribed_topic_names)))
                 if req.subscribed_topic_names is not None
@@ -370,8 +375,10 @@ class ConsumerGroups:
         subscriptions = {m.member_id: subscribed_topics(m, self.image) for m in group.members.values()}
         targets = assignor(subscriptions, self.image, group.targets)
         for member_id, target in sorted(targets.items()):
-            if dict(group.targets.get(member_id, NO_PARTITIONS)) != dict(target) or member_id not in group.targets:
-                writer.write(RecordType.TARGET_ASSIGNMENT_MEMBER, TargetAssignmentMemberValue(target), member_id)
+            previous = group.targets.get(member_id)
+            if previous is None or dict(previous) != dict(target):
+                value = TargetAssignmentMemberValue(target)
+                writer.write(RecordType.TARGET_ASSIGNMENT_MEMBER, value, member_id)
         writer.write(RecordType.TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadataValue(group.group_epoch))
 
     def _assignor_name(self, group: ConsumerGroup, member: ConsumerMember) -> str:
@@ -397,7 +404,11 @@ class ConsumerGroups:
             return member
         try:
             updated = next_member(
-                member, target_epoch, target, lambda p: group.is_owned_by_other(member.member_id, p), req.owned
+                member,
+                target_epoch,
+                target,
+                lambda p: group.is_owned_by_other(member.member_id, p),
+                req.owned,
             )
         except FencedMember as exc:
             raise _Refusal(_E.FENCED_MEMBER_EPOCH, str(exc)) from None
@@ -428,7 +439,9 @@ class ConsumerGroups:
         if existing_id != member_id:
             raise _Refusal(_E.FENCED_INSTANCE_ID, f"Static member {member_id} was fenced by {existing_id}.")
         if req.member_epoch == STATIC_LEAVE_EPOCH:
-            leaving = replace(group.members[member_id], member_epoch=STATIC_LEAVE_EPOCH, pending_revocation=NO_PARTITIONS)
+            leaving = replace(
+                group.members[member_id], member_epoch=STATIC_LEAVE_EPOCH, pending_revocation=NO_PARTITIONS
+            )
             writer.write(RecordType.CURRENT_MEMBER_ASSIGNMENT, leaving.assignment_value(), member_id)
             return HeartbeatResponse(_E.NONE, member_id=member_id, member_epoch=STATIC_LEAVE_EPOCH)
         self._fence(writer, member_id)
@@ -495,9 +508,11 @@ class ConsumerGroups:
             )
             for m in group.members.values()
         )
-        assignor = self._assignor_name(group, next(iter(group.members.values()), ConsumerMember(MemberId(""))))
+        anyone = next(iter(group.members.values()), ConsumerMember(MemberId("")))
+        assignor = self._assignor_name(group, anyone)
         return DescribedConsumerGroup(
-            group_id, _E.NONE, None, group.state().value, group.group_epoch, group.assignment_epoch, assignor, members
+            group_id, _E.NONE, None, group.state().value, group.group_epoch, group.assignment_epoch,
+            assignor, members,
         )
 
     def delete_records(self, group_id: str) -> list[Record]:
@@ -602,9 +617,11 @@ def _check_epoch(member: ConsumerMember, req: HeartbeatRequest) -> None:
     if received == 0 or received == member.member_epoch:
         return
     if received > member.member_epoch:
-        raise _Refusal(_E.FENCED_MEMBER_EPOCH, f"The member epoch {received} is ahead of {member.member_epoch}.")
+        message = f"The member epoch {received} is ahead of {member.member_epoch}."
+        raise _Refusal(_E.FENCED_MEMBER_EPOCH, message)
     if received != member.previous_member_epoch or not _is_subset(req.owned, member.assigned):
-        raise _Refusal(_E.FENCED_MEMBER_EPOCH, f"The member epoch {received} is behind {member.member_epoch}.")
+        message = f"The member epoch {received} is behind {member.member_epoch}."
+        raise _Refusal(_E.FENCED_MEMBER_EPOCH, message)
 
 
 def _is_subset(owned: OwnedReport, assigned: TopicPartitions) -> bool:

@@ -127,7 +127,8 @@ class ConsumerMember:
 
     def owned(self) -> set[Owned]:
         """Assigned and pending revocation: the partitions no other member may be given yet."""
-        return {(t, p) for part in (self.assigned, self.pending_revocation) for t, ps in part.items() for p in ps}
+        held = (self.assigned, self.pending_revocation)
+        return {(t, p) for part in held for t, ps in part.items() for p in ps}
 
 
 @dataclass(slots=True)

@@ -561,7 +561,13 @@ class GroupCoordinatorMachine:
         return self._commit_records(group_id, offsets, now_ms, -1)
 
     def _commit_error(
-        self, group_id: str, generation: int, member_id: str, instance_id: str | None, txn: bool, version: int,
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        txn: bool,
+        version: int,
         offsets: Mapping[TopicPartition, OffsetCommitInput],
     ) -> ErrorCode | None:
         error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
@@ -569,7 +575,8 @@ class GroupCoordinatorMachine:
             return error
         if group_id in self.consumer.groups:
             topic_ids = {name: info.topic_id for name, info in self.consumer.image.items()}
-            return self.consumer.commit_error(group_id, member_id, generation, offsets, topic_ids, txn, version)
+            consumer = self.consumer
+            return consumer.commit_error(group_id, member_id, generation, offsets, topic_ids, txn, version)
         group = self._groups.get(group_id)
         if group is None:
             if generation >= 0:

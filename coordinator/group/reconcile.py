@@ -87,7 +87,11 @@ def _compute(
 
 
 def _with(
-    member: ConsumerMember, epoch: int, state: MemberState, assigned: TopicPartitions, revoking: TopicPartitions
+    member: ConsumerMember,
+    epoch: int,
+    state: MemberState,
+    assigned: TopicPartitions,
+    revoking: TopicPartitions,
 ) -> ConsumerMember:
     return replace(
         member,

@@ -111,8 +111,8 @@ def wait_committed_to_end(broker: BrokerProcess, group: str, topic: str, ms: lis
 
 def describe(broker: BrokerProcess, group: str) -> Any:
     with WireClient(broker.port) as client:
-        request = REQUESTS[ApiKey.CONSUMER_GROUP_DESCRIBE](group_ids=[group], include_authorized_operations=False)
-        return client.call(request, 1).groups[0]
+        R = REQUESTS[ApiKey.CONSUMER_GROUP_DESCRIBE]
+        return client.call(R(group_ids=[group], include_authorized_operations=False), 1).groups[0]
 
 
 def listed_type(broker: BrokerProcess, group: str) -> tuple[str, str] | None:
@@ -133,7 +133,8 @@ def test_one_member_consumes_commits_and_is_described(broker: BrokerProcess, mem
     assert (described.error_code, described.group_state) == (ErrorCode.NONE, "Stable")
     [member] = described.members
     assert member.member_epoch == described.assignment_epoch == described.group_epoch >= 1
-    assert sorted(p for t in member.assignment.topic_partitions for p in t.partitions) == list(range(PARTITIONS))
+    owned = sorted(p for t in member.assignment.topic_partitions for p in t.partitions)
+    assert owned == list(range(PARTITIONS))
     assert {t.topic_name for t in member.assignment.topic_partitions} == {topic}
     assert described.assignor_name == "uniform"
     assert listed_type(broker, group) == ("consumer", "Stable")
@@ -208,5 +209,6 @@ def test_java_consume_transform_produce_with_the_consumer_protocol(broker: Broke
     final = shop.processor(txn_id, java="4.3", batch=20, group_protocol="consumer")
     assert final.wait(90) == 0 and final.of("done"), final.transcript()
     shop.assert_exactly_once()
-    assert listed_type(broker, shop.group) is not None
+    listed = listed_type(broker, shop.group)
+    assert listed is not None and listed[0] == "consumer", listed
     kill_processors()

@@ -157,8 +157,10 @@ def test_offset_commits_are_fenced_by_member_epoch() -> None:
     offsets = {("t", 0): OffsetCommitInput(5)}
     ok = h.apply(h.machine.offset_commit(GROUP, 1, "a", offsets, h.now))
     assert ok == {("t", 0): ErrorCode.NONE}
-    assert h.machine.offset_commit(GROUP, 2, "a", offsets, h.now).response == {("t", 0): ErrorCode.STALE_MEMBER_EPOCH}
-    assert h.machine.offset_commit(GROUP, 1, "z", offsets, h.now).response == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    stale = h.machine.offset_commit(GROUP, 2, "a", offsets, h.now).response
+    assert stale == {("t", 0): ErrorCode.STALE_MEMBER_EPOCH}
+    unknown = h.machine.offset_commit(GROUP, 1, "z", offsets, h.now).response
+    assert unknown == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
     txn = h.machine.txn_offset_commit("tx", GROUP, 7, 0, offsets, h.now, generation=2, member_id="a")
     assert txn.response == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
     assert h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 2)).error is ErrorCode.STALE_MEMBER_EPOCH
