@@ -372,6 +372,12 @@ KEYS: dict[str, Key] = {
     "group.consumer.max.session.timeout.ms": Key(_POSITIVE, 60000, "Largest allowed "
                                                  "`group.consumer.session.timeout.ms`."),
     "group.consumer.max.size": Key(_POSITIVE, 2147483647, "Most members of one consumer-protocol group."),
+    "group.consumer.assignment.interval.ms": Key(_NON_NEGATIVE, 1000, "Least time between two target "
+                                                 "assignments of a consumer-protocol group (KIP-1263)."),
+    "group.consumer.min.assignment.interval.ms": Key(_NON_NEGATIVE, 0, "Smallest allowed "
+                                                     "`group.consumer.assignment.interval.ms`."),
+    "group.consumer.max.assignment.interval.ms": Key(_NON_NEGATIVE, 15000, "Largest allowed "
+                                                     "`group.consumer.assignment.interval.ms`."),
     "group.consumer.assignors": Key(ChoiceList(("uniform", "range")), "uniform,range", "Server-side "
                                     "assignors of consumer-protocol groups; the first is the default."),
     "transaction.state.log.num.partitions": Key(_POSITIVE, 50, "Partitions of `__transaction_state` "
@@ -691,7 +697,7 @@ def _check(config: BrokerConfig) -> None:
 
 def _check_consumer_groups(config: BrokerConfig) -> None:
     """Kafka's rules for the consumer-protocol group settings (GroupCoordinatorConfig)."""
-    for name in ("heartbeat.interval.ms", "session.timeout.ms"):
+    for name in ("heartbeat.interval.ms", "session.timeout.ms", "assignment.interval.ms"):
         value = config[f"group.consumer.{name}"]
         low, high = config[f"group.consumer.min.{name}"], config[f"group.consumer.max.{name}"]
         if not low <= value <= high:

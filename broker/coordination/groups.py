@@ -72,6 +72,7 @@ def consumer_config(config: Any) -> ConsumerConfig:
         heartbeat_interval_ms=int(config["group.consumer.heartbeat.interval.ms"]),
         session_timeout_ms=int(config["group.consumer.session.timeout.ms"]),
         max_size=int(config["group.consumer.max.size"]),
+        assignment_interval_ms=int(config["group.consumer.assignment.interval.ms"]),
         assignors=tuple(str(config["group.consumer.assignors"]).split(",")),
     )
 

@@ -120,7 +120,7 @@ def _described(ctx: RequestContext, d: DescribedConsumerGroup, asks: bool) -> An
                 client_id=m.client_id,
                 client_host=m.client_host,
                 subscribed_topic_names=list(m.subscribed_topic_names),
-                subscribed_topic_regex=m.subscribed_topic_regex,
+                subscribed_topic_regex=m.subscribed_topic_regex or "",  # Kafka's "none"
                 assignment=_assignment(ctx, m.assignment),
                 target_assignment=_assignment(ctx, m.target_assignment),
                 member_type=1,  # a consumer-protocol member

@@ -99,11 +99,12 @@ def _balance(eligible: Mapping[Owned, list[MemberId]], owner: dict[Owned, Member
     MemberId, int
 ]) -> None:
     """Move partitions from the fullest members to eligible emptier ones until no move narrows a
-    gap of more than one (each move lowers the sum of squared counts, so this ends)."""
+    gap of more than one (each move lowers the sum of squared counts, so this ends). A member
+    keeps its lowest partitions and gives up its highest, as Kafka's uniform assignor does."""
     moved = True
     while moved:
         moved = False
-        for partition in sorted(owner, key=lambda p: (-counts[owner[p]], p)):
+        for partition in sorted(owner, key=lambda p: (-counts[owner[p]], str(p[0]), -p[1])):
             current = owner[partition]
             target = min(eligible[partition], key=lambda m: (counts[m], m))
             if counts[current] - counts[target] > 1:

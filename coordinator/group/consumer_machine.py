@@ -127,6 +127,8 @@ def subscribed_topics(member: ConsumerMember, image: TopicsImage) -> frozenset[s
 def metadata_hash(topics: Iterable[str], image: TopicsImage) -> int:
     """A stable 64-bit hash of the subscribed topics as the metadata knows them: a change (a
     topic created, deleted or given partitions) asks for a new target assignment."""
+    if not topics:
+        return 0
     digest = hashlib.sha256()
     for name in sorted(topics):
         topic = image.get(name)
@@ -145,6 +147,7 @@ class ConsumerGroups:
         self._pending: dict[str, list[_PendingWrite]] = {}
         self._sessions: dict[MemberKey, int] = {}
         self._rebalances: dict[MemberKey, tuple[int, int]] = {}  # epoch to leave, deadline
+        self._assigned_at: dict[str, int] = {}  # when each group's target was last computed
         self._new_member_id = new_member_id or _random_member_id
 
     # ------------------------------------------------------------ replay
@@ -201,6 +204,7 @@ class ConsumerGroups:
             del self.groups[group_id]
             self._pending.pop(group_id, None)
         self._sessions = {k: v for k, v in self._sessions.items() if not owns(k[0])}
+        self._assigned_at = {g: t for g, t in self._assigned_at.items() if not owns(g)}
         self._rebalances = {k: v for k, v in self._rebalances.items() if not owns(k[0])}
 
     def loaded(self, owns: Callable[[str], bool], now_ms: int) -> None:
@@ -247,7 +251,7 @@ class ConsumerGroups:
         member = self._member(writer, req, member_id)
         updated = self._updated(member, req)
         self._write_member(writer, member, updated)
-        target_epoch, target = self._target(writer, updated)
+        target_epoch, target = self._target(writer, updated, now_ms)
         reconciled = self._reconcile(writer, group.members[member_id], target_epoch, target, req, now_ms)
         self._sessions[(group.group_id, member_id)] = now_ms + self.config.session_timeout_ms
         full = req.member_epoch == 0 or (
@@ -350,8 +354,7 @@ class ConsumerGroups:
         if is_new or updated.metadata_value() != member.metadata_value():
             writer.write(RecordType.MEMBER_METADATA, updated.metadata_value(), updated.member_id)
         subscription_changed = (
-            is_new
-            or updated.subscribed_topic_names != member.subscribed_topic_names
+            updated.subscribed_topic_names != member.subscribed_topic_names
             or updated.subscribed_topic_regex != member.subscribed_topic_regex
         )
         hashed = metadata_hash(self._all_subscribed(group), self.image)
@@ -363,10 +366,16 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ step 2: the target
 
-    def _target(self, writer: _Writer, member: ConsumerMember) -> tuple[int, TopicPartitions]:
+    def _target(self, writer: _Writer, member: ConsumerMember, now_ms: int) -> tuple[int, TopicPartitions]:
+        """A new target when the group epoch moved on, at most once per
+        ``group.consumer.assignment.interval.ms`` (Kafka 4.3's assignment batching, KIP-1263);
+        meanwhile members reconcile towards the previous target."""
         group = writer.group
-        if group.group_epoch > group.assignment_epoch:
+        last = self._assigned_at.get(group.group_id)
+        due = last is None or now_ms >= last + self.config.assignment_interval_ms
+        if group.group_epoch > group.assignment_epoch and due:
             self._assign(writer, member)
+            self._assigned_at[group.group_id] = now_ms
         return group.assignment_epoch, group.targets.get(member.member_id, NO_PARTITIONS)
 
     def _assign(self, writer: _Writer, member: ConsumerMember) -> None:
@@ -595,7 +604,7 @@ def _join_problem(req: HeartbeatRequest) -> str | None:
         return "RebalanceTimeoutMs must be provided in first request."
     if req.owned is None or len(req.owned) > 0:
         return "TopicPartitions must be empty when (re-)joining."
-    if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+    if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
         return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
     return None
 

@@ -85,7 +85,7 @@ class ConsumerMember:
             self.client_id,
             self.client_host,
             self.subscribed_topic_names,
-            self.subscribed_topic_regex,
+            self.subscribed_topic_regex or "",  # Kafka writes "" for no regular expression
             self.rebalance_timeout_ms,
             self.server_assignor,
         )
@@ -108,7 +108,7 @@ class ConsumerMember:
             client_id=v.client_id,
             client_host=v.client_host,
             subscribed_topic_names=v.subscribed_topic_names,
-            subscribed_topic_regex=v.subscribed_topic_regex,
+            subscribed_topic_regex=v.subscribed_topic_regex or None,
             rebalance_timeout_ms=v.rebalance_timeout_ms,
             server_assignor=v.server_assignor,
         )
@@ -133,10 +133,13 @@ class ConsumerMember:
 
 @dataclass(slots=True)
 class ConsumerGroup:
+    """A new group starts at group and assignment epoch 1, an empty assignment, so that its first
+    computed assignment has epoch 2 (Kafka 4.3, KAFKA-20268)."""
+
     group_id: str
-    group_epoch: int = 0
+    group_epoch: int = 1
     metadata_hash: int = 0
-    assignment_epoch: int = 0
+    assignment_epoch: int = 1
     assignment_timestamp_ms: int = 0
     members: dict[MemberId, ConsumerMember] = field(default_factory=dict)
     targets: dict[MemberId, TopicPartitions] = field(default_factory=dict)

@@ -20,6 +20,7 @@ class ConsumerConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
     max_size: int = 0x7FFFFFFF  # group.consumer.max.size
+    assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms (Kafka 4.3)
     assignors: tuple[str, ...] = (UNIFORM, "range")  # group.consumer.assignors; the first is the default
 
 

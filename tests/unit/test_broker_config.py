@@ -130,6 +130,7 @@ INTEGER_KEYS = [key for key, spec in KEYS.items() if isinstance(spec.parse, Inte
 CONSUMER_LOWEST = {
     "group.consumer.min.heartbeat.interval.ms": "1", "group.consumer.heartbeat.interval.ms": "1",
     "group.consumer.max.heartbeat.interval.ms": "1", "group.consumer.min.session.timeout.ms": "1",
+    "group.consumer.assignment.interval.ms": "0",
 }
 SESSION_ABOVE_INTERVAL = {"group.consumer.session.timeout.ms", "group.consumer.max.session.timeout.ms"}
 

@@ -22,8 +22,11 @@ SESSION_MS = 45_000
 
 
 class Consumers(Harness):
-    def __init__(self, **consumer: object) -> None:
-        super().__init__(GroupConfig(num_partitions=1, consumer=ConsumerConfig(**consumer)))  # type: ignore[arg-type]
+    """No assignment batching unless asked for: each group epoch gets its target at once."""
+
+    def __init__(self, assignment_interval_ms: int = 0) -> None:
+        consumer = ConsumerConfig(assignment_interval_ms=assignment_interval_ms)
+        super().__init__(GroupConfig(num_partitions=1, consumer=consumer))
         self.image = dict(IMAGE)
 
     def beat(
@@ -64,7 +67,8 @@ def parts(response: HeartbeatResponse, topic: TopicId = T) -> set[int]:
 def test_a_first_member_gets_every_partition_at_epoch_one() -> None:
     h = Consumers()
     answer = h.join("a")
-    assert (answer.member_id, answer.member_epoch, answer.heartbeat_interval_ms) == ("a", 1, 5_000)
+    # a new group is at epoch 1 with an empty assignment: the first computed one is epoch 2
+    assert (answer.member_id, answer.member_epoch, answer.heartbeat_interval_ms) == ("a", 2, 5_000)
     assert parts(answer) == set(range(6))
     assert h.machine.consumer_group_describe([GROUP])[0].state == "Stable"
 
@@ -73,14 +77,14 @@ def test_a_joining_member_gets_partitions_only_after_their_owner_revoked_them() 
     h = Consumers()
     h.join("a")
     b = h.join("b")
-    assert b.member_epoch == 2 and parts(b) == set()  # unreleased: still a's
-    a = h.beat("a", 1, {T: range(6)})
+    assert b.member_epoch == 3 and parts(b) == set()  # unreleased: still a's
+    a = h.beat("a", 2, {T: range(6)})
     kept = parts(a)
-    assert a.member_epoch == 1 and len(kept) == 3  # a must revoke three first
-    assert h.beat("b", 2, {}).assignment is None  # nothing released yet
-    a = h.beat("a", 1, {T: sorted(kept)})
-    assert a.member_epoch == 2
-    b = h.beat("b", 2, {})
+    assert a.member_epoch == 2 and len(kept) == 3  # a must revoke three first
+    assert h.beat("b", 3, {}).assignment is None  # nothing released yet
+    a = h.beat("a", 2, {T: sorted(kept)})
+    assert a.member_epoch == 3
+    b = h.beat("b", 3, {})
     assert parts(b) == set(range(6)) - kept
     assert h.machine.consumer_group_describe([GROUP])[0].state == "Stable"
 
@@ -89,16 +93,16 @@ def test_an_expired_member_is_fenced_and_its_partitions_go_to_the_others() -> No
     h = Consumers()
     h.join("a")
     h.join("b")
-    a = h.beat("a", 1, {T: range(6)})
-    h.beat("a", 1, {T: sorted(parts(a))})
-    h.beat("b", 2, {})
-    h.now = 40_000
+    a = h.beat("a", 2, {T: range(6)})
     h.beat("a", 2, {T: sorted(parts(a))})
+    h.beat("b", 3, {})
+    h.now = 40_000
+    h.beat("a", 3, {T: sorted(parts(a))})
     h.tick(SESSION_MS + 1)  # b's session lapsed
     described = h.machine.consumer_group_describe([GROUP])[0]
     assert [m.member_id for m in described.members] == ["a"]
-    a = h.beat("a", 2, {T: sorted(parts(a))})
-    assert a.member_epoch == 3 and parts(a) == set(range(6))
+    a = h.beat("a", 3, {T: sorted(parts(a))})
+    assert a.member_epoch == 4 and parts(a) == set(range(6))
 
 
 def test_a_member_that_leaves_hands_its_partitions_over() -> None:
@@ -107,29 +111,29 @@ def test_a_member_that_leaves_hands_its_partitions_over() -> None:
     h.join("b")
     left = h.beat("b", -1)
     assert (left.error, left.member_epoch) == (ErrorCode.NONE, -1)
-    a = h.beat("a", 1, {T: range(6)})
-    assert a.member_epoch == 3 and a.assignment is None  # all six stay a's: nothing to tell
+    a = h.beat("a", 2, {T: range(6)})
+    assert a.member_epoch == 4 and a.assignment is None  # all six stay a's: nothing to tell
 
 
 def test_a_static_member_rejoining_within_its_session_keeps_its_partitions() -> None:
     h = Consumers()
     h.join("a", instance="i-a")
     h.join("b", instance="i-b")
-    a = h.beat("a", 1, {T: range(6)}, instance="i-a")
-    h.beat("a", 1, {T: sorted(parts(a))}, instance="i-a")
-    b = h.beat("b", 2, {}, instance="i-b")
+    a = h.beat("a", 2, {T: range(6)}, instance="i-a")
+    h.beat("a", 2, {T: sorted(parts(a))}, instance="i-a")
+    b = h.beat("b", 3, {}, instance="i-b")
     before = parts(b)
     assert h.beat("b", -2, instance="i-b").member_epoch == -2
     assert h.beat("c", 0, instance="i-a").error is ErrorCode.UNRELEASED_INSTANCE_ID
     again = h.join("b2", instance="i-b")
-    assert parts(again) == before and again.member_epoch == 2
+    assert parts(again) == before and again.member_epoch == 3
 
 
 def test_a_failover_reloads_the_group_exactly() -> None:
     h = Consumers()
     h.join("a")
     h.join("b")
-    h.beat("a", 1, {T: range(6)})
+    h.beat("a", 2, {T: range(6)})
     before = h.machine.consumer_group_describe([GROUP])
     h.failover()
     assert h.machine.consumer_group_describe([GROUP]) == before
@@ -155,16 +159,16 @@ def test_offset_commits_are_fenced_by_member_epoch() -> None:
     h = Consumers()
     h.join("a")
     offsets = {("t", 0): OffsetCommitInput(5)}
-    ok = h.apply(h.machine.offset_commit(GROUP, 1, "a", offsets, h.now))
+    ok = h.apply(h.machine.offset_commit(GROUP, 2, "a", offsets, h.now))
     assert ok == {("t", 0): ErrorCode.NONE}
-    stale = h.machine.offset_commit(GROUP, 2, "a", offsets, h.now).response
+    stale = h.machine.offset_commit(GROUP, 3, "a", offsets, h.now).response
     assert stale == {("t", 0): ErrorCode.STALE_MEMBER_EPOCH}
-    unknown = h.machine.offset_commit(GROUP, 1, "z", offsets, h.now).response
+    unknown = h.machine.offset_commit(GROUP, 2, "z", offsets, h.now).response
     assert unknown == {("t", 0): ErrorCode.UNKNOWN_MEMBER_ID}
-    txn = h.machine.txn_offset_commit("tx", GROUP, 7, 0, offsets, h.now, generation=2, member_id="a")
+    txn = h.machine.txn_offset_commit("tx", GROUP, 7, 0, offsets, h.now, generation=3, member_id="a")
     assert txn.response == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
-    assert h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 2)).error is ErrorCode.STALE_MEMBER_EPOCH
-    fetched = h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 1))
+    assert h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 3)).error is ErrorCode.STALE_MEMBER_EPOCH
+    fetched = h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 2))
     assert fetched.error is ErrorCode.NONE and fetched.partitions[0].offset == 5
 
 
@@ -181,3 +185,15 @@ def test_uniform_is_balanced_and_sticky() -> None:
 def test_range_gives_contiguous_ranges() -> None:
     result = range_({MemberId("a"): frozenset({"t"}), MemberId("b"): frozenset({"t"})}, IMAGE, {})
     assert result[MemberId("a")][T] == {0, 1, 2} and result[MemberId("b")][T] == {3, 4, 5}
+
+
+def test_targets_are_computed_at_most_once_per_assignment_interval() -> None:
+    h = Consumers(assignment_interval_ms=1_000)
+    h.join("a")
+    b = h.join("b")
+    assert b.member_epoch == 2 and parts(b) == set()  # the target of epoch 2 has nothing for b
+    described = h.machine.consumer_group_describe([GROUP])[0]
+    assert (described.state, described.group_epoch, described.assignment_epoch) == ("Assigning", 3, 2)
+    h.now = 1_000
+    a = h.beat("a", 2, {T: range(6)})
+    assert a.member_epoch == 2 and len(parts(a)) == 3  # the new target: a revokes three
