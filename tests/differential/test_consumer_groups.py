@@ -26,7 +26,8 @@ def learner(who: str) -> Any:
         if resp.error_code == 0:
             side.vars[f"epoch{who}"] = resp.member_epoch
             if resp.assignment is not None:
-                side.vars[f"owned{who}"] = [(t.topic_id, list(t.partitions)) for t in resp.assignment.topic_partitions]
+                given = resp.assignment.topic_partitions
+                side.vars[f"owned{who}"] = [(t.topic_id, list(t.partitions)) for t in given]
 
     return learn
 
