@@ -6,6 +6,9 @@
   owner before another gets them) and every record is consumed and committed exactly once;
 - a member killed with SIGKILL is fenced when its session (the broker's
   ``group.consumer.session.timeout.ms``) lapses and the survivor takes its partitions;
+- the broker killed (kill -9) and restarted: the coordinator reloads the group from its records
+  in ``__consumer_offsets`` exactly (members, epochs, assignments) and the members carry on
+  without a rebalance;
 - the Java 4.3 client with ``group.protocol=consumer`` in a consume-transform-produce
   transaction (TxnOffsetCommit with the member epoch), halted mid-transaction and run again:
   the output is exactly once.
@@ -24,7 +27,13 @@ import pytest
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
-from tests.integration.harness import BrokerProcess, require_java, started_broker, unique_topic
+from tests.integration.harness import (
+    BrokerFactory,
+    BrokerProcess,
+    require_java,
+    started_broker,
+    unique_topic,
+)
 from tests.integration.shop import Shop, kill_processors
 from tests.integration.test_groups_member import (
     Member,
@@ -176,6 +185,36 @@ def test_a_killed_member_is_fenced_and_its_partitions_move(broker: BrokerProcess
     assert [m.member_id for m in describe(broker, group).members] == [
         survivor[0].last_assignment()["member"]  # type: ignore[index]
     ]
+
+
+def _shape(described: Any) -> list[tuple[str, int, list[int]]]:
+    return sorted(
+        (m.member_id, m.member_epoch, sorted(p for t in m.assignment.topic_partitions for p in t.partitions))
+        for m in described.members
+    )
+
+
+def test_a_coordinator_restart_reloads_the_group_exactly(broker_factory: BrokerFactory) -> None:
+    own = broker_factory(OVERRIDES)
+    topic, group = new_topic(own, "kip848-reload")
+    members = Members(own.bootstrap, None)
+    try:
+        ms = start(members, group, topic, ["m1", "m2"])
+        wait_balanced(ms, PARTITIONS)
+        wanted = produce_and_consume(own, topic, ms, "before")
+        wait_committed_to_end(own, group, topic, ms)
+        before = describe(own, group)
+        own.restart(clean=False)
+        after = describe(own, group)
+        assert (after.group_state, after.group_epoch, after.assignment_epoch) == (
+            before.group_state, before.group_epoch, before.assignment_epoch)
+        assert _shape(after) == _shape(before)
+        wanted |= produce_and_consume(own, topic, ms, "after")
+        wait_committed_to_end(own, group, topic, ms)
+        assert_once_and_committed(ms, wanted)
+        assert describe(own, group).group_epoch == before.group_epoch, "the members rebalanced"
+    finally:
+        members.close()
 
 
 def test_bad_heartbeats_get_the_protocols_errors(broker: BrokerProcess) -> None:
