@@ -49,7 +49,7 @@ from coordinator.group.consumer_types import (
     HeartbeatResponse,
 )
 from coordinator.transaction import append_error_to_coordinator_error
-from protocol.consumer_group_log import decode_consumer_key
+from protocol.consumer_group_log import RecordType, decode_consumer_key
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
 from protocol.internal_topics import OFFSETS_TOPIC
@@ -230,7 +230,9 @@ class GroupCoordinator:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.runtime.spawn(self.persist(self.machine.on_timer(steady_ms())))
+        result = self.machine.on_timer(steady_ms())
+        _log_fenced(result.records)
+        self.runtime.spawn(self.persist(result))
 
     async def _expire_offsets_loop(self) -> None:
         interval = int(self.settings["offsets.retention.check.interval.ms"]) / 1000
@@ -343,9 +345,7 @@ class GroupCoordinator:
         answer = _response(result)
         if error != ErrorCode.NONE:
             return HeartbeatResponse(error)
-        if answer.error == ErrorCode.NONE and answer.assignment is not None:
-            log.debug("group %s: member %s at epoch %d assigned %d partitions", request.group_id,
-                      answer.member_id, answer.member_epoch, sum(len(p) for p in answer.assignment.values()))
+        _log_heartbeat(request, answer)
         return answer
 
     def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]:
@@ -371,6 +371,30 @@ class GroupCoordinator:
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
         """A COMMIT/ABORT marker in `__consumer_offsets`-`partition` is replicated."""
         self.machine.complete_transaction(partition, producer_id, commit)
+
+
+def _log_heartbeat(request: HeartbeatRequest, answer: HeartbeatResponse) -> None:
+    if answer.error != ErrorCode.NONE:
+        return
+    if request.member_epoch == 0:
+        log.info("group %s: member %s (client %s, %s) joined with the consumer protocol, epoch %d",
+                 request.group_id, answer.member_id, request.client_id, request.client_host,
+                 answer.member_epoch)
+    elif request.member_epoch < 0:
+        log.info("group %s: member %s left (epoch %d)", request.group_id, request.member_id,
+                 request.member_epoch)
+    elif answer.assignment is not None:
+        log.debug("group %s: member %s at epoch %d holds %d partitions", request.group_id,
+                  answer.member_id, answer.member_epoch, sum(len(p) for p in answer.assignment.values()))
+
+
+def _log_fenced(records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    """A member whose records a timer removes was fenced: its session or rebalance timeout lapsed."""
+    for key, value in records:
+        decoded = decode_consumer_key(key)
+        if decoded is not None and decoded.record is RecordType.MEMBER_METADATA and value is None:
+            log.info("group %s: member %s fenced: no heartbeat within the session timeout, or its "
+                     "partitions not revoked within its rebalance timeout", decoded.group, decoded.member)
 
 
 def _response(result: Result[_K]) -> _K:
