@@ -176,6 +176,7 @@ class GroupCoordinatorMachine:
         consumer_key = decode_consumer_key(key)
         if consumer_key is not None:
             if self.partition_for(consumer_key.group) in self._epochs:
+                self._drop_simple_group(consumer_key.group)
                 self.consumer.replay(key, value)
             return []
         try:
@@ -188,6 +189,13 @@ class GroupCoordinatorMachine:
             self._replay_offset(decoded, value, offset, producer_id)
             return []
         return self._replay_group(decoded, value, now_ms)
+
+    def _drop_simple_group(self, group_id: str) -> None:
+        """A consumer group's records win over the "simple" group its offsets made (a compacted
+        log may hold an offset before the group's first record)."""
+        simple = self._groups.get(group_id)
+        if simple is not None and not simple.members and simple.protocol_type is None:
+            self._groups.pop(group_id)
 
     def _replay_offset(
         self, key: OffsetCommitKey, value: bytes | None, offset: int, producer_id: int
@@ -688,7 +696,24 @@ class GroupCoordinatorMachine:
             expired += len(tombstones)
             if all_gone and group.is_in(_S.EMPTY) and not self.offsets.has_open_transactions(group.group_id):
                 records.append((encode_group_metadata_key(group.group_id), None))
+        for group_id in [g for g, c in self.consumer.groups.items() if not c.members and self._is_live(g)]:
+            tombstones = self._expired_consumer_offsets(group_id, now_ms, retention)
+            records.extend(tombstones)
+            expired += len(tombstones)
+            left = len(self.offsets.offsets_of(group_id)) - len(tombstones)
+            if left == 0 and not self.offsets.has_open_transactions(group_id):
+                records.extend(self.consumer.delete_records(group_id))
         return Result(expired, tuple(records))
+
+    def _expired_consumer_offsets(self, group_id: str, now_ms: int, retention_ms: int) -> list[Record]:
+        """Kafka's ConsumerGroup.offsetExpirationCondition: an Empty group's offsets expire by their
+        commit timestamp (a group with members keeps them)."""
+        return [
+            _offset_tombstone(group_id, tp)
+            for tp, offset in sorted(self.offsets.offsets_of(group_id).items())
+            if is_expired(offset, offset.commit_timestamp_ms, now_ms, retention_ms)
+            and not self.offsets.has_pending(group_id, tp)
+        ]
 
     def _expired_offsets(
         self, group: ClassicGroup, now_ms: int, retention_ms: int

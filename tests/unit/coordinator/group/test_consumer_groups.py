@@ -197,3 +197,47 @@ def test_targets_are_computed_at_most_once_per_assignment_interval() -> None:
     h.now = 1_000
     a = h.beat("a", 2, {T: range(6)})
     assert a.member_epoch == 2 and len(parts(a)) == 3  # the new target: a revokes three
+
+
+def test_an_empty_group_is_deleted_with_its_offsets_and_gives_way_to_a_classic_one() -> None:
+    h = Consumers()
+    h.join("a")
+    h.apply(h.machine.offset_commit(GROUP, 2, "a", {("t", 0): OffsetCommitInput(5)}, h.now))
+    assert h.apply(h.machine.delete_groups([GROUP])) == {GROUP: ErrorCode.NON_EMPTY_GROUP}
+    h.beat("a", -1)
+    assert h.apply(h.machine.delete_groups([GROUP])) == {GROUP: ErrorCode.NONE}
+    assert h.machine.consumer_group_describe([GROUP])[0].error is ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.machine.offset_fetch(GROUP, [("t", 0)]).partitions[0].offset == -1
+    h.failover()
+    assert h.machine.consumer_group_describe([GROUP])[0].error is ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_offsets_of_an_empty_group_expire_and_then_the_group_goes() -> None:
+    h = Consumers()
+    h.join("a")
+    h.apply(h.machine.offset_commit(GROUP, 2, "a", {("t", 0): OffsetCommitInput(5)}, h.now))
+    assert h.apply(h.machine.expire_offsets(10_000, retention_ms=1_000)) == 0  # a member: kept
+    h.beat("a", -1)
+    assert h.apply(h.machine.expire_offsets(10_000, retention_ms=1_000)) == 1
+    assert GROUP not in h.machine.consumer.groups
+
+
+def test_a_classic_join_takes_over_an_empty_consumer_group_only() -> None:
+    h = Consumers()
+    h.join("a")
+    refused, _ = Harness.join(h)
+    assert refused is not None and refused.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    h.beat("a", -1)
+    first, _ = Harness.join(h)
+    assert first is not None and first.error is ErrorCode.MEMBER_ID_REQUIRED
+    assert GROUP not in h.machine.consumer.groups
+
+
+def test_a_compacted_log_with_an_offset_before_the_groups_records_loads_the_group() -> None:
+    h = Consumers()
+    h.join("a")
+    h.apply(h.machine.offset_commit(GROUP, 2, "a", {("t", 0): OffsetCommitInput(5)}, h.now))
+    h.log.insert(0, h.log.pop())  # the offset commit first, as compaction may leave it
+    h.failover()
+    assert h.beat("a", 2, {T: range(6)}).error is ErrorCode.NONE
+    assert h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 2)).partitions[0].offset == 5
