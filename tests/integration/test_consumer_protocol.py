@@ -13,7 +13,9 @@
   transaction (TxnOffsetCommit with the member epoch), halted mid-transaction and run again:
   the output is exactly once.
 
-The broker's session timeout and heartbeat interval are small, so the waits are short.
+The broker's session timeout and heartbeat interval are small, so the waits are short. The
+joining and killed-member scenarios run against Apache Kafka 4.3.1 too, with the same settings
+and checks.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tests.integration.harness import (
     started_broker,
     unique_topic,
 )
+from tests.integration.kafka import KafkaNode, started_kafka
 from tests.integration.shop import Shop, kill_processors
 from tests.integration.test_groups_member import (
     Member,
@@ -74,9 +77,28 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNode]:
+    kafka_overrides: dict[str, object] = {
+        k: v for k, v in OVERRIDES.items() if not k.startswith("transaction.abort")
+    }
+    with started_kafka(tmp_path_factory.mktemp("kip848-kafka"), kafka_overrides) as node:
+        yield node
+
+
+Server = BrokerProcess | KafkaNode
+
+
+@pytest.fixture(params=["gregor", "kafka"])
+def server(request: pytest.FixtureRequest) -> Server:
+    """Gregor, or Apache Kafka 4.3.1 for the same scenario."""
+    return request.getfixturevalue("broker" if request.param == "gregor" else "kafka")  # type: ignore[no-any-return]
+
+
 @pytest.fixture
-def members(broker: BrokerProcess) -> Iterator[Members]:
-    started = Members(broker.bootstrap, None)
+def members(request: pytest.FixtureRequest) -> Iterator[Members]:
+    target: Server = request.getfixturevalue("server" if "server" in request.fixturenames else "broker")
+    started = Members(target.bootstrap, None)
     try:
         yield started
     finally:
@@ -84,7 +106,7 @@ def members(broker: BrokerProcess) -> Iterator[Members]:
         kill_processors()
 
 
-def new_topic(broker: BrokerProcess, prefix: str) -> tuple[str, str]:
+def new_topic(broker: Server, prefix: str) -> tuple[str, str]:
     topic = unique_topic(prefix)
     create_topic(broker.port, topic, PARTITIONS)
     return topic, f"group-{topic}"
@@ -94,7 +116,7 @@ def start(members: Members, group: str, topic: str, names: list[str]) -> list[Me
     return members.start(LIB, group, topic, names, session_ms=SESSION_MS, heartbeat_ms=HEARTBEAT_MS)
 
 
-def produce_and_consume(broker: BrokerProcess, topic: str, ms: list[Member], tag: str) -> set[str]:
+def produce_and_consume(broker: Server, topic: str, ms: list[Member], tag: str) -> set[str]:
     values = phase_values(tag, {p: 5 for p in range(PARTITIONS)})
     produce(broker.bootstrap, topic, values)
     wanted = {v for vs in values.values() for v in vs}
@@ -112,13 +134,13 @@ def assert_once_and_committed(ms: list[Member], wanted: set[str]) -> None:
     assert not twice, f"delivered more than once: {dict(list(twice.items())[:5])}"
 
 
-def wait_committed_to_end(broker: BrokerProcess, group: str, topic: str, ms: list[Member]) -> None:
+def wait_committed_to_end(broker: Server, group: str, topic: str, ms: list[Member]) -> None:
     ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
     wait_for(lambda: committed_offsets(broker.bootstrap, group, topic, PARTITIONS) == ends, 15,
              "the committed offsets at the end of every partition", ms)
 
 
-def describe(broker: BrokerProcess, group: str) -> Any:
+def describe(broker: Server, group: str) -> Any:
     with WireClient(broker.port) as client:
         R = REQUESTS[ApiKey.CONSUMER_GROUP_DESCRIBE]
         return client.call(R(group_ids=[group], include_authorized_operations=False), 1).groups[0]
@@ -151,8 +173,9 @@ def test_one_member_consumes_commits_and_is_described(broker: BrokerProcess, mem
 
 
 def test_a_third_member_joins_incrementally_without_loss_or_duplicates(
-    broker: BrokerProcess, members: Members
+    server: Server, members: Members
 ) -> None:
+    broker = server
     topic, group = new_topic(broker, "kip848-join")
     ms = start(members, group, topic, ["m1", "m2"])
     before = wait_balanced(ms, PARTITIONS)
@@ -170,7 +193,8 @@ def test_a_third_member_joins_incrementally_without_loss_or_duplicates(
     assert revoked, "no partition was revoked from the first members"
 
 
-def test_a_killed_member_is_fenced_and_its_partitions_move(broker: BrokerProcess, members: Members) -> None:
+def test_a_killed_member_is_fenced_and_its_partitions_move(server: Server, members: Members) -> None:
+    broker = server
     topic, group = new_topic(broker, "kip848-kill")
     ms = start(members, group, topic, ["m1", "m2"])
     wait_balanced(ms, PARTITIONS)
