@@ -4,6 +4,7 @@
   and ListGroups show the group as Kafka does;
 - two members share a topic, a third joins: partitions move incrementally (revoked from their
   owner before another gets them) and every record is consumed and committed exactly once;
+- a regular-expression subscription is resolved by the broker (Kafka's RE2/J full match);
 - a member killed with SIGKILL is fenced when its session (the broker's
   ``group.consumer.session.timeout.ms``) lapses and the survivor takes its partitions;
 - the broker killed (kill -9) and restarted: the coordinator reloads the group from its records
@@ -239,6 +240,28 @@ def test_a_coordinator_restart_reloads_the_group_exactly(broker_factory: BrokerF
         assert describe(own, group).group_epoch == before.group_epoch, "the members rebalanced"
     finally:
         members.close()
+
+
+def test_a_regular_expression_subscription_is_resolved_by_the_broker(broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer
+
+    prefix = unique_topic("rx")
+    for suffix, partitions in (("-a", 2), ("-b", 1)):
+        create_topic(broker.port, prefix + suffix, partitions)
+    create_topic(broker.port, unique_topic("other"), 1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"group-{prefix}",
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([f"^{prefix}-.*"])
+        wanted = [(prefix + "-a", 0), (prefix + "-a", 1), (prefix + "-b", 0)]
+
+        def assigned() -> bool:
+            consumer.poll(0.1)
+            return sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == wanted
+
+        wait_for(assigned, 15, f"{wanted} assigned", [])
+    finally:
+        consumer.close()
 
 
 def test_bad_heartbeats_get_the_protocols_errors(broker: BrokerProcess) -> None:
