@@ -5,6 +5,8 @@
 - two members share a topic, a third joins: partitions move incrementally (revoked from their
   owner before another gets them) and every record is consumed and committed exactly once;
 - a regular-expression subscription is resolved by the broker (Kafka's RE2/J full match);
+- a static member (``group.instance.id``) restarted within its session gets its partitions back
+  and the other member sees no rebalance;
 - a member killed with SIGKILL is fenced when its session (the broker's
   ``group.consumer.session.timeout.ms``) lapses and the survivor takes its partitions;
 - the broker killed (kill -9) and restarted: the coordinator reloads the group from its records
@@ -240,6 +242,26 @@ def test_a_coordinator_restart_reloads_the_group_exactly(broker_factory: BrokerF
         assert describe(own, group).group_epoch == before.group_epoch, "the members rebalanced"
     finally:
         members.close()
+
+
+def test_a_static_member_restarted_within_its_session_keeps_its_partitions(
+    server: Server, members: Members
+) -> None:
+    topic, group = new_topic(server, "kip848-static")
+    a, b = members.start(LIB, group, topic, ["static-a", "static-b"], session_ms=SESSION_MS,
+                         heartbeat_ms=HEARTBEAT_MS, static=True)
+    before = wait_balanced([a, b], PARTITIONS)
+    wanted = produce_and_consume(server, topic, [a, b], "first")
+    b_events = len(b.of("assigned")) + len(b.of("revoked"))
+    a.close()  # a static member leaves with epoch -2: its partitions wait for it
+    (a2,) = members.start(LIB, group, topic, ["static-a"], session_ms=SESSION_MS,
+                          heartbeat_ms=HEARTBEAT_MS, static=True)
+    after = wait_balanced([a2, b], PARTITIONS)
+    assert after == before, (before, after)
+    wanted |= produce_and_consume(server, topic, [a2, b], "second")
+    wait_committed_to_end(server, group, topic, [a2, b])
+    assert_once_and_committed([a, a2, b], wanted)
+    assert len(b.of("assigned")) + len(b.of("revoked")) == b_events, "the other member rebalanced"
 
 
 def test_a_regular_expression_subscription_is_resolved_by_the_broker(broker: BrokerProcess) -> None:
