@@ -126,6 +126,11 @@ def fetch(epoch_delta: int) -> Step:
     return Step(9, request, version=9)
 
 
+def classic_describe() -> Step:
+    """DescribeGroups and ListGroups of a consumer-protocol group."""
+    return Step(15, lambda side: {"groups": [group(side)], "include_authorized_operations": False}, version=5)
+
+
 def life(v: int) -> list[Any]:
     return [
         *new_topic(partitions=2),
@@ -133,6 +138,7 @@ def life(v: int) -> list[Any]:
         join(v),
         beat(v),
         describe(v),
+        classic_describe(),
         commit(0, 1),
         commit(1, 2),  # an epoch ahead of the member's: stale
         fetch(0),
