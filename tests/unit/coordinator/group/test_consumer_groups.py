@@ -241,3 +241,39 @@ def test_a_compacted_log_with_an_offset_before_the_groups_records_loads_the_grou
     h.failover()
     assert h.beat("a", 2, {T: range(6)}).error is ErrorCode.NONE
     assert h.machine.offset_fetch(GROUP, [("t", 0)], member=("a", 2)).partitions[0].offset == 5
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced() -> None:
+    h = Consumers()
+    h.join("a")
+    h.join("b")
+    a = h.beat("a", 2, {T: range(6)})  # asked to revoke three: its rebalance timeout (30 s) runs
+    assert a.member_epoch == 2 and len(parts(a)) == 3
+    for now in (10_000, 20_000, 29_000):  # heartbeats that still report all six
+        h.now = now
+        assert h.beat("a", 2, {T: range(6)}).error is ErrorCode.NONE
+        h.beat("b", 3, {})
+    h.tick(30_001)
+    assert [m.member_id for m in h.machine.consumer_group_describe([GROUP])[0].members] == ["b"]
+    assert h.beat("a", 2, {T: range(6)}).error is ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_member_whose_answer_was_lost_may_come_back_with_its_previous_epoch() -> None:
+    h = Consumers()
+    h.join("a")
+    h.join("b")
+    a = h.beat("a", 2, {T: range(6)})
+    kept = sorted(parts(a))
+    assert h.beat("a", 2, {T: kept}).member_epoch == 3  # this answer is lost
+    again = h.beat("a", 2, {T: kept})  # previous epoch, owning no more than assigned: accepted
+    assert again.error is ErrorCode.NONE and again.member_epoch == 3
+    assert h.beat("a", 1, {T: kept}).error is ErrorCode.FENCED_MEMBER_EPOCH
+
+
+def test_a_static_member_that_does_not_come_back_within_its_session_is_fenced() -> None:
+    h = Consumers()
+    h.join("a", instance="i-a")
+    assert h.beat("a", -2, instance="i-a").member_epoch == -2
+    assert h.machine.consumer_group_describe([GROUP])[0].members[0].member_epoch == -2
+    h.tick(SESSION_MS + 1)
+    assert h.machine.consumer_group_describe([GROUP])[0].members == ()
