@@ -1,4 +1,4 @@
-# The Gregor broker image (README: "Docker Compose").
+# The Gregor broker image (docs/cluster.md: "Docker Compose").
 #
 # BASE is any Debian bookworm-based image: Python's slim image by default; a plain
 # Debian image (without Python) gets Debian's python3. The test suite builds this same

@@ -17,10 +17,12 @@ ARGS ?=
 
 .PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps etcd docker-deps chaos-deps chaos clean clean-data
 
-$(STAMP): pyproject.toml
+# scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
+$(STAMP): pyproject.toml scripts/kafka_stubs.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	$(PY) scripts/kafka_stubs.py
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -91,7 +93,7 @@ chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS) $(JAVA_DEPS)
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG) $(ARGS)
 
-# kcat (the README's examples) from Debian's packages, unless it is there.
+# kcat (the README's tour) from Debian's packages, unless it is there.
 kcat:
 	command -v kcat >/dev/null || (apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq kcat)
 

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 from bench.reference import GREGOR, Comparison, arguments
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.replication.replica_manager import Partition, ReplicaManager
+from broker.store.image import PartitionEpoch, PartitionState
 from coordinator.transaction import Outcome, TransactionStateMachine
 from protocol.types import LeaderEpoch, NodeId
 from storage.log_config import LogConfig

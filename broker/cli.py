@@ -8,7 +8,7 @@
     gregor acls --bootstrap-server HOST:PORT --add|--remove|--list ...
     gregor configs --bootstrap-server HOST:PORT --entity-type users --describe|--alter ...
     gregor storage format --config FILE [--add-scram 'SCRAM-SHA-512=[name=...,password=...]']
-    gregor config-docs [--readme README.md]
+    gregor config-docs [--doc docs/configuration.md]
     gregor --version
 
 A mistake of the user (configuration, busy port, a data dir in use) ends start-up
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--log-level", default="INFO", type=_log_level, metavar="LEVEL",
                         help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
     docs = sub.add_parser("config-docs", help="print the table of configuration keys (Markdown)")
-    docs.add_argument("--readme", type=Path, help="rewrite the key table inside this README instead")
+    docs.add_argument("--doc", type=Path, help="rewrite the key table inside this Markdown page instead")
     transactions_tool.add_parser(sub)
     dump_tool.add_parser(sub)
     topics_tool.add_parser(sub)
@@ -114,35 +114,35 @@ async def _join_cluster(config: BrokerConfig) -> ClusterMembership | None:
     from broker.cluster.membership import ClusterMembership
     from broker.security.client import inter_broker_security
 
-    if config["metadata.store"] == "local":
+    if config.metadata_store == "local":
         return None
     security = inter_broker_security(config)  # the controller channel's connections
     return await ClusterMembership.join(
-        config["metadata.store"], config.node_id, config["cluster.id"],
-        config["broker.session.timeout.ms"], config["metadata.store.connect.attempts"],
+        config.metadata_store, config.node_id, config.cluster_id,
+        config.broker_session_timeout_ms, config.metadata_store_connect_attempts,
         LeaderBalancing(
-            config["auto.leader.rebalance.enable"], config["leader.imbalance.check.interval.seconds"]
+            config.auto_leader_rebalance_enable, config.leader_imbalance_check_interval_seconds
         ),
         security,
     )
 
 
-def _config_docs(readme: Path | None) -> int:
+def _config_docs(page: Path | None) -> int:
     from broker.config import config_docs, with_config_docs
 
-    if readme is None:
+    if page is None:
         sys.stdout.write(config_docs())
         return 0
-    readme.write_text(with_config_docs(readme.read_text()))
+    page.write_text(with_config_docs(page.read_text()))
     return 0
 
 
 def _start_up_error(exc: Exception) -> str | None:
     """The one line to print for an expected start-up failure; None for a bug."""
-    from broker.cluster.etcd_store import NodeIdInUse, StoreUnavailable
     from broker.cluster.membership import ClusterIdMismatch
     from broker.config import ConfigError
-    from broker.net.listeners import ListenerError
+    from broker.front.listeners import ListenerError
+    from broker.store.etcd_store import NodeIdInUse, StoreUnavailable
     from storage.dir_lock import LogDirLockedError, LogDirUnusableError
     from storage.log_manager import InconsistentMetaPropertiesError
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if tool is not None:
         return tool(args)
     if args.command == "config-docs":
-        return _config_docs(args.readme)
+        return _config_docs(args.doc)
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     import uvloop
 
-    from broker.faults import install_crash_point_file
+    from broker.base.faults import install_crash_point_file
 
     install_crash_point_file()
     try:

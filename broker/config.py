@@ -6,12 +6,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 from urllib.parse import ParseResult, urlparse
 
 import yaml
 
-from broker.cluster.address import EtcdAddress
+from broker.store.address import EtcdAddress
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -246,7 +246,7 @@ _NON_NEGATIVE = Integer(0)
 _NON_NEGATIVE_LONG = _long(0)
 
 # The one table of broker keys: type and valid range (Kafka's), default, meaning.
-# README's configuration section is generated from it (`gregor config-docs`).
+# docs/configuration.md's key table is generated from it (`gregor config-docs`).
 KEYS: dict[str, Key] = {
     "node.id": Key(_NON_NEGATIVE, 1, "This broker's id; must match `meta.properties` in the log dirs."),
     "listeners": Key(Listeners(), "PLAINTEXT://127.0.0.1:9092",
@@ -484,7 +484,7 @@ KEYS: dict[str, Key] = {
 }
 
 # Kafka keys Gregor does not implement yet: refused with the reason rather than accepted and
-# ignored (README lists them next to the table).
+# ignored (docs/configuration.md lists them below the key table).
 RESERVED: dict[str, str] = {}
 
 
@@ -494,13 +494,92 @@ class Listener:
     port: int
 
 
+Value = TypeVar("Value", int, float, bool, str)
+
+
+class Setting(Generic[Value]):
+    """One key's typed getter, as Kafka's KafkaConfig has one per key: the value `build_config`
+    parsed (and checked) for the key, read as the type its parser gives."""
+
+    def __init__(self, key: str, kind: type[Value]) -> None:
+        self.key = key
+        self.kind: type[Value] = kind
+
+    def __get__(self, config: BrokerConfig, owner: type[BrokerConfig] | None = None) -> Value:
+        return cast(Value, config.values[self.key])
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
+    """The broker's configuration: a typed getter per key the code reads (below), and the
+    listeners, log dirs and per-listener keys derived from them."""
+
     values: Mapping[str, Any]
     explicit: Mapping[str, Any]  # only the keys the file or overrides set
 
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+    allow_everyone_if_no_acl_found = Setting("allow.everyone.if.no.acl.found", bool)
+    authorizer_class_name = Setting("authorizer.class.name", str)
+    auto_create_topics_enable = Setting("auto.create.topics.enable", bool)
+    auto_leader_rebalance_enable = Setting("auto.leader.rebalance.enable", bool)
+    broker_rack = Setting("broker.rack", str)
+    broker_session_timeout_ms = Setting("broker.session.timeout.ms", int)
+    cluster_id = Setting("cluster.id", str)
+    connection_failed_authentication_delay_ms = Setting("connection.failed.authentication.delay.ms", int)
+    default_replication_factor = Setting("default.replication.factor", int)
+    delete_topic_enable = Setting("delete.topic.enable", bool)
+    group_consumer_assignment_interval_ms = Setting("group.consumer.assignment.interval.ms", int)
+    group_consumer_assignors = Setting("group.consumer.assignors", str)
+    group_consumer_heartbeat_interval_ms = Setting("group.consumer.heartbeat.interval.ms", int)
+    group_consumer_max_size = Setting("group.consumer.max.size", int)
+    group_consumer_session_timeout_ms = Setting("group.consumer.session.timeout.ms", int)
+    group_initial_rebalance_delay_ms = Setting("group.initial.rebalance.delay.ms", int)
+    group_max_session_timeout_ms = Setting("group.max.session.timeout.ms", int)
+    group_max_size = Setting("group.max.size", int)
+    group_min_session_timeout_ms = Setting("group.min.session.timeout.ms", int)
+    leader_imbalance_check_interval_seconds = Setting("leader.imbalance.check.interval.seconds", int)
+    listener_security_protocol_map = Setting("listener.security.protocol.map", str)
+    log_cleaner_backoff_ms = Setting("log.cleaner.backoff.ms", int)
+    log_cleaner_dedupe_buffer_size = Setting("log.cleaner.dedupe.buffer.size", int)
+    log_cleaner_enable = Setting("log.cleaner.enable", bool)
+    log_cleaner_io_buffer_load_factor = Setting("log.cleaner.io.buffer.load.factor", float)
+    log_cleaner_io_max_bytes_per_second = Setting("log.cleaner.io.max.bytes.per.second", float)
+    log_flush_offset_checkpoint_interval_ms = Setting("log.flush.offset.checkpoint.interval.ms", int)
+    log_flush_scheduler_interval_ms = Setting("log.flush.scheduler.interval.ms", int)
+    log_retention_check_interval_ms = Setting("log.retention.check.interval.ms", int)
+    max_partitions = Setting("max.partitions", int)
+    metadata_store = Setting("metadata.store", str)
+    metadata_store_connect_attempts = Setting("metadata.store.connect.attempts", int)
+    metrics_listener = Setting("metrics.listener", str)
+    num_partitions = Setting("num.partitions", int)
+    offset_metadata_max_bytes = Setting("offset.metadata.max.bytes", int)
+    offsets_commit_timeout_ms = Setting("offsets.commit.timeout.ms", int)
+    offsets_retention_check_interval_ms = Setting("offsets.retention.check.interval.ms", int)
+    offsets_retention_minutes = Setting("offsets.retention.minutes", int)
+    offsets_topic_num_partitions = Setting("offsets.topic.num.partitions", int)
+    offsets_topic_replication_factor = Setting("offsets.topic.replication.factor", int)
+    offsets_topic_segment_bytes = Setting("offsets.topic.segment.bytes", int)
+    replica_fetch_wait_max_ms = Setting("replica.fetch.wait.max.ms", int)
+    replica_lag_time_max_ms = Setting("replica.lag.time.max.ms", int)
+    request_timeout_ms = Setting("request.timeout.ms", int)
+    sasl_jaas_config = Setting("sasl.jaas.config", str)
+    sasl_mechanism_inter_broker_protocol = Setting("sasl.mechanism.inter.broker.protocol", str)
+    socket_request_max_bytes = Setting("socket.request.max.bytes", int)
+    super_users = Setting("super.users", str)
+    transaction_abort_timed_out_transaction_cleanup_interval_ms = Setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", int,
+    )
+    transaction_completion_wait_ms = Setting("transaction.completion.wait.ms", int)
+    transaction_hanging_auto_abort_enable = Setting("transaction.hanging.auto.abort.enable", bool)
+    transaction_hanging_check_interval_ms = Setting("transaction.hanging.check.interval.ms", int)
+    transaction_hanging_margin_ms = Setting("transaction.hanging.margin.ms", int)
+    transaction_max_timeout_ms = Setting("transaction.max.timeout.ms", int)
+    transaction_partition_verification_enable = Setting("transaction.partition.verification.enable", bool)
+    transaction_state_log_min_isr = Setting("transaction.state.log.min.isr", int)
+    transaction_state_log_num_partitions = Setting("transaction.state.log.num.partitions", int)
+    transaction_state_log_replication_factor = Setting("transaction.state.log.replication.factor", int)
+    transaction_state_log_segment_bytes = Setting("transaction.state.log.segment.bytes", int)
+    transaction_version = Setting("transaction.version", int)
+    transactional_id_expiration_ms = Setting("transactional.id.expiration.ms", int)
 
     @property
     def node_id(self) -> int:
@@ -682,13 +761,13 @@ def _check(config: BrokerConfig) -> None:
     dirs = [d.resolve() for d in config.log_dirs]
     if len(set(dirs)) < len(dirs):
         raise ConfigError(f"log.dirs names the same directory twice: {', '.join(map(str, config.log_dirs))}")
-    low, high = config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"]
+    low, high = config.group_min_session_timeout_ms, config.group_max_session_timeout_ms
     if high < low:
         raise ConfigError(
             f"group.max.session.timeout.ms ({high}) must be \u2265 group.min.session.timeout.ms ({low})"
         )
     _check_consumer_groups(config)
-    wait, lag = config["replica.fetch.wait.max.ms"], config["replica.lag.time.max.ms"]
+    wait, lag = config.replica_fetch_wait_max_ms, config.replica_lag_time_max_ms
     if wait > lag:  # Kafka's rule: a follower parked at its leader longer than this leaves the ISR
         raise ConfigError(
             f"replica.fetch.wait.max.ms ({wait}) must be \u2264 replica.lag.time.max.ms ({lag})"
@@ -697,16 +776,17 @@ def _check(config: BrokerConfig) -> None:
 
 def _check_consumer_groups(config: BrokerConfig) -> None:
     """Kafka's rules for the consumer-protocol group settings (GroupCoordinatorConfig)."""
+    values = config.values
     for name in ("heartbeat.interval.ms", "session.timeout.ms", "assignment.interval.ms"):
-        value = config[f"group.consumer.{name}"]
-        low, high = config[f"group.consumer.min.{name}"], config[f"group.consumer.max.{name}"]
+        value = values[f"group.consumer.{name}"]
+        low, high = values[f"group.consumer.min.{name}"], values[f"group.consumer.max.{name}"]
         if not low <= value <= high:
             raise ConfigError(
                 f"group.consumer.{name} ({value}) must be between group.consumer.min.{name} ({low}) "
                 f"and group.consumer.max.{name} ({high})"
             )
-    interval = config["group.consumer.heartbeat.interval.ms"]
-    session = config["group.consumer.session.timeout.ms"]
+    interval = config.group_consumer_heartbeat_interval_ms
+    session = config.group_consumer_session_timeout_ms
     if interval >= session:
         raise ConfigError(
             f"group.consumer.heartbeat.interval.ms ({interval}) must be < group.consumer.session.timeout.ms "
@@ -718,7 +798,7 @@ def _check_listeners(config: BrokerConfig) -> None:
     """Every listener's name has a protocol, every advertised one exists, the inter-broker
     one is advertised, and nothing advertises an address no client can reach."""
     names = list(config.listeners)
-    mapped = {item.split(":")[0].upper() for item in str(config["listener.security.protocol.map"]).split(",")}
+    mapped = {item.split(":")[0].upper() for item in config.listener_security_protocol_map.split(",")}
     for name in names:
         if name not in SECURITY_PROTOCOLS and name not in mapped:
             raise ConfigError(f"listeners: {name} has no protocol in listener.security.protocol.map "
@@ -755,7 +835,7 @@ def _check_security(config: BrokerConfig, names: list[str]) -> None:
                                   f"Gregor serves {', '.join(SASL_MECHANISMS)}")
     inter = config.inter_broker_listener
     if config.security_protocol(inter).startswith("SASL_"):
-        mechanism = str(config["sasl.mechanism.inter.broker.protocol"]).upper()
+        mechanism = config.sasl_mechanism_inter_broker_protocol.upper()
         enabled = (_items(config.for_listener(inter, "sasl.enabled.mechanisms")) or [])
         if mechanism not in [m.upper() for m in enabled]:
             raise ConfigError(f"sasl.mechanism.inter.broker.protocol: {mechanism} is not enabled on the "
@@ -801,9 +881,11 @@ def _one_line(exc: yaml.YAMLError) -> str:
     return " ".join(str(exc).split())
 
 
-# -- documentation: README's key table is generated from KEYS ---------------------
+# -- documentation: docs/configuration.md's key table is generated from KEYS -------
 
-DOCS_BEGIN = "<!-- config-keys: generated by `gregor config-docs --readme README.md`; do not edit -->"
+DOCS_BEGIN = (
+    "<!-- config-keys: generated by `gregor config-docs --doc docs/configuration.md`; do not edit -->"
+)
 DOCS_END = "<!-- end of config-keys -->"
 
 
@@ -831,10 +913,10 @@ def config_docs() -> str:
     return "\n".join(lines) + "\n"
 
 
-def with_config_docs(readme: str) -> str:
-    """`readme` with the text between the config-keys markers replaced by config_docs()."""
-    head, sep, rest = readme.partition(DOCS_BEGIN)
+def with_config_docs(page: str) -> str:
+    """`page` with the text between the config-keys markers replaced by config_docs()."""
+    head, sep, rest = page.partition(DOCS_BEGIN)
     _old, sep2, tail = rest.partition(DOCS_END)
     if not sep or not sep2:
-        raise ValueError("README has no config-keys markers")
+        raise ValueError("the page has no config-keys markers")
     return f"{head}{DOCS_BEGIN}\n{config_docs()}{DOCS_END}{tail}"

@@ -13,8 +13,8 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from broker.cluster.local_store import LocalMetadataStore
 from broker.config import KEYS, BrokerConfig
+from broker.store.local_store import LocalMetadataStore
 from storage.log_config import (
     DYNAMIC_BROKER_CONFIGS,
     PER_BROKER_ONLY,

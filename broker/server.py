@@ -13,8 +13,9 @@ from typing import Any
 
 from broker import metrics
 from broker.api.services import Cluster, Services
-from broker.clock import now_ms
-from broker.cluster.local_store import LocalMetadataStore
+from broker.base.clock import now_ms
+from broker.base.faults import crash_point
+from broker.base.loop_watch import watch_loop
 from broker.cluster.membership import ClusterMembership
 from broker.cluster.producer_ids import PrefetchedProducerIdBlocks
 from broker.cluster.roles import ClusterRoles
@@ -28,14 +29,12 @@ from broker.coordination.hanging import HangingTransactionCheck
 from broker.coordination.marker_writer import MarkerWriter
 from broker.coordination.transactions import TransactionCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
-from broker.faults import crash_point
+from broker.front.connection import Connection
+from broker.front.listeners import bind_listener, bind_metrics
 from broker.handlers import HANDLER_TABLE
-from broker.loop_watch import watch_loop
 from broker.metrics import request_log
 from broker.metrics.collectors import StateSources
 from broker.metrics.service import BrokerMetrics, controller_status
-from broker.net.connection import Connection
-from broker.net.listeners import bind_listener, bind_metrics
 from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.acl_store import ClusterAcls, LocalAcls
@@ -44,6 +43,7 @@ from broker.security.client import inter_broker_security
 from broker.security.listener import listener_security
 from broker.security.rules import Policy
 from broker.security.scram_store import cluster_credentials, local_credentials
+from broker.store.local_store import LocalMetadataStore
 from coordinator.producer_ids import ProducerIdManager
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from storage.cleaner.cleaner import CleanerConfig, LogCleaner
@@ -60,18 +60,18 @@ class Broker:
         self.node_id = config.node_id
         self.client_security = inter_broker_security(config)  # the brokers' own connections
         dirs = config.log_dirs
-        holder = f"pid={os.getpid()} node.id={config.node_id} listener={config['listeners']}"
+        holder = f"pid={os.getpid()} node.id={config.node_id} listener={config.values['listeners']}"
         locks = lock_log_dirs(dirs, holder)  # before anything reads or writes the dirs
         self._sockets = {
             name: bind_listener(f"{name}://{at.host}:{at.port}", at.host, at.port)
             for name, at in config.listeners.items()
         }
-        metrics_socket = bind_metrics(config["metrics.listener"])
+        metrics_socket = bind_metrics(config.metrics_listener)
         self.store = LocalMetadataStore(dirs[0])
         self.dynamic_configs = DynamicBrokerConfigs(config, self.store)
         config = self.config = self.dynamic_configs.config  # explicit: a live view with dynamic keys
         self.log_manager = LogManager(
-            dirs, config.node_id, cluster.cluster_id if cluster else config["cluster.id"] or None,
+            dirs, config.node_id, cluster.cluster_id if cluster else config.cluster_id or None,
             default_config=LogConfig.from_properties(config.explicit, {}),
             topic_configs={
                 name: LogConfig.from_properties(config.explicit, configs)
@@ -82,7 +82,7 @@ class Broker:
             on_flush=metrics.flushed,
         )
         self.replicas = ReplicaManager(self.log_manager, config.node_id,
-                                       bool(config["transaction.partition.verification.enable"]))
+                                       config.transaction_partition_verification_enable)
         self.cleaner = LogCleaner(self.log_manager.all_logs, _cleaner_config(config), crash_point)
         self.view: Cluster = self._metadata_view()
         self.topics = self._topic_manager()
@@ -108,19 +108,19 @@ class Broker:
         self._connections: dict[asyncio.Task[None], str] = {}  # open connection -> its listener
         self.metrics = BrokerMetrics(
             metrics_socket, self._state_sources(), lambda topic: self.topics.get(topic) is not None,
-            config["metrics.listener"],
+            config.metrics_listener,
         )
 
     def _coordinators(self, config: BrokerConfig) -> None:
         """Both coordinator edges over their internal topics, the marker writer between them,
         and the hanging-transaction check; each edge follows the leadership of its partitions."""
         group_log = CoordinatorLog(
-            self.replicas, OFFSETS_TOPIC, int(config["offsets.commit.timeout.ms"]) / 1000
+            self.replicas, OFFSETS_TOPIC, config.offsets_commit_timeout_ms / 1000
         )
         self.groups = GroupCoordinator(config, group_log, self.topics)
         self.markers = MarkerWriter(self.replicas, self.topics, self.groups)
         txn_log = CoordinatorLog(
-            self.replicas, TRANSACTION_STATE_TOPIC, int(config["request.timeout.ms"]) / 1000
+            self.replicas, TRANSACTION_STATE_TOPIC, config.request_timeout_ms / 1000
         )
         self.transactions = TransactionCoordinator(
             config, txn_log, self.topics, self.view, self.producer_ids, self.markers, self.client_security
@@ -134,9 +134,9 @@ class Broker:
         self, config: BrokerConfig
     ) -> tuple[AclAuthorizer | AllowAllAuthorizer, LocalAcls | ClusterAcls | None]:
         """Kafka's StandardAuthorizer over the store's ACLs when configured, else allow-all."""
-        if config["authorizer.class.name"] != STANDARD_AUTHORIZER:
+        if config.authorizer_class_name != STANDARD_AUTHORIZER:
             return AllowAllAuthorizer(), None
-        policy = Policy(super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])
+        policy = Policy(super_users(config.super_users), config.allow_everyone_if_no_acl_found)
         authorizer = AclAuthorizer(policy, metrics.authorization_denied)
         if self.cluster is not None:
             return authorizer, ClusterAcls(self.cluster.store, authorizer)
@@ -176,14 +176,14 @@ class Broker:
         return ClusterRoles(
             self.cluster.store, self.replicas,
             log_config=lambda record: LogConfig.from_properties(explicit, record.configs),
-            now_ms=now_ms, replica_lag_ms=self.config["replica.lag.time.max.ms"],
-            fetch_max_wait_ms=self.config["replica.fetch.wait.max.ms"],
+            now_ms=now_ms, replica_lag_ms=self.config.replica_lag_time_max_ms,
+            fetch_max_wait_ms=self.config.replica_fetch_wait_max_ms,
             security=self.client_security,
         )
 
     def _metadata_view(self) -> Cluster:
         ad = self.config.advertised
-        me = BrokerInfo(self.node_id, ad.host, ad.port, self.config["broker.rack"] or None, self._endpoints())
+        me = BrokerInfo(self.node_id, ad.host, ad.port, self.config.broker_rack or None, self._endpoints())
         if self.cluster is not None:
             store = self.cluster.store
             return ClusterView(lambda: store.image, me, self.cluster_id)
@@ -237,7 +237,7 @@ class Broker:
     async def _join_cluster(self, cluster: ClusterMembership) -> None:
         """Register, reserve producer ids, then take the partitions the image gives this broker."""
         advertised = self.config.advertised
-        await cluster.register(advertised.host, advertised.port, self.config["broker.rack"] or None,
+        await cluster.register(advertised.host, advertised.port, self.config.broker_rack or None,
                                self._endpoints(), self.log_manager.data_dir_id)
         assert self._prefetched is not None and self.roles is not None
         await self._prefetched.start()
@@ -274,9 +274,9 @@ class Broker:
 
     async def _housekeeping(self) -> None:
         """Time-based flush, checkpoints and retention."""
-        flush_every = self.config["log.flush.scheduler.interval.ms"] / 1000
-        retention_every = self.config["log.retention.check.interval.ms"]
-        checkpoint_every = self.config["log.flush.offset.checkpoint.interval.ms"]
+        flush_every = self.config.log_flush_scheduler_interval_ms / 1000
+        retention_every = self.config.log_retention_check_interval_ms
+        checkpoint_every = self.config.log_flush_offset_checkpoint_interval_ms
         last_retention = last_checkpoint = now_ms()
         while True:
             await asyncio.sleep(flush_every)
@@ -318,11 +318,11 @@ class Broker:
 
 def _cleaner_config(config: BrokerConfig) -> CleanerConfig:
     return CleanerConfig(
-        enable=config["log.cleaner.enable"],
-        io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
-        dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
-        io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
-        backoff_ms=config["log.cleaner.backoff.ms"],
+        enable=config.log_cleaner_enable,
+        io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+        dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+        io_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
+        backoff_ms=config.log_cleaner_backoff_ms,
     )
 
 

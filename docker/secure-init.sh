@@ -1,5 +1,5 @@
 #!/bin/sh
-# docker-compose.secure.yml's `init` service (README: "Secured cluster"). Each start keeps what
+# docker-compose.secure.yml's `init` service (docs/cluster.md: "Secured cluster"). Each start keeps what
 # exists, so the certificates and the first users are made on the first start only:
 # - a CA with Debian's openssl (its key stays in $CA_DIR, a volume mounted here only);
 # - for each broker of $BROKERS a PEM keystore $SECRETS/<broker>.pem (private key, then the

@@ -27,7 +27,10 @@ def frame(payload: bytes | bytearray | memoryview) -> bytes:
     return _SIZE.pack(len(payload)) + bytes(payload)
 
 
-def frame_parts(*parts: bytes | bytearray | memoryview) -> list[bytes | bytearray | memoryview]:
+Frame = list[bytes | bytearray | memoryview]  # a size prefix and the parts, for a vectored write
+
+
+def frame_parts(*parts: bytes | bytearray | memoryview) -> Frame:
     """Size prefix plus the parts, for a vectored write without joining."""
     size = sum(len(p) for p in parts)
     return [_SIZE.pack(size), *parts]

@@ -20,6 +20,12 @@ from protocol.strict_schema import Checker, SchemaError, check_body, compile_che
 
 _SKIP = {"kafka.protocol.old", "kafka.protocol.generate_stubs"}
 
+# A request, or a response, of whichever API a frame names: each is its API's class (typed by
+# kafka-python's stubs where the API is known statically, in a handler say), but a codec or a
+# client that serves every API holds any of them. These two are the one place that says so.
+Request = Any
+Response = Any
+
 
 def _all_message_classes() -> list[Any]:
     found: list[Any] = []
@@ -74,7 +80,7 @@ def _request_checker(api_key: int, version: int) -> Checker:
     return compile_checker(plan_for(cls._struct, version, flexible), flexible)
 
 
-def decode_request(api_key: int, version: int, body: memoryview) -> Any:
+def decode_request(api_key: int, version: int, body: memoryview) -> Request:
     """Decode a request body as strictly as Kafka parses it, or RequestDecodeError.
 
     The body is first walked by its schema (``protocol.strict_schema``): nulls in
@@ -102,7 +108,7 @@ def decode_request(api_key: int, version: int, body: memoryview) -> Any:
     return whole(message)
 
 
-def whole(message: Any) -> Any:
+def whole(message: Request | Response) -> Request | Response:
     """A decoded message with the slots kafka-python's decoder leaves unset (it skips
     __init__), so that it can be encoded again: forwarded requests and their answers."""
     message._header = message._min_version = message._max_version = None

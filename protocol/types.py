@@ -4,6 +4,7 @@ cannot be passed where an offset is meant), and a topic partition."""
 from __future__ import annotations
 
 import uuid
+from enum import IntEnum
 from typing import NewType
 
 TopicPartition = tuple[str, int]  # (topic name, partition index)
@@ -21,3 +22,16 @@ TopicId = NewType("TopicId", uuid.UUID)
 # its markers carry the bumped epoch, which the partitions check (KIP-1228).
 TV2 = TransactionVersion(2)
 TV0 = TransactionVersion(0)  # a marker's version when the request has none (WriteTxnMarkers v0-1)
+
+
+class IsolationLevel(IntEnum):
+    """A Fetch's or ListOffsets' isolation level (the wire's int8): read_committed reads up to
+    the last stable offset, read_uncommitted up to the high watermark."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+    @classmethod
+    def of(cls, wire: int) -> IsolationLevel:
+        """The level a request asks for; any value but 1 reads uncommitted, as Gregor always has."""
+        return cls.READ_COMMITTED if wire == cls.READ_COMMITTED else cls.READ_UNCOMMITTED

@@ -36,13 +36,18 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via tmp file + fsync + rename + dir fsync."""
+    """Write ``text`` to ``path`` via tmp file + fsync + rename + dir fsync; on failure the
+    tmp file is removed and ``path`` is as it was."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk: no half-written file is left behind
+        raise
     fsync_dir(path.parent)
 
 

@@ -748,9 +748,6 @@ class Log:
         hit = _first_record_at_or_after(batch, header, lambda _o, ts: ts == seg.max_timestamp)
         return hit or TimestampOffset(header.last_offset, header.max_timestamp, header.partition_leader_epoch)
 
-    def leader_epoch_for_offset(self, offset: int) -> int:
-        return self.epoch_cache.epoch_for_offset(offset)
-
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch; (-1, -1) when unknown."""
         return self.epoch_cache.end_offset_for_epoch(epoch, self.log_end_offset)

@@ -425,9 +425,6 @@ class ProducerStateManager:
             out.append(OngoingTxn(pid, e.producer_epoch, first, e.last_timestamp))
         return out
 
-    def snapshot_offsets(self) -> list[int]:
-        return sorted(self._snapshots)
-
     def latest_snapshot_offset(self) -> int | None:
         return max(self._snapshots, default=None)
 
@@ -699,11 +696,6 @@ class ProducerStateManager:
         self._producers.clear()
         self._ongoing.clear()
         self._unreplicated.clear()
-
-    def delete_all(self) -> None:
-        for offset in list(self._snapshots):
-            self.delete_snapshot(offset)
-        self._clear()
 
 
 def _is_expired(entry: ProducerStateEntry, now_ms: int, expiration_ms: int) -> bool:

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.api.caller import Caller
+from broker.base.caller import Caller
 from protocol.headers import RequestHeader
 
 if TYPE_CHECKING:

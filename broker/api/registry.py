@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from protocol.messages import REQUESTS, RESPONSES, schema_versions
+from protocol.messages import REQUESTS, RESPONSES, Request, Response, schema_versions
 
-Handler = Callable[[Any, Any], Coroutine[Any, Any, Any]]
+# The table holds every API's handler, each typed strictly in its own module (its request class
+# in, its response class out), so an entry of the table takes any API's (protocol.messages).
+Handler = Callable[[Any, Request], Coroutine[Any, Any, Response]]
+Handlers = Mapping[int, Handler]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,8 +20,8 @@ class ApiHandler:
     api_key: int
     min_version: int
     max_version: int
-    request: Any
-    response: Any
+    request: type[Request]
+    response: type[Response]
     handle: Handler
     advertised_max: int  # ApiVersions may show less than is served (broker-only versions)
 

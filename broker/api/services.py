@@ -13,21 +13,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.messages import Request, Response
 from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
 if TYPE_CHECKING:
-    from broker.api.caller import Caller
+    from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+
     from broker.api.registry import ApiHandler
-    from broker.cluster.image import PartitionState
-    from broker.cluster.local_store import TopicMetadata
+    from broker.base.caller import Caller
     from broker.cluster.placement import Refused
     from broker.cluster.topic_manager import NewTopic, TopicResult
     from broker.cluster.view import BrokerInfo, PartitionInfo
     from broker.config import BrokerConfig
     from broker.replication.fetch_sessions import FetchSessionCache
-    from broker.replication.replica_manager import Partition
-    from broker.security.acl import AclBinding, AclFilter, AclOperation, ResourceType
+    from broker.replication.replica_manager import DeleteRecordsResult, Partition
+    from broker.security.acl import AclBinding, AclFilter
+    from broker.security.authorizer import Authorizer
     from broker.security.scram import ScramCredential, ScramMechanism
+    from broker.store.image import PartitionState
+    from broker.store.local_store import TopicMetadata
     from coordinator.group import (
         DescribedGroup,
         JoinRequest,
@@ -78,6 +82,8 @@ class Partitions(PartitionWriter, Protocol):
     ) -> Verification | None: ...
 
     def verification_current(self, part: Partition, guard: Verification) -> bool: ...
+
+    def delete_records(self, part: Partition, offset: int) -> DeleteRecordsResult: ...
 
     def append_txn_marker(
         self, part: Partition, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,
@@ -145,7 +151,7 @@ class Controller(Protocol):
     @property
     def active(self) -> bool: ...
 
-    async def forward(self, request: Any, version: int, original: Caller | None = None) -> Any: ...
+    async def forward(self, request: Request, version: int, original: Caller | None = None) -> Response: ...
 
     async def elect(
         self, election_type: int, wanted: list[TopicPartition] | None
@@ -253,7 +259,7 @@ class TransactionCompletions(Protocol):
 class Markers(Protocol):
     """Writing COMMIT/ABORT markers where this broker leads (WriteTxnMarkers)."""
 
-    async def write(self, request: Any) -> Any: ...
+    async def write(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse: ...
 
 
 class Configs(Protocol):
@@ -268,16 +274,6 @@ class Configs(Protocol):
     def check(self, scope: str, configs: dict[str, str]) -> str | None: ...
 
     def replace(self, scope: str, configs: dict[str, str]) -> None: ...
-
-
-class Authorizer(Protocol):
-    """Whether `caller` may perform `operation` on the named resource (Kafka's Authorizer)."""
-
-    def authorize(
-        self, caller: Caller, operation: AclOperation, resource: ResourceType, name: str
-    ) -> bool: ...
-
-    def authorize_any(self, caller: Caller, operation: AclOperation, resource: ResourceType) -> bool: ...
 
 
 class Acls(Protocol):

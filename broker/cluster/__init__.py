@@ -1,1 +1,2 @@
-"""Cluster metadata: the image of brokers, topics and partition state, and the stores that keep it."""
+"""The cluster over the metadata store: membership, the controller, placement, topics and
+the views of the image handed to the rooms above."""

@@ -13,12 +13,12 @@ import logging
 import math
 import uuid
 
-from broker.cluster.address import EtcdAddress
+from broker.base.faults import slow_point
 from broker.cluster.controller import KAFKA_BALANCING, ClusterController, LeaderBalancing
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import BrokerRegistration, ClusterImage
-from broker.faults import slow_point
 from broker.security.client import ClientSecurity
+from broker.store.address import EtcdAddress
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import BrokerRegistration, ClusterImage
 from protocol.types import NodeId
 from storage.checkpoints import random_kafka_uuid
 

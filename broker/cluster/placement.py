@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from broker.cluster.image import NO_LEADER, PartitionEpoch, PartitionState
+from broker.store.image import NO_LEADER, PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.types import NodeId
 

@@ -13,8 +13,8 @@ import logging
 
 import aetcd.exceptions
 
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.faults import slow_point
+from broker.base.faults import slow_point
+from broker.store.etcd_store import EtcdMetadataStore
 from coordinator.producer_ids import BLOCK_SIZE, ProducerIdBlock, ProducerIdsUnavailable
 
 log = logging.getLogger(__name__)

@@ -16,12 +16,12 @@ from typing import Any
 
 import aetcd.exceptions
 
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import NO_LEADER, PartitionState, TopicRecord
 from broker.net.client import BrokerClient
 from broker.replication.fetcher import FollowedPartition, ReplicaFetcher
 from broker.replication.replica_manager import Partition, ReplicaManager
 from broker.security.client import ClientSecurity
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import NO_LEADER, PartitionState, TopicRecord
 from protocol.types import NodeId
 from storage.log_config import LogConfig
 

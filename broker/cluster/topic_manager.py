@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from broker.cluster.local_store import LocalMetadataStore, TopicMetadata, topic_name_error
+from broker.base.faults import crash_point
 from broker.cluster.placement import Assignment, Refused, more_assignment, topic_assignment
 from broker.config import BrokerConfig
-from broker.faults import crash_point
 from broker.replication.replica_manager import ReplicaManager
+from broker.store.local_store import LocalMetadataStore, TopicMetadata, topic_name_error
 from protocol.errors import ErrorCode
 from protocol.internal_topics import INTERNAL_TOPICS
 from storage.log_config import LogConfig, validate_topic_config
@@ -118,7 +118,7 @@ class TopicManager:
 
     def _limit_error(self, name: str, added: int, planned: int = 0) -> TopicResult | None:
         """Gregor's max.partitions guard (internal topics are always created)."""
-        limit = self.config["max.partitions"]
+        limit = self.config.max_partitions
         total = self._total_partitions() + planned + added
         if name in INTERNAL_TOPICS or total <= limit:
             return None
@@ -150,10 +150,10 @@ class TopicManager:
             return TopicResult(
                 ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
             )
-        partitions = self.config["num.partitions"] if spec.partitions == -1 else spec.partitions
+        partitions = self.config.num_partitions if spec.partitions == -1 else spec.partitions
         rf = spec.replication_factor
         if rf == -1:
-            rf = self.config["default.replication.factor"]
+            rf = self.config.default_replication_factor
         brokers = self.broker_count()
         if rf > brokers:
             return TopicResult(
@@ -269,7 +269,7 @@ class TopicManager:
         return self.create(name, partitions, min(replication_factor, 1), configs)
 
     def auto_create(self, name: str) -> TopicResult:
-        if not self.config["auto.create.topics.enable"]:
+        if not self.config.auto_create_topics_enable:
             return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return self.create(name, -1, -1, {})
 
@@ -280,7 +280,7 @@ class TopicManager:
             topic = self.store.topic(name)
             if topic is None:
                 return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            if not self.config["delete.topic.enable"]:
+            if not self.config.delete_topic_enable:
                 return TopicResult(ErrorCode.TOPIC_DELETION_DISABLED)
             self.store.delete_topic(name)
             removed = self.replicas.remove_topic(name)

@@ -18,10 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from broker.cluster.controller import ClusterController
-from broker.cluster.etcd_store import EtcdMetadataStore
 from broker.cluster.forwarding import ControllerChannel
-from broker.cluster.image import ClusterImage, TopicRecord
-from broker.cluster.local_store import TopicMetadata
 from broker.cluster.placement import PlacementError
 from broker.cluster.topic_manager import (
     MAX_RECORDS_PER_REQUEST,
@@ -33,6 +30,9 @@ from broker.cluster.topic_manager import (
 from broker.config import BrokerConfig
 from broker.net.client import BrokerUnreachable
 from broker.replication.replica_manager import ReplicaManager
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import ClusterImage, TopicRecord
+from broker.store.local_store import TopicMetadata
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
 
@@ -181,7 +181,7 @@ class ClusterTopicManager(TopicManager):
             topic = self.get(name)
             if topic is None:
                 return TopicResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            if not self.config["delete.topic.enable"]:
+            if not self.config.delete_topic_enable:
                 return TopicResult(ErrorCode.TOPIC_DELETION_DISABLED)
             await self.etcd.delete_topic(name)
             await self.etcd.wait_for(lambda image: name not in image.topics, VISIBLE_TIMEOUT_S)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.cluster.image import NO_LEADER, ClusterImage
+from broker.store.image import NO_LEADER, ClusterImage
 
 Endpoint = tuple[str, str, int]  # listener name, advertised host, port
 

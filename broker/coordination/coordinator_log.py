@@ -20,8 +20,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.base.faults import slow_point
 from broker.coordination.internal_topics import InternalRecord, read_records
-from broker.faults import slow_point
 from broker.replication.replica_manager import NotLeader, Partition, replicated
 from protocol.errors import ErrorCode
 from storage.producer_state import AppendOrigin

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker import metrics
-from broker.clock import now_ms, steady_ms
+from broker.base.clock import now_ms, steady_ms
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
@@ -67,25 +67,25 @@ WaiterKey = tuple[str, str, Kind]
 _K = TypeVar("_K")
 
 
-def consumer_config(config: Any) -> ConsumerConfig:
+def consumer_config(config: BrokerConfig) -> ConsumerConfig:
     return ConsumerConfig(
-        heartbeat_interval_ms=int(config["group.consumer.heartbeat.interval.ms"]),
-        session_timeout_ms=int(config["group.consumer.session.timeout.ms"]),
-        max_size=int(config["group.consumer.max.size"]),
-        assignment_interval_ms=int(config["group.consumer.assignment.interval.ms"]),
-        assignors=tuple(str(config["group.consumer.assignors"]).split(",")),
+        heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        session_timeout_ms=config.group_consumer_session_timeout_ms,
+        max_size=config.group_consumer_max_size,
+        assignment_interval_ms=config.group_consumer_assignment_interval_ms,
+        assignors=tuple(config.group_consumer_assignors.split(",")),
     )
 
 
-def group_config(config: Any) -> GroupConfig:
+def group_config(config: BrokerConfig) -> GroupConfig:
     return GroupConfig(
-        num_partitions=int(config["offsets.topic.num.partitions"]),
-        min_session_timeout_ms=int(config["group.min.session.timeout.ms"]),
-        max_session_timeout_ms=int(config["group.max.session.timeout.ms"]),
-        initial_rebalance_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
-        max_group_size=int(config["group.max.size"]),
-        offset_metadata_max_bytes=int(config["offset.metadata.max.bytes"]),
-        offsets_retention_ms=int(config["offsets.retention.minutes"]) * 60_000,
+        num_partitions=config.offsets_topic_num_partitions,
+        min_session_timeout_ms=config.group_min_session_timeout_ms,
+        max_session_timeout_ms=config.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        max_group_size=config.group_max_size,
+        offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
         consumer=consumer_config(config),
     )
 
@@ -101,8 +101,8 @@ class GroupCoordinator:
         self.machine = GroupCoordinatorMachine(self.config)
         self.log = log
         self.runtime = CoordinatorRuntime(log, topics, InternalTopic(
-            OFFSETS_TOPIC, self.config.num_partitions, int(config["offsets.topic.replication.factor"]),
-            {"cleanup.policy": "compact", "segment.bytes": str(config["offsets.topic.segment.bytes"])},
+            OFFSETS_TOPIC, self.config.num_partitions, config.offsets_topic_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes)},
         ), self)
         self.on_leadership = self.runtime.on_leadership
         self.ensure_topic = self.runtime.ensure_topic
@@ -235,7 +235,7 @@ class GroupCoordinator:
         self.runtime.spawn(self.persist(result))
 
     async def _expire_offsets_loop(self) -> None:
-        interval = int(self.settings["offsets.retention.check.interval.ms"]) / 1000
+        interval = self.settings.offsets_retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             self.runtime.spawn(self.persist(self.machine.expire_offsets(steady_ms())))

@@ -4,9 +4,9 @@ Every `transaction.hanging.check.interval.ms` the partitions this broker leads a
 searched for transactions open longer than `transaction.max.timeout.ms` plus
 `transaction.hanging.margin.ms` (the coordinator would have aborted any live one by
 then) that no coordinator will finish: no transactional id owns the producer id, or
-the owner's transaction does not include the partition. The selection is the
-`gregor transactions find-hanging` tool's own (`candidate_open_transactions`,
-`hanging_transactions`); the coordinators are asked directly here (this broker's) and
+the owner's transaction does not include the partition. The selection rules are
+the coordinator's (`coordinator/transaction/hanging.py`), which the `gregor transactions
+find-hanging` tool follows too; the coordinators are asked directly here (this broker's) and
 over the Kafka protocol (ListTransactions / DescribeTransactions, the others').
 
 Each newly found one is a WARN line with the exact command that aborts it; with
@@ -19,21 +19,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
-from broker.clock import now_ms
+from broker.base.clock import now_ms
 from broker.metrics.stats import STATS
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from broker.security.client import ClientSecurity
-from broker.tools.transactions import OpenTransaction, candidate_open_transactions, hanging_transactions
+from coordinator.transaction.hanging import OpenTransaction, candidate_open_transactions, hanging_transactions
 from coordinator.transaction.state import TxnMetadata, TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
-from protocol.types import TopicPartition
+from protocol.types import Offset, ProducerEpoch, ProducerId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Cluster, Markers, Partitions
@@ -50,11 +49,7 @@ class CoordinatorUnknown(Exception):
     """A coordinator could not be asked: nothing is called hanging this round."""
 
 
-@dataclass(frozen=True, slots=True)
-class Description:
-    """What `hanging_transactions` needs of a coordinator's answer."""
-
-    topic_partitions: frozenset[TopicPartition]
+TxnPartitions = frozenset[TopicPartition] | None  # an id's transaction's partitions; None: unknown id
 
 
 class KnownTransactions(Protocol):
@@ -70,21 +65,22 @@ def open_transactions(partitions: Partitions) -> list[OpenTransaction]:
         state = part.log.producer_state
         for txn in part.log.ongoing_transactions():
             epoch = state.entry_for(txn.producer_id).coordinator_epoch
-            found.append(OpenTransaction(part.topic, part.index, txn.producer_id, txn.producer_epoch,
-                                         epoch, txn.first_offset, txn.last_timestamp))
+            found.append(OpenTransaction(part.topic, part.index, ProducerId(txn.producer_id),
+                                         ProducerEpoch(txn.producer_epoch), epoch, Offset(txn.first_offset),
+                                         txn.last_timestamp))
     return found
 
 
 def _local(
-    coordinator: KnownTransactions, producer_ids: set[int]
-) -> tuple[dict[int, str], dict[str, Description | None]]:
+    coordinator: KnownTransactions, producer_ids: set[ProducerId]
+) -> tuple[dict[ProducerId, str], dict[str, TxnPartitions]]:
     """The transactional ids this broker's coordinator knows for `producer_ids`, described."""
-    ids: dict[int, str] = {}
-    descriptions: dict[str, Description | None] = {}
+    ids: dict[ProducerId, str] = {}
+    descriptions: dict[str, TxnPartitions] = {}
     for tid, md in coordinator.transactions().items():
         if md.producer_id in producer_ids and md.state is not TxnState.DEAD:
             ids[md.producer_id] = tid
-            descriptions[tid] = Description(md.partitions)
+            descriptions[tid] = frozenset(md.partitions)
     return ids, descriptions
 
 
@@ -98,10 +94,10 @@ class HangingTransactionCheck:
         self.coordinator = coordinator
         self.cluster = cluster
         self.markers = markers
-        self.interval_s = int(config["transaction.hanging.check.interval.ms"]) / 1000
-        margin = int(config["transaction.hanging.margin.ms"])
-        self.threshold_ms = int(config["transaction.max.timeout.ms"]) + margin
-        self.auto_abort = bool(config["transaction.hanging.auto.abort.enable"])
+        self.interval_s = config.transaction_hanging_check_interval_ms / 1000
+        margin = config.transaction_hanging_margin_ms
+        self.threshold_ms = config.transaction_max_timeout_ms + margin
+        self.auto_abort = config.transaction_hanging_auto_abort_enable
         self._reported: set[tuple[str, int, int, int]] = set()
         self._clients = BrokerClientPool(f"gregor-hanging-check-{cluster.node_id}", security)
         self._task: asyncio.Task[None] | None = None
@@ -146,8 +142,8 @@ class HangingTransactionCheck:
         return hanging
 
     async def _coordinators(
-        self, producer_ids: set[int]
-    ) -> tuple[dict[int, str], dict[str, Description | None]]:
+        self, producer_ids: set[ProducerId]
+    ) -> tuple[dict[ProducerId, str], dict[str, TxnPartitions]]:
         ids, descriptions = _local(self.coordinator, producer_ids)
         missing = producer_ids - set(ids)
         for other in self._other_brokers():
@@ -164,8 +160,8 @@ class HangingTransactionCheck:
         return [b for b in self.cluster.brokers() if b.node_id != self.cluster.node_id]
 
     async def _remote(
-        self, other: BrokerInfo, producer_ids: set[int]
-    ) -> dict[int, tuple[str, Description | None]]:
+        self, other: BrokerInfo, producer_ids: set[ProducerId]
+    ) -> dict[ProducerId, tuple[str, TxnPartitions]]:
         """ListTransactions then DescribeTransactions on another broker's coordinator."""
         client = self._clients.get(other.host, other.port)
         try:
@@ -218,10 +214,10 @@ class HangingTransactionCheck:
                         txn.topic, txn.partition, txn.producer_id, txn.start_offset, error.name)
 
 
-def _description(state: Any) -> Description | None:
+def _description(state: Any) -> TxnPartitions:
     if state.error_code != ErrorCode.NONE:
         return None
-    return Description(frozenset(_partitions(state.topics)))
+    return frozenset(_partitions(state.topics))
 
 
 def _partitions(topics: Iterable[Any]) -> Iterable[TopicPartition]:

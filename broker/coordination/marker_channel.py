@@ -17,9 +17,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
-from kafka.protocol.producer import WriteTxnMarkersRequest
+from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 from broker import metrics
 from broker.cluster.view import BrokerInfo
@@ -44,11 +44,11 @@ DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 # The producer or coordinator moved on: retrying cannot succeed.
 GIVE_UP = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED}
 
-Send = Callable[[WriteTxnMarkersRequest], Awaitable[Any]]
+Send = Callable[[WriteTxnMarkersRequest], Awaitable[WriteTxnMarkersResponse]]
 Results = dict[TopicPartition, ErrorCode]
 
 
-def marker(intent: MarkerIntent, partitions: set[TopicPartition]) -> Any:
+def marker(intent: MarkerIntent, partitions: set[TopicPartition]) -> Marker:
     topics: dict[str, list[int]] = {}
     for topic, index in sorted(partitions):
         topics.setdefault(topic, []).append(index)
@@ -60,10 +60,6 @@ def marker(intent: MarkerIntent, partitions: set[TopicPartition]) -> Any:
     )
 
 
-def marker_request(intent: MarkerIntent, partitions: set[TopicPartition]) -> WriteTxnMarkersRequest:
-    return WriteTxnMarkersRequest(markers=[marker(intent, partitions)])
-
-
 @dataclass
 class _Destination:
     """One destination broker. The markers submitted in one event-loop turn go out as one
@@ -71,10 +67,10 @@ class _Destination:
     pipelined on the connection), so no transaction's markers queue behind another's."""
 
     send: Send
-    queue: list[tuple[Any, asyncio.Future[Results]]] = field(default_factory=list)
+    queue: list[tuple[Marker, asyncio.Future[Results]]] = field(default_factory=list)
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def submit(self, entry: Any) -> asyncio.Future[Results]:
+    def submit(self, entry: Marker) -> asyncio.Future[Results]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Results] = loop.create_future()
         if not self.queue:
@@ -88,7 +84,7 @@ class _Destination:
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
 
-    async def _deliver(self, batch: list[tuple[Any, asyncio.Future[Results]]]) -> None:
+    async def _deliver(self, batch: list[tuple[Marker, asyncio.Future[Results]]]) -> None:
         try:
             response = await self.send(WriteTxnMarkersRequest(markers=[m for m, _ in batch]))
             answers = [_results(r) for r in response.markers]
@@ -113,14 +109,14 @@ def _log_still_waiting(intent: MarkerIntent, remaining: set[TopicPartition], err
                 intent.transactional_id, waited_s, waiting)
 
 
-def _results(marker_result: Any) -> Results:
+def _results(marker_result: WriteTxnMarkersResponse.WritableTxnMarkerResult) -> Results:
     return {
         (t.name, p.partition_index): ErrorCode(p.error_code)
         for t in marker_result.topics for p in t.partitions
     }
 
 
-def _all(m: Any, error: ErrorCode) -> Results:
+def _all(m: Marker, error: ErrorCode) -> Results:
     return {(t.name, i): error for t in m.topics for i in t.partition_indexes}
 
 
@@ -178,12 +174,12 @@ class MarkerChannel:
             results.update(answer)
         return results
 
-    def _send_to(self, broker: BrokerInfo, entry: Any) -> Awaitable[Results]:
+    def _send_to(self, broker: BrokerInfo, entry: Marker) -> Awaitable[Results]:
         if broker.node_id == self.node_id:
             return self._local(entry)
         return self._destination(broker).submit(entry)
 
-    async def _local(self, entry: Any) -> Results:
+    async def _local(self, entry: Marker) -> Results:
         """This broker's partitions: written at once, without the network or a queue."""
         response = await self._write_local(WriteTxnMarkersRequest(markers=[entry]))
         return _results(response.markers[0])
@@ -200,8 +196,9 @@ class MarkerChannel:
                               security=self.security)
         self._clients.append(client)
 
-        async def send(request: WriteTxnMarkersRequest) -> Any:
-            return await client.call(request, WRITE_TXN_MARKERS_VERSION, timeout_s=REQUEST_TIMEOUT_S)
+        async def send(request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+            answer = await client.call(request, WRITE_TXN_MARKERS_VERSION, timeout_s=REQUEST_TIMEOUT_S)
+            return cast(WriteTxnMarkersResponse, answer)  # the client decodes the request's response
 
         return send
 

@@ -6,12 +6,12 @@ coordinator (through the marker channel, without the network)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.producer import WriteTxnMarkersResponse
+from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
-from broker.clock import now_ms
-from broker.faults import crash_point
+from broker.base.clock import now_ms
+from broker.base.faults import crash_point
 from broker.replication.replica_manager import Partition, replicated
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC
@@ -25,10 +25,11 @@ R = WriteTxnMarkersResponse
 MarkerResult = R.WritableTxnMarkerResult
 TopicResult = MarkerResult.WritableTxnMarkerTopicResult
 PartResult = TopicResult.WritableTxnMarkerPartitionResult
+Marker = WriteTxnMarkersRequest.WritableTxnMarker
 MARKER_REPLICATION_TIMEOUT_S = 30.0
 
 
-def _invalid(marker: Any) -> str | None:
+def _invalid(marker: Marker) -> str | None:
     """Checked before anything is written: a marker must name a real producer id and
     epoch (-1 means "none"; Kafka would write a marker no producer state can hold)."""
     if marker.producer_id < 0 or marker.producer_epoch < 0:
@@ -45,12 +46,12 @@ class MarkerWriter:
         self.topics = topics
         self.offsets = offsets
 
-    async def write(self, request: Any) -> Any:
+    async def write(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
         return await write_markers(self, request)
 
 
 def _write_one(
-    writer: MarkerWriter, marker: Any, topic: str, index: int
+    writer: MarkerWriter, marker: Marker, topic: str, index: int
 ) -> tuple[ErrorCode, Partition | None, int]:
     """Append one marker where this broker leads the partition: (error, partition, offset)."""
     part = writer.partitions.led_partition(topic, index)
@@ -72,12 +73,12 @@ def _write_one(
     return ErrorCode.NONE, part, result.offset
 
 
-async def write_markers(writer: MarkerWriter, request: Any) -> Any:
+async def write_markers(writer: MarkerWriter, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     """The one code path for markers, this broker's own (the coordinator's channel) and
     remote ones (the request). A marker counts once replicated (Kafka appends markers
     with acks=all): until then the answer waits; not in time is REQUEST_TIMED_OUT."""
     results = []
-    written: list[tuple[Any, Any, Partition, int]] = []
+    written: list[tuple[PartResult, Marker, Partition, int]] = []
     for marker in request.markers:
         problem = _invalid(marker)
         if problem is not None:
@@ -103,7 +104,7 @@ async def write_markers(writer: MarkerWriter, request: Any) -> Any:
     return R(markers=results)
 
 
-def _refused(marker: Any) -> Any:
+def _refused(marker: Marker) -> MarkerResult:
     topics = [
         TopicResult(name=t.name, partitions=[
             PartResult(partition_index=i, error_code=ErrorCode.INVALID_REQUEST) for i in t.partition_indexes

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from broker import metrics
-from broker.clock import now_ms
+from broker.base.clock import now_ms
+from broker.base.faults import crash_point
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.coordination.marker_channel import MarkerChannel
 from broker.coordination.parking import Parking
 from broker.coordination.runtime import CoordinatorRuntime, InternalTopic
-from broker.faults import crash_point
 from broker.net.client import BrokerClientPool, BrokerUnreachable
 from broker.security.client import ClientSecurity
 from coordinator.transaction import (
@@ -83,19 +83,19 @@ class TransactionCoordinator:
     ) -> None:
         self.config = config
         self.cluster = cluster
-        self.num_partitions = int(config["transaction.state.log.num.partitions"])
+        self.num_partitions = config.transaction_state_log_num_partitions
         self.machine = TransactionStateMachine(
             num_partitions=self.num_partitions,
-            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
+            max_timeout_ms=config.transaction_max_timeout_ms,
             new_producer_id=producer_ids.generate,
-            transaction_version_level=int(config["transaction.version"]),
+            transaction_version_level=config.transaction_version,
         )
         self.log = log
         topic = InternalTopic(
             TRANSACTION_STATE_TOPIC, self.num_partitions,
-            int(config["transaction.state.log.replication.factor"]),
-            {"cleanup.policy": "compact", "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
-             "min.insync.replicas": str(config["transaction.state.log.min.isr"])},
+            config.transaction_state_log_replication_factor,
+            {"cleanup.policy": "compact", "segment.bytes": str(config.transaction_state_log_segment_bytes),
+             "min.insync.replicas": str(config.transaction_state_log_min_isr)},
         )
         self.runtime = CoordinatorRuntime(log, topics, topic, self)
         self.on_leadership = self.runtime.on_leadership
@@ -105,7 +105,7 @@ class TransactionCoordinator:
         # to other coordinators
         self._clients = BrokerClientPool(f"gregor-txn-verify-{cluster.node_id}", security)
         self._parking = Parking()
-        self._wait_ms = int(config["transaction.completion.wait.ms"])
+        self._wait_ms = config.transaction_completion_wait_ms
         self._timer: asyncio.Task[None] | None = None
 
     # -- start-up and loading ------------------------------------------------------
@@ -265,7 +265,7 @@ class TransactionCoordinator:
         return outcome
 
     async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
-        partitions = int(self.config["offsets.topic.num.partitions"])
+        partitions = self.config.offsets_topic_num_partitions
         group_partition = self.machine.offsets_partition_for(group_id, partitions)
         outcome = await self._decide(
             tid, lambda: self.machine.add_offsets(tid, producer_id, epoch, group_partition, now_ms()),
@@ -380,8 +380,8 @@ class TransactionCoordinator:
         _log_completion(tid, error)
 
     async def _timer_loop(self) -> None:
-        interval = int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
-        expiration = int(self.config["transactional.id.expiration.ms"])
+        interval = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+        expiration = self.config.transactional_id_expiration_ms
         while True:
             await asyncio.sleep(interval / 1000)
             now = now_ms()

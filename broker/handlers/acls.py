@@ -4,11 +4,22 @@ without an authorizer; creations and deletions carried out on the controller (fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import IntEnum
 from itertools import groupby
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
-from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
+from kafka.protocol.admin import (
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
 
+from broker.api.authorize import authorize_cluster
+from broker.api.registry import Handlers
 from broker.handlers.forwarding import on_controller
 from broker.security.acl import (
     CLUSTER_NAME,
@@ -19,7 +30,6 @@ from broker.security.acl import (
     Permission,
     ResourceType,
 )
-from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -28,32 +38,31 @@ if TYPE_CHECKING:
     from broker.api.services import Acls
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
+E = TypeVar("E", bound=IntEnum)
+FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
+ToResult = Callable[[ErrorCode, str | None, list[AclBinding]], FilterResult]
 
 
-def _enum(kind: Any, value: int) -> Any:
+def _enum(kind: type[E], value: int) -> E:
     try:
         return kind(value)
     except ValueError:
         return kind(0)  # UNKNOWN
 
 
-def _pattern(ctx: RequestContext, value: int) -> PatternType:
-    return _enum(PatternType, value) if ctx.version >= 1 else PatternType.LITERAL
-
-
 # -- DescribeAcls ---------------------------------------------------------------------------
 
 
-def _filter(ctx: RequestContext, r: Any) -> AclFilter:
+def _filter(r: DescribeAclsRequest | DeleteAclsRequest.DeleteAclsFilter) -> AclFilter:
     """DescribeAcls' request and each of DeleteAcls' filters have the same fields."""
     return AclFilter(
         _enum(ResourceType, r.resource_type_filter), r.resource_name_filter,
-        _pattern(ctx, r.pattern_type_filter), r.principal_filter, r.host_filter,
+        _enum(PatternType, r.pattern_type_filter), r.principal_filter, r.host_filter,
         _enum(AclOperation, r.operation), _enum(Permission, r.permission_type),
     )
 
 
-def _described(acls: list[AclBinding]) -> list[Any]:
+def _described(acls: list[AclBinding]) -> list[DescribeAclsResponse.DescribeAclsResource]:
     R = DescribeAclsResponse
     by_resource = sorted(acls, key=lambda a: (a.resource_type, a.name, a.pattern_type))
     return [
@@ -69,19 +78,21 @@ def _described(acls: list[AclBinding]) -> list[Any]:
     ]
 
 
-def _describe_answer(error: ErrorCode, message: str | None = None, acls: tuple[AclBinding, ...] = ()) -> Any:
+def _describe_answer(
+    error: ErrorCode, message: str | None = None, acls: tuple[AclBinding, ...] = ()
+) -> DescribeAclsResponse:
     return DescribeAclsResponse(
         throttle_time_ms=0, error_code=error, error_message=message, resources=_described(list(acls))
     )
 
 
-async def describe(ctx: RequestContext, request: Any) -> Any:
+async def describe(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         return _describe_answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     store = ctx.services.acls
     if store is None:
         return _describe_answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
-    wanted = _filter(ctx, request)
+    wanted = _filter(request)
     if (problem := wanted.problem()) is not None:
         return _describe_answer(ErrorCode.INVALID_REQUEST, f"The filter has an {problem}")
     return _describe_answer(ErrorCode.NONE, None, tuple(store.describe(wanted)))
@@ -90,10 +101,10 @@ async def describe(ctx: RequestContext, request: Any) -> Any:
 # -- CreateAcls ------------------------------------------------------------------------------
 
 
-def _binding(ctx: RequestContext, c: Any) -> AclBinding:
+def _binding(c: CreateAclsRequest.AclCreation) -> AclBinding:
     return AclBinding(
         _enum(ResourceType, c.resource_type), c.resource_name or "",
-        _pattern(ctx, c.resource_pattern_type), c.principal or "", c.host or "",
+        _enum(PatternType, c.resource_pattern_type), c.principal or "", c.host or "",
         _enum(AclOperation, c.operation), _enum(Permission, c.permission_type),
     )
 
@@ -126,11 +137,11 @@ def creation_problem(acl: AclBinding) -> str | None:
     return None
 
 
-async def _create(ctx: RequestContext, request: Any) -> Any:
+async def _create(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     R = CreateAclsResponse
-    wanted = [_binding(ctx, c) for c in request.creations]
+    wanted = [_binding(c) for c in request.creations]
 
-    def answer(errors: list[tuple[ErrorCode, str | None]]) -> Any:
+    def answer(errors: list[tuple[ErrorCode, str | None]]) -> CreateAclsResponse:
         return R(throttle_time_ms=0, results=[
             R.AclCreationResult(error_code=e, error_message=m) for e, m in errors
         ])
@@ -150,7 +161,7 @@ async def _create(ctx: RequestContext, request: Any) -> Any:
 # -- DeleteAcls ------------------------------------------------------------------------------
 
 
-def _deleted(acls: list[AclBinding]) -> list[Any]:
+def _deleted(acls: list[AclBinding]) -> list[FilterResult.DeleteAclsMatchingAcl]:
     M = DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
     return [
         M(error_code=ErrorCode.NONE, error_message=None, resource_type=a.resource_type,
@@ -160,14 +171,14 @@ def _deleted(acls: list[AclBinding]) -> list[Any]:
     ]
 
 
-async def _delete(ctx: RequestContext, request: Any) -> Any:
+async def _delete(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     R = DeleteAclsResponse
-    filters = [_filter(ctx, f) for f in request.filters]
+    filters = [_filter(f) for f in request.filters]
 
-    def result(error: ErrorCode, message: str | None, acls: list[AclBinding]) -> Any:
+    def result(error: ErrorCode, message: str | None, acls: list[AclBinding]) -> FilterResult:
         return R.DeleteAclsFilterResult(error_code=error, error_message=message, matching_acls=_deleted(acls))
 
-    def answer(results: list[Any]) -> Any:
+    def answer(results: list[FilterResult]) -> DeleteAclsResponse:
         return R(throttle_time_ms=0, filter_results=results)
 
     if not authorize_cluster(ctx, AclOperation.ALTER):
@@ -179,7 +190,7 @@ async def _delete(ctx: RequestContext, request: Any) -> Any:
     return answer(await _delete_valid(store, filters, result))
 
 
-async def _delete_valid(store: Acls, filters: list[AclFilter], result: Any) -> list[Any]:
+async def _delete_valid(store: Acls, filters: list[AclFilter], result: ToResult) -> list[FilterResult]:
     problems = [f.problem() for f in filters]
     valid = [f for f, p in zip(filters, problems, strict=True) if p is None]
     found = iter(await store.delete(valid))
@@ -190,7 +201,7 @@ async def _delete_valid(store: Acls, filters: list[AclFilter], result: Any) -> l
     ]
 
 
-def _create_not_controller(request: Any) -> Any:
+def _create_not_controller(request: CreateAclsRequest) -> CreateAclsResponse:
     R = CreateAclsResponse
     return R(throttle_time_ms=0, results=[
         R.AclCreationResult(error_code=ErrorCode.NOT_CONTROLLER, error_message=None)
@@ -198,7 +209,7 @@ def _create_not_controller(request: Any) -> Any:
     ])
 
 
-def _delete_not_controller(request: Any) -> Any:
+def _delete_not_controller(request: DeleteAclsRequest) -> DeleteAclsResponse:
     R = DeleteAclsResponse
     return R(throttle_time_ms=0, filter_results=[
         R.DeleteAclsFilterResult(error_code=ErrorCode.NOT_CONTROLLER, error_message=None, matching_acls=[])
@@ -207,7 +218,7 @@ def _delete_not_controller(request: Any) -> Any:
 
 
 VERSIONS = {ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3), ApiKey.DELETE_ACLS: (1, 3)}
-HANDLERS = {
+HANDLERS: Handlers = {
     ApiKey.DESCRIBE_ACLS: describe,
     ApiKey.CREATE_ACLS: on_controller(_create, _create_not_controller),
     ApiKey.DELETE_ACLS: on_controller(_delete, _delete_not_controller),

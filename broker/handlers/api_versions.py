@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.metadata import ApiVersionsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -16,7 +16,7 @@ from protocol.types import TV2
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
-    from broker.api.registry import ApiHandler
+    from broker.api.registry import ApiHandler, Handlers
     from broker.config import BrokerConfig
 
 API_KEY = ApiKey.API_VERSIONS
@@ -30,14 +30,14 @@ FEATURES_EPOCH = int(time.time() * 1000)
 FIRST_VERSION_WITH_LEVEL_0 = 4  # KAFKA-17492: older requests get no feature whose minimum is 0
 
 
-def _api_keys(table: Mapping[int, ApiHandler]) -> list[Any]:
+def _api_keys(table: Mapping[int, ApiHandler]) -> list[R.ApiVersion]:
     return [
         R.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.advertised_max)
         for h in sorted(table.values(), key=lambda h: h.api_key)
     ]
 
 
-def _supported_features(version: int) -> list[Any]:
+def _supported_features(version: int) -> list[R.SupportedFeatureKey]:
     """transaction.version 0-2 is supported; Kafka's ApiVersionsResponse omits a feature whose
     minimum is 0 from answers below v4 (older clients fail to parse it)."""
     supported = [(TRANSACTION_VERSION, 0, TV2)]
@@ -48,10 +48,10 @@ def _supported_features(version: int) -> list[Any]:
     ]
 
 
-def _finalized_features(config: BrokerConfig) -> list[Any]:
+def _finalized_features(config: BrokerConfig) -> list[R.FinalizedFeatureKey]:
     """Kafka lists a finalized feature with min and max both at its level, and none at level 0.
     A 4.x client uses transaction version 2 only when this level is 2."""
-    level = int(config["transaction.version"])
+    level = config.transaction_version
     return [R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=level, min_version_level=level)]
 
 
@@ -59,14 +59,14 @@ def _finalized_features(config: BrokerConfig) -> list[Any]:
 SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-def _valid(ctx: RequestContext, request: Any) -> bool:
+def _valid(ctx: RequestContext, request: ApiVersionsRequest) -> bool:
     if ctx.version < 3:
         return True
     name, version = request.client_software_name, request.client_software_version
     return all(SOFTWARE_NAME_VERSION.fullmatch(v) is not None for v in (name, version))
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     if not _valid(ctx, request):
         return R(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     return R(
@@ -84,4 +84,4 @@ def unsupported_version_response(table: Mapping[int, ApiHandler]) -> bytes:
 
 
 VERSIONS = {API_KEY: (0, 4)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

@@ -12,10 +12,11 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from broker.cluster.local_store import TopicMetadata
+from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.dynamic_config import DEFAULT_SCOPE
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
+from broker.store.local_store import TopicMetadata
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage.log_config import (
@@ -168,7 +169,7 @@ def _describe_one(ctx: RequestContext, resource: Any, with_synonyms: bool) -> An
 
 
 async def handle_describe(ctx: RequestContext, request: Any) -> Any:
-    with_synonyms = ctx.version >= 1 and bool(request.include_synonyms)
+    with_synonyms = bool(request.include_synonyms)  # false below v1, as the schema's default
     return D(throttle_time_ms=0, results=[_describe_one(ctx, r, with_synonyms) for r in request.resources])
 
 
@@ -328,7 +329,7 @@ async def handle_incremental_alter(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {DESCRIBE: (0, 4), ALTER: (0, 2), INCREMENTAL_ALTER: (0, 1)}
-HANDLERS = {
+HANDLERS: Handlers = {
     DESCRIBE: handle_describe,
     ALTER: handle_alter,
     INCREMENTAL_ALTER: handle_incremental_alter,

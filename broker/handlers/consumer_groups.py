@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorize import authorize, authorized_operations
+from broker.api.registry import Handlers
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorized_operations
 from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
 from protocol.api_keys import ApiKey
 from protocol.consumer_group_log import TopicPartitions
@@ -131,9 +133,8 @@ def _described(ctx: RequestContext, d: DescribedConsumerGroup, asks: bool) -> An
     )
 
 
-def _bits(operations: frozenset[int] | None) -> int:
-    if operations is None:
-        return NOT_PROVIDED_OPERATIONS
+def _bits(operations: Iterable[int]) -> int:
+    """Kafka's 32-bit field of authorized operations: bit n for operation code n."""
     return sum(1 << op for op in operations)
 
 
@@ -151,4 +152,4 @@ def _name(ctx: RequestContext, topic_id: TopicId) -> str:
 
 
 VERSIONS = {HEARTBEAT: (0, 1), DESCRIBE: (0, 1)}
-HANDLERS = {HEARTBEAT: handle_heartbeat, DESCRIBE: handle_describe}
+HANDLERS: Handlers = {HEARTBEAT: handle_heartbeat, DESCRIBE: handle_describe}

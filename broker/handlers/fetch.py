@@ -17,18 +17,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker import metrics
+from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition, topic_name
-from broker.replication.fetch_sessions import FetchSession, topic_key
+from broker.replication.fetch_sessions import FetchPartition, FetchSession, FetchTopic, TopicKey, topic_key
 from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.types import IsolationLevel
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -37,19 +39,18 @@ API_KEY = ApiKey.FETCH
 R = FetchResponse
 PartitionData = R.FetchableTopicResponse.PartitionData
 AbortedTransaction = PartitionData.AbortedTransaction
-READ_COMMITTED = 1
 FINAL_EPOCH = -1  # a fetch that closes its session (or wants none)
 
 
 @dataclass(frozen=True, slots=True)
 class Wanted:
-    topic: Any
-    fetch: Any
+    topic: FetchTopic
+    fetch: FetchPartition
     part: Partition | None
     error: ErrorCode
 
 
-def _may_read(ctx: RequestContext, topic: Any, follower: bool) -> bool:
+def _may_read(ctx: RequestContext, topic: FetchTopic, follower: bool) -> bool:
     """Kafka: a follower needs ClusterAction on the cluster, a consumer Read on the topic."""
     if follower:
         return authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
@@ -57,7 +58,9 @@ def _may_read(ctx: RequestContext, topic: Any, follower: bool) -> bool:
     return name is None or authorize(ctx, AclOperation.READ, ResourceType.TOPIC, name)
 
 
-def _wanted(ctx: RequestContext, topics: Iterable[tuple[Any, list[Any]]], follower: bool) -> list[Wanted]:
+def _wanted(
+    ctx: RequestContext, topics: Iterable[tuple[FetchTopic, list[FetchPartition]]], follower: bool
+) -> list[Wanted]:
     """The partitions to read: (topic entry, its fetch entries) from the request, or from the
     follower's session."""
     result = []
@@ -74,9 +77,8 @@ def _wanted(ctx: RequestContext, topics: Iterable[tuple[Any, list[Any]]], follow
     return result
 
 
-def _by_id(topic: Any) -> bool:
-    topic_id = getattr(topic, "topic_id", None)
-    return not getattr(topic, "topic", None) and topic_id is not None and topic_id != ZERO_UUID
+def _by_id(topic: FetchTopic) -> bool:
+    return not topic.topic and topic.topic_id is not None and topic.topic_id != ZERO_UUID
 
 
 def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
@@ -93,7 +95,7 @@ def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
     return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
-def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
+def _empty(index: int, error: ErrorCode, part: Partition | None) -> PartitionData:
     """A partition without records. With an error, Kafka's: offsets -1 (INVALID_HIGH_WATERMARK),
     and no aborted-transactions field but for a partition it does not know (an empty list)."""
     if error != ErrorCode.NONE or part is None:
@@ -108,17 +110,17 @@ def _empty(index: int, error: ErrorCode, part: Partition | None) -> Any:
     )
 
 
-def replica_id(request: Any) -> int:
+def replica_id(request: FetchRequest) -> int:
     """The fetching follower's broker id (v15+: in ReplicaState), -1 for a consumer."""
-    state = getattr(request, "replica_state", None)
+    state = request.replica_state
     if state is not None and state.replica_id >= 0:
         return int(state.replica_id)
-    return int(getattr(request, "replica_id", -1) or -1)
+    return int(request.replica_id or -1)
 
 
-def _diverging(w: Wanted) -> Any:
+def _diverging(w: Wanted) -> PartitionData.EpochEndOffset | None:
     """Fetch v12+: where a follower's last fetched epoch ends on this leader, if before its fetch offset."""
-    last_epoch = getattr(w.fetch, "last_fetched_epoch", -1)
+    last_epoch = w.fetch.last_fetched_epoch
     if w.part is None or last_epoch < 0:
         return None
     epoch, end = w.part.log.end_offset_for_epoch(last_epoch)
@@ -127,7 +129,9 @@ def _diverging(w: Wanted) -> Any:
     return None
 
 
-def _read(w: Wanted, budget: int, isolation: int, first: bool, follower: bool) -> tuple[Any, int]:
+def _read(
+    w: Wanted, budget: int, isolation: IsolationLevel, first: bool, follower: bool
+) -> tuple[PartitionData, int]:
     """One partition's data: below the high watermark, or below the LSO for read_committed;
     a follower reads to the log end, or learns where its log diverged."""
     index = w.fetch.partition
@@ -140,9 +144,9 @@ def _read(w: Wanted, budget: int, isolation: int, first: bool, follower: bool) -
         data = _empty(index, ErrorCode.NONE, w.part)
         data.diverging_epoch = diverging
         return data, 0
-    upper = log.log_end_offset if follower else stable if isolation == READ_COMMITTED else log.high_watermark
+    committed = isolation is IsolationLevel.READ_COMMITTED
+    upper = log.log_end_offset if follower else stable if committed else log.high_watermark
     max_bytes = min(w.fetch.partition_max_bytes, budget)
-    committed = isolation == READ_COMMITTED
     info = log.read(w.fetch.fetch_offset, max_bytes, upper, first, collect_aborted=committed)
     if info.error != ErrorCode.NONE:
         return _empty(index, ErrorCode(info.error), w.part), 0
@@ -160,21 +164,24 @@ def _read(w: Wanted, budget: int, isolation: int, first: bool, follower: bool) -
     return data, len(info.records)
 
 
-def _read_all(wanted: list[Wanted], request: Any, follower: bool) -> tuple[list[Any], int, bool]:
+def _read_all(
+    wanted: list[Wanted], request: FetchRequest, follower: bool
+) -> tuple[list[PartitionData], int, bool]:
     budget = request.max_bytes
     total = 0
     errors = False
     out = []
+    isolation = IsolationLevel.of(request.isolation_level)
     for w in wanted:
-        data, size = _read(w, max(budget - total, 0), request.isolation_level, total == 0, follower)
+        data, size = _read(w, max(budget - total, 0), isolation, total == 0, follower)
         total += size
         errors = errors or data.error_code != ErrorCode.NONE
         out.append(data)
     return out, total, errors
 
 
-def _response(wanted: list[Wanted], parts: list[Any], session_id: int = 0) -> Any:
-    by_topic: dict[Any, tuple[Any, list[Any]]] = {}
+def _response(wanted: list[Wanted], parts: list[PartitionData], session_id: int = 0) -> R:
+    by_topic: dict[TopicKey, tuple[FetchTopic, list[PartitionData]]] = {}
     for w, data in zip(wanted, parts, strict=True):
         by_topic.setdefault(topic_key(w.topic), (w.topic, []))[1].append(data)
     topics = [
@@ -184,7 +191,9 @@ def _response(wanted: list[Wanted], parts: list[Any], session_id: int = 0) -> An
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
 
 
-def _session(ctx: RequestContext, request: Any, follower: int) -> tuple[FetchSession | None, ErrorCode]:
+def _session(
+    ctx: RequestContext, request: FetchRequest, follower: int
+) -> tuple[FetchSession | None, ErrorCode]:
     """The follower's fetch session this request opens or continues (None: a full, sessionless
     fetch), or the error to answer with. Closing a session (epoch -1) leaves a full fetch;
     a consumer's session is declined (session id 0), so it fetches in full."""
@@ -223,8 +232,8 @@ def _quiet(session: FetchSession, w: Wanted) -> bool:
 
 
 def _changed_only(
-    session: FetchSession, wanted: list[Wanted], parts: list[Any]
-) -> tuple[list[Wanted], list[Any]]:
+    session: FetchSession, wanted: list[Wanted], parts: list[PartitionData]
+) -> tuple[list[Wanted], list[PartitionData]]:
     """A session's answer: the partitions read with records, an error, a diverging epoch or
     offsets other than the last answered (every partition when the request opened the
     session); the session remembers what it sent."""
@@ -240,7 +249,7 @@ def _changed_only(
     return kept_w, kept_p
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(ctx: RequestContext, request: FetchRequest) -> R:
     follower = replica_id(request)
     session, error = _session(ctx, request, follower)
     if error != ErrorCode.NONE:
@@ -271,7 +280,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             ctx.services.partitions.forget(waiter, live)
 
 
-def _count(wanted: list[Wanted], parts: list[Any], follower: bool) -> None:
+def _count(wanted: list[Wanted], parts: list[PartitionData], follower: bool) -> None:
     """Bytes out and failures per topic (metrics), once for the answer sent."""
     for w, data in zip(wanted, parts, strict=True):
         if w.part is None:
@@ -290,4 +299,4 @@ def _record_follower(ctx: RequestContext, wanted: list[Wanted], node: int) -> No
 
 
 VERSIONS = {API_KEY: (4, 18)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

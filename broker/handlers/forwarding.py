@@ -3,26 +3,28 @@ from any other broker (cluster mode), refused with NOT_CONTROLLER when it cannot
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from broker.net.client import BrokerUnreachable
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Handle = Callable[["RequestContext", Req], Coroutine[Any, Any, Resp]]
 
 
-def on_controller(handle: Handler, not_controller: Callable[[Any], Any]) -> Handler:
+def on_controller(handle: Handle[Req, Resp], not_controller: Callable[[Req], Resp]) -> Handle[Req, Resp]:
     """`not_controller(request)` builds the answer that says NOT_CONTROLLER for everything asked."""
 
-    async def handle_or_forward(ctx: RequestContext, request: Any) -> Any:
+    async def handle_or_forward(ctx: RequestContext, request: Req) -> Resp:
         controller = ctx.services.controller
         if controller is None or controller.active:
             return await handle(ctx, request)
-        try:
-            return await controller.forward(request, ctx.version, ctx.caller)
+        try:  # the controller's answer is decoded as this API's response at this version
+            return cast(Resp, await controller.forward(request, ctx.version, ctx.caller))
         except BrokerUnreachable:
             return not_controller(request)
 

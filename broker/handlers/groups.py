@@ -3,14 +3,33 @@ DescribeGroups, ListGroups, DeleteGroups."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+from broker.api.authorize import authorize, authorize_cluster, authorized_operations
+from broker.api.registry import Handlers
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster, authorized_operations
-from coordinator.group import JoinRequest, LeaveMember, SyncRequest
+from coordinator.group import DescribedGroup, JoinRequest, LeaveMember, SyncRequest
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-from protocol.messages import RESPONSES
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -43,8 +62,8 @@ def _protocol_name(ctx: RequestContext, name: str | None) -> str | None:
     return "" if name is None and ctx.version < JOIN_NULLABLE_PROTOCOL_NAME else name
 
 
-async def handle_join(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[JOIN]
+async def handle_join(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    R = JoinGroupResponse
     if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(
             throttle_time_ms=0,
@@ -62,8 +81,8 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
             protocol_type=request.protocol_type,
             protocols=tuple((p.name, p.metadata) for p in request.protocols),
             session_timeout_ms=request.session_timeout_ms,
-            rebalance_timeout_ms=request.rebalance_timeout_ms if ctx.version >= 1 else -1,
-            group_instance_id=request.group_instance_id if ctx.version >= 5 else None,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            group_instance_id=request.group_instance_id,
             client_id=ctx.header.client_id or "",
             client_host=f"/{ctx.caller.host}",
             api_version=ctx.version,
@@ -87,8 +106,8 @@ async def handle_join(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_sync(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[SYNC]
+async def handle_sync(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    R = SyncGroupResponse
     if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(throttle_time_ms=0, error_code=error, assignment=b"")
     answer = await ctx.services.groups.sync_group(
@@ -97,9 +116,9 @@ async def handle_sync(ctx: RequestContext, request: Any) -> Any:
             generation_id=request.generation_id,
             member_id=request.member_id,
             assignments={a.member_id: a.assignment for a in request.assignments},
-            group_instance_id=request.group_instance_id if ctx.version >= 3 else None,
-            protocol_type=request.protocol_type if ctx.version >= 5 else None,
-            protocol_name=request.protocol_name if ctx.version >= 5 else None,
+            group_instance_id=request.group_instance_id,
+            protocol_type=request.protocol_type,
+            protocol_name=request.protocol_name,
         )
     )
     return R(
@@ -111,19 +130,19 @@ async def handle_sync(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     if (error := _member_unready(ctx, request.group_id)) is None:
         error = await ctx.services.groups.heartbeat(
             request.group_id,
             request.member_id,
             request.generation_id,
-            request.group_instance_id if ctx.version >= 3 else None,
+            request.group_instance_id,
         )
-    return RESPONSES[HEARTBEAT](throttle_time_ms=0, error_code=error)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
 
-async def handle_leave(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[LEAVE]
+async def handle_leave(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    R = LeaveGroupResponse
     if (error := _member_unready(ctx, request.group_id)) is not None:
         return R(throttle_time_ms=0, error_code=error, members=[])
     if ctx.version >= 3:
@@ -138,8 +157,8 @@ async def handle_leave(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, error_code=error, members=members)
 
 
-async def handle_describe(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[DESCRIBE]
+async def handle_describe(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    R = DescribeGroupsResponse
     G = R.DescribedGroup
     if (error := _unready(ctx)) is not None:
         return R(
@@ -156,7 +175,7 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
                 for g in request.groups
             ],
         )
-    asks = ctx.version >= 3 and request.include_authorized_operations
+    asks = request.include_authorized_operations
     allowed = [g for g in request.groups if _may(ctx, AclOperation.DESCRIBE, g)]
     described = {g.group_id: g for g in ctx.services.groups.describe_groups(allowed)}
     groups = [
@@ -168,8 +187,8 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, groups=groups)
 
 
-def _described(ctx: RequestContext, g: Any, asks: bool) -> Any:
-    G = RESPONSES[DESCRIBE].DescribedGroup
+def _described(ctx: RequestContext, g: DescribedGroup, asks: bool) -> DescribeGroupsResponse.DescribedGroup:
+    G = DescribeGroupsResponse.DescribedGroup
     return (
         G(
             error_code=g.error,
@@ -193,17 +212,17 @@ def _described(ctx: RequestContext, g: Any, asks: bool) -> Any:
     )
 
 
-def _group_operations(ctx: RequestContext, group_id: str, asked: bool) -> frozenset[int] | None:
+def _group_operations(ctx: RequestContext, group_id: str, asked: bool) -> set[int]:
     """Kafka answers them only when asked (v3+), and only for a group described without error."""
     return authorized_operations(ctx, ResourceType.GROUP, group_id) if asked else NOT_PROVIDED
 
 
-async def handle_list(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[LIST]
+async def handle_list(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    R = ListGroupsResponse
     if (error := _unready(ctx)) is not None:
         return R(throttle_time_ms=0, error_code=error, groups=[])
-    states = request.states_filter if ctx.version >= 4 else []
-    types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
+    states = request.states_filter
+    types = {t.lower() for t in request.types_filter}
     error, listed = ctx.services.groups.list_groups(states)
     everything = authorize_cluster(ctx, AclOperation.DESCRIBE)  # else only groups it may Describe
     groups = [
@@ -217,8 +236,8 @@ async def handle_list(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, error_code=error, groups=groups)
 
 
-async def handle_delete(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[DELETE]
+async def handle_delete(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    R = DeleteGroupsResponse
     allowed = [g for g in request.groups_names if _may(ctx, AclOperation.DELETE, g)]
     if (error := _unready(ctx)) is not None:
         found = dict.fromkeys(allowed, error)
@@ -240,7 +259,7 @@ VERSIONS = {
     LIST: (0, 5),
     DELETE: (0, 2),
 }
-HANDLERS = {
+HANDLERS: Handlers = {
     JOIN: handle_join,
     HEARTBEAT: handle_heartbeat,
     LEAVE: handle_leave,

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.consumer import ListOffsetsResponse, OffsetForLeaderEpochResponse
+from kafka.protocol.consumer import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 
+from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.handlers.resolve import check_leader_epoch, resolve_partition, topic_name
 from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.types import IsolationLevel
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -21,12 +28,13 @@ L = ListOffsetsResponse
 LPart = L.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 E = OffsetForLeaderEpochResponse
 EPart = E.OffsetForLeaderTopicResult.EpochEndOffset
+LTopic = ListOffsetsRequest.ListOffsetsTopic
+ETopic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6  # tiered storage: Gregor has none, so no offset
 TIERED = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
 FIRST_VERSION_WITH_PENDING_UPLOAD = 11
-READ_COMMITTED = 1
 
 
 def _unsupported(timestamp: int, version: int) -> bool:
@@ -36,13 +44,13 @@ def _unsupported(timestamp: int, version: int) -> bool:
     return timestamp != EARLIEST_PENDING_UPLOAD or version < FIRST_VERSION_WITH_PENDING_UPLOAD
 
 
-def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, int]:
+def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets query."""
     log = part.log
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1, part.leader_epoch
     if timestamp == LATEST:
-        end = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
+        end = log.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else log.high_watermark
         return end, -1, part.leader_epoch
     if timestamp in TIERED:
         return -1, -1, -1
@@ -52,12 +60,14 @@ def _lookup(part: Partition, timestamp: int, isolation: int) -> tuple[int, int, 
     return found.offset, found.timestamp, found.leader_epoch
 
 
-def _may_describe(ctx: RequestContext, topic: Any) -> bool:
+def _may_describe(ctx: RequestContext, topic: LTopic | ETopic) -> bool:
     name, _ = topic_name(ctx, topic)
     return name is None or authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
 
-def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> Any:
+def _list_one(
+    ctx: RequestContext, topic: LTopic, query: LTopic.ListOffsetsPartition, isolation: IsolationLevel
+) -> LPart:
     index = query.partition_index
     if not _may_describe(ctx, topic):
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -77,8 +87,8 @@ def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: int) -> An
     )
 
 
-async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
-    isolation = request.isolation_level if ctx.version >= 2 else 0
+async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> L:
+    isolation = IsolationLevel.of(request.isolation_level)
     topics = [
         L.ListOffsetsTopicResponse(
             name=topic.name,
@@ -89,7 +99,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return L(throttle_time_ms=0, topics=topics)
 
 
-def _epoch_one(ctx: RequestContext, topic: Any, query: Any, denied: ErrorCode | None) -> Any:
+def _epoch_one(
+    ctx: RequestContext, topic: ETopic, query: ETopic.OffsetForLeaderPartition, denied: ErrorCode | None
+) -> EPart:
     if denied is None and not _may_describe(ctx, topic):
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if denied is not None:
@@ -103,9 +115,9 @@ def _epoch_one(ctx: RequestContext, topic: Any, query: Any, denied: ErrorCode | 
     return EPart(error_code=ErrorCode.NONE, partition=query.partition, leader_epoch=epoch, end_offset=end)
 
 
-async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> E:
     """A follower (v3+ replica id) needs ClusterAction on the cluster, a client Describe per topic."""
-    follower = ctx.version >= 3 and request.replica_id >= 0
+    follower = request.replica_id >= 0  # -2 (a consumer) below v3, the schema's default
     denied = None
     if follower and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
@@ -119,4 +131,6 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
 
 
 VERSIONS = {LIST_OFFSETS: (0, 11), OFFSET_FOR_LEADER_EPOCH: (0, 4)}
-HANDLERS = {LIST_OFFSETS: handle_list_offsets, OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch}
+HANDLERS: Handlers = {
+    LIST_OFFSETS: handle_list_offsets, OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.admin import DescribeLogDirsResponse
+from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
+from broker.api.authorize import authorize_cluster
+from broker.api.registry import Handlers
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -22,7 +23,7 @@ TopicResult = Result.DescribeLogDirsTopic
 PartResult = TopicResult.DescribeLogDirsPartition
 
 
-def _wanted(ctx: RequestContext, request: Any) -> dict[str, set[int]]:
+def _wanted(ctx: RequestContext, request: DescribeLogDirsRequest) -> dict[str, set[int]]:
     replicas = ctx.services.partitions.all_partitions()
     if request.topics is None:
         wanted: dict[str, set[int]] = {}
@@ -32,7 +33,7 @@ def _wanted(ctx: RequestContext, request: Any) -> dict[str, set[int]]:
     return {t.topic: set(t.partitions) for t in request.topics}
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):  # Kafka: Describe on the cluster
         return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     services = ctx.services
@@ -54,4 +55,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {API_KEY: (0, 5)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

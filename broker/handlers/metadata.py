@@ -4,14 +4,15 @@ authorized operations (KIP-430) when asked, through the Authorizer port."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.admin import DescribeClusterResponse
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from broker.cluster.local_store import TopicMetadata, topic_name_error
+from broker.api.authorize import authorize, authorize_cluster, authorized_operations, cluster_operations
+from broker.api.registry import Handlers
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster, authorized_operations, cluster_operations
+from broker.store.local_store import TopicMetadata, topic_name_error
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -23,16 +24,17 @@ METADATA, DESCRIBE_CLUSTER = ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER
 M = MetadataResponse
 D = DescribeClusterResponse
 ZERO_UUID = uuid.UUID(int=0)
+Topic = M.MetadataResponseTopic
 
 
-def _brokers(ctx: RequestContext) -> list[Any]:
+def _brokers(ctx: RequestContext) -> list[M.MetadataResponseBroker]:
     return [
         M.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in ctx.services.cluster.brokers_on(ctx.caller.listener)
     ]
 
 
-def _partitions(services: Services, topic: TopicMetadata) -> list[Any]:
+def _partitions(services: Services, topic: TopicMetadata) -> list[Topic.MetadataResponsePartition]:
     result = []
     for index in range(topic.partitions):
         info = services.cluster.partition(topic.name, index)
@@ -49,14 +51,14 @@ def _partitions(services: Services, topic: TopicMetadata) -> list[Any]:
     return result
 
 
-def _topic(services: Services, topic: TopicMetadata) -> Any:
+def _topic(services: Services, topic: TopicMetadata) -> Topic:
     return M.MetadataResponseTopic(
         error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
         is_internal=topic.internal, partitions=_partitions(services, topic),
     )
 
 
-def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> Any:
+def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> Topic:
     return M.MetadataResponseTopic(
         error_code=error, name=name, topic_id=topic_id, is_internal=False, partitions=[]
     )
@@ -73,7 +75,7 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
     )
 
 
-def _lookup(ctx: RequestContext, wanted: Any, auto_create: bool) -> Any:
+def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, auto_create: bool) -> Topic:
     """A named topic: TOPIC_AUTHORIZATION_FAILED without Describe on it (or, to create it
     automatically, without Create)."""
     services = ctx.services
@@ -102,17 +104,17 @@ def _lookup(ctx: RequestContext, wanted: Any, auto_create: bool) -> Any:
     return _topic(services, topic)
 
 
-async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> M:
     services = ctx.services
-    all_topics = request.topics is None or (ctx.version == 0 and not request.topics)
-    if all_topics:
+    named = request.topics
+    if named is None or (ctx.version == 0 and not named):  # every topic
         topics = [_topic(services, t) for t in services.topics.all().values() if _may_describe(ctx, t.name)]
     else:
-        auto = ctx.version < 4 or bool(request.allow_auto_topic_creation)
-        topics = [_lookup(ctx, wanted, auto) for wanted in request.topics]
-    if ctx.version >= 8 and request.include_topic_authorized_operations:
+        auto = bool(request.allow_auto_topic_creation)  # true below v4, the schema's default
+        topics = [_lookup(ctx, wanted, auto) for wanted in named]
+    if request.include_topic_authorized_operations:
         _add_topic_operations(ctx, topics)
-    asks_cluster = 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations
+    asks_cluster = request.include_cluster_authorized_operations  # the field of v8-10 only
     return M(
         throttle_time_ms=0, brokers=_brokers(ctx), cluster_id=services.cluster.cluster_id,
         controller_id=services.cluster.controller_id(), topics=topics, error_code=ErrorCode.NONE,
@@ -120,7 +122,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _add_topic_operations(ctx: RequestContext, topics: list[Any]) -> None:
+def _add_topic_operations(ctx: RequestContext, topics: list[Topic]) -> None:
     """As Kafka: every topic looked up by name gets them, found or not (an unknown topic id
     does not, nor a topic the caller may not describe)."""
     for topic in topics:
@@ -128,7 +130,7 @@ def _add_topic_operations(ctx: RequestContext, topics: list[Any]) -> None:
             topic.authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, topic.name)
 
 
-async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> D:
     services = ctx.services
     asks = request.include_cluster_authorized_operations
     # Every broker here holds a live registration: one whose session ended is gone from etcd,
@@ -145,4 +147,4 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {METADATA: (0, 13), DESCRIBE_CLUSTER: (0, 2)}
-HANDLERS = {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}
+HANDLERS: Handlers = {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorize import authorize
+from broker.api.registry import Handlers
 from broker.handlers.resolve import topic_name
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize
 from coordinator.group import OffsetCommitInput, OffsetFetchResult
 from coordinator.group.types import FetchedOffset
 from coordinator.transaction import txn_offset_commit_operation
@@ -249,4 +250,6 @@ async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {COMMIT: (0, 9), FETCH: (0, 9), DELETE: (0, 0), TXN_COMMIT: (0, 5)}
-HANDLERS = {COMMIT: handle_commit, FETCH: handle_fetch, DELETE: handle_delete, TXN_COMMIT: handle_txn_commit}
+HANDLERS: Handlers = {
+    COMMIT: handle_commit, FETCH: handle_fetch, DELETE: handle_delete, TXN_COMMIT: handle_txn_commit,
+}

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker import metrics
+from broker.api.authorize import authorize
+from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.replication.replica_manager import Partition, replicated
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize
 from coordinator.transaction import TxnOperation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -30,6 +31,7 @@ CHECK_ROUNDS = 2  # a guard voided while its check waited is taken and checked o
 R = ProduceResponse
 PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
 RecordErrorEntry = PartitionResponse.BatchIndexAndErrorMessage
+TopicData = ProduceRequest.TopicProduceData
 # Kafka's ReplicaManager: a produce whose transaction check got a retriable coordinator error
 # answers NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
 PRODUCE_RETRIABLE = {
@@ -54,7 +56,7 @@ NO_LOG_START_OFFSET = frozenset({
 def _error(
     index: int, error: ErrorCode, message: str | None = None, record_errors: tuple[RecordError, ...] = (),
     log_start_offset: int = -1,
-) -> Any:
+) -> PartitionResponse:
     return PartitionResponse(
         index=index, error_code=error, base_offset=-1, error_message=message,
         log_start_offset=log_start_offset,
@@ -81,7 +83,7 @@ class Target:
     header: BatchHeader | None
 
 
-def _topic_targets(ctx: RequestContext, topic_data: Any) -> list[Target | Any]:
+def _topic_targets(ctx: RequestContext, topic_data: TopicData) -> list[Target | PartitionResponse]:
     """The topic's partitions to append to, or the error answer for each (Write on the topic is
     decided once for all its partitions, as Kafka does)."""
     name, _ = topic_name(ctx, topic_data)
@@ -90,7 +92,9 @@ def _topic_targets(ctx: RequestContext, topic_data: Any) -> list[Target | Any]:
     return [_target(ctx, topic_data, p) for p in topic_data.partition_data]
 
 
-def _target(ctx: RequestContext, topic_data: Any, part_data: Any) -> Target | Any:
+def _target(
+    ctx: RequestContext, topic_data: TopicData, part_data: TopicData.PartitionProduceData
+) -> Target | PartitionResponse:
     """The partition to append to, or the error answer for it."""
     index = part_data.index
     part, error = resolve_partition(ctx, topic_data, index)
@@ -167,7 +171,9 @@ async def _check_round(
     ]
 
 
-def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending: Pending) -> Any:
+def _append(
+    ctx: RequestContext, t: Target, checked: Checked, acks: int, pending: Pending
+) -> PartitionResponse:
     index, part = t.index, t.part
     tp = (part.topic, index)
     if tp in checked.errors:
@@ -201,7 +207,7 @@ def _in_sync(part: Partition) -> int:
     return len(part.leader.isr) if part.leader is not None else 0
 
 
-Pending = list[tuple[Any, Partition, int]]
+Pending = list[tuple[PartitionResponse, Partition, int]]
 
 
 async def _until_replicated(pending: Pending, timeout_ms: int) -> None:
@@ -214,20 +220,20 @@ async def _until_replicated(pending: Pending, timeout_ms: int) -> None:
             response.base_offset = -1
 
 
-def _all_failed(request: Any, error: ErrorCode) -> Any:
+def _all_failed(request: ProduceRequest, error: ErrorCode) -> R:
     return R(throttle_time_ms=0, responses=[
         _topic_response(t, [_error(p.index, error) for p in t.partition_data]) for t in request.topic_data
     ])
 
 
-def _has_transactional_records(request: Any) -> bool:
+def _has_transactional_records(request: ProduceRequest) -> bool:
     return any(
         (header := _header(p.records or b"")) is not None and header.is_transactional
         for t in request.topic_data for p in t.partition_data
     )
 
 
-def _transaction_authorized(ctx: RequestContext, request: Any) -> bool:
+def _transaction_authorized(ctx: RequestContext, request: ProduceRequest) -> bool:
     """Kafka: transactional records need Write on the request's transactional id. Without a
     transactional id Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED even with no
     authorizer; Gregor does so only with one (without, its transaction checks refuse such a
@@ -242,7 +248,7 @@ def _transaction_authorized(ctx: RequestContext, request: Any) -> bool:
     return authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(ctx: RequestContext, request: ProduceRequest) -> R:
     acks = request.acks
     if acks not in (-1, 0, 1):
         return _all_failed(request, ErrorCode.INVALID_REQUIRED_ACKS)
@@ -268,11 +274,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     return R(responses=responses, throttle_time_ms=0)
 
 
-def _topic_response(topic_data: Any, parts: list[Any]) -> Any:
+def _topic_response(topic_data: TopicData, parts: list[PartitionResponse]) -> R.TopicProduceResponse:
     return R.TopicProduceResponse(
         name=topic_data.name, topic_id=topic_data.topic_id, partition_responses=parts
     )
 
 
 VERSIONS = {API_KEY: (3, 13)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

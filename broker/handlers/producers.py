@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.admin import DescribeProducersResponse
-from kafka.protocol.producer import InitProducerIdResponse
+from kafka.protocol.admin import DescribeProducersRequest, DescribeProducersResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
+from broker.api.authorize import authorize, authorize_any, authorize_cluster
+from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_any, authorize_cluster
 from coordinator.producer_ids import ProducerIdsUnavailable
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
@@ -39,12 +40,14 @@ def _init_denied(ctx: RequestContext, tid: str | None) -> ErrorCode:
     return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
-async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+async def handle_init_producer_id(
+    ctx: RequestContext, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
     denied = _init_denied(ctx, request.transactional_id)
     if denied != ErrorCode.NONE:
         return InitResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
-        expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
+        expected = (request.producer_id, request.producer_epoch)  # -1, -1 below v3: the schema's default
         error, pid, epoch = await ctx.services.transactions.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, *expected
         )
@@ -63,7 +66,9 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _describe_partition(ctx: RequestContext, topic: Any, index: int) -> Any:
+def _describe_partition(
+    ctx: RequestContext, topic: DescribeProducersRequest.TopicRequest, index: int
+) -> PartResponse:
     if not authorize(ctx, AclOperation.READ, ResourceType.TOPIC, topic.name):
         return PartResponse(partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             active_producers=[])
@@ -81,7 +86,9 @@ def _describe_partition(ctx: RequestContext, topic: Any, index: int) -> Any:
     return PartResponse(partition_index=index, error_code=ErrorCode.NONE, active_producers=producers)
 
 
-async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_producers(
+    ctx: RequestContext, request: DescribeProducersRequest
+) -> DescribeProducersResponse:
     topics = [
         D.TopicResponse(
             name=topic.name,
@@ -94,4 +101,6 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
 
 # InitProducerId v6 (KIP-939 two-phase commit) is not served; Kafka 4.3 also advertises up to v5.
 VERSIONS = {INIT_PRODUCER_ID: (0, 5), DESCRIBE_PRODUCERS: (0, 0)}
-HANDLERS = {INIT_PRODUCER_ID: handle_init_producer_id, DESCRIBE_PRODUCERS: handle_describe_producers}
+HANDLERS: Handlers = {
+    INIT_PRODUCER_ID: handle_init_producer_id, DESCRIBE_PRODUCERS: handle_describe_producers,
+}

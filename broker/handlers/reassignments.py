@@ -8,19 +8,22 @@ already is: the checks answer as Kafka's, and nothing is ever in progress.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
 
+from broker.api.authorize import authorize_cluster
+from broker.api.registry import Handlers
 from broker.cluster.controller import check_reassignment
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.cluster.placement import Refused
 from broker.handlers.forwarding import on_controller
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.types import LeaderEpoch, NodeId
 
@@ -33,7 +36,7 @@ L = ListPartitionReassignmentsResponse
 Wanted = list[tuple[str, int, list[int] | None]]
 
 
-def _wanted(request: Any) -> Wanted:
+def _wanted(request: AlterPartitionReassignmentsRequest) -> Wanted:
     return [(t.name, p.partition_index, p.replicas) for t in request.topics for p in t.partitions]
 
 
@@ -49,8 +52,8 @@ def _single_node(ctx: RequestContext, wanted: Wanted) -> dict[tuple[str, int], R
     return results
 
 
-def _altered(wanted: Wanted, results: dict[tuple[str, int], Refused | None]) -> Any:
-    by_topic: dict[str, list[Any]] = {}
+def _altered(wanted: Wanted, results: dict[tuple[str, int], Refused | None]) -> A:
+    by_topic: dict[str, list[A.ReassignableTopicResponse.ReassignablePartitionResponse]] = {}
     for topic, index, _ in wanted:
         refused = results[(topic, index)]
         by_topic.setdefault(topic, []).append(A.ReassignableTopicResponse.ReassignablePartitionResponse(
@@ -62,7 +65,7 @@ def _altered(wanted: Wanted, results: dict[tuple[str, int], Refused | None]) -> 
     ])
 
 
-async def handle_alter(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter(ctx: RequestContext, request: AlterPartitionReassignmentsRequest) -> A:
     wanted = _wanted(request)
     if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: Alter on the cluster
         denied = Refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
@@ -75,13 +78,13 @@ async def handle_alter(ctx: RequestContext, request: Any) -> Any:
     return _altered(wanted, await controller.reassign(wanted))
 
 
-def _alter_not_controller(request: Any) -> Any:
+def _alter_not_controller(request: AlterPartitionReassignmentsRequest) -> A:
     refused = Refused(ErrorCode.NOT_CONTROLLER, ErrorCode.NOT_CONTROLLER.name)
     wanted = _wanted(request)
     return _altered(wanted, {(t, i): refused for t, i, _ in wanted})
 
 
-def _listed(found: dict[str, dict[int, PartitionState]], error: ErrorCode = ErrorCode.NONE) -> Any:
+def _listed(found: dict[str, dict[int, PartitionState]], error: ErrorCode = ErrorCode.NONE) -> L:
     return L(throttle_time_ms=0, error_code=error, error_message=None, topics=[
         L.OngoingTopicReassignment(name=topic, partitions=[
             L.OngoingTopicReassignment.OngoingPartitionReassignment(
@@ -92,7 +95,7 @@ def _listed(found: dict[str, dict[int, PartitionState]], error: ErrorCode = Erro
     ])
 
 
-async def handle_list(ctx: RequestContext, request: Any) -> Any:
+async def handle_list(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> L:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):  # Kafka: Describe on the cluster
         return _listed({}, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     controller = ctx.services.controller
@@ -102,8 +105,12 @@ async def handle_list(ctx: RequestContext, request: Any) -> Any:
     return _listed(controller.reassignments(wanted))
 
 
+def _list_not_controller(_request: ListPartitionReassignmentsRequest) -> L:
+    return _listed({}, ErrorCode.NOT_CONTROLLER)
+
+
 VERSIONS = {ALTER: (0, 0), LIST: (0, 0)}
-HANDLERS = {
+HANDLERS: Handlers = {
     ALTER: on_controller(handle_alter, _alter_not_controller),
-    LIST: on_controller(handle_list, lambda _: _listed({}, ErrorCode.NOT_CONTROLLER)),
+    LIST: on_controller(handle_list, _list_not_controller),
 }

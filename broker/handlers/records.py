@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.admin import DeleteRecordsResponse
+from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
+from broker.api.authorize import authorize
+from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -17,10 +18,12 @@ if TYPE_CHECKING:
 API_KEY = 21
 R = DeleteRecordsResponse
 PartResult = R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
-HIGH_WATERMARK = -1
+Topic = DeleteRecordsRequest.DeleteRecordsTopic
+Query = DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition
+HIGH_WATERMARK = -1  # the offset that means "up to the high watermark"
 
 
-def _delete_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
+def _delete_one(ctx: RequestContext, topic: Topic, query: Query) -> PartResult:
     index = query.partition_index
     name, _ = topic_name(ctx, topic)
     if name is not None and not authorize(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
@@ -29,15 +32,13 @@ def _delete_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResult(partition_index=index, low_watermark=-1, error_code=error)
-    offset = part.log.high_watermark if query.offset == HIGH_WATERMARK else query.offset
-    if offset < 0:
+    if query.offset < HIGH_WATERMARK:
         return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
-    error = ErrorCode(part.log.delete_records_before(offset))
-    low_watermark = part.log.log_start_offset if error == ErrorCode.NONE else -1  # as Kafka answers
-    return PartResult(partition_index=index, low_watermark=low_watermark, error_code=error)
+    result = ctx.services.partitions.delete_records(part, query.offset)  # -1 on an error, as Kafka
+    return PartResult(partition_index=index, low_watermark=result.low_watermark, error_code=result.error)
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = [
         R.DeleteRecordsTopicResult(
             name=topic.name, partitions=[_delete_one(ctx, topic, q) for q in topic.partitions]
@@ -48,4 +49,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {API_KEY: (0, 2)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

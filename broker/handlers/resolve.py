@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.replication.replica_manager import Partition
 from protocol.errors import ErrorCode
@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_name(ctx: RequestContext, named: Any) -> tuple[str | None, ErrorCode]:
-    """The topic's name from a request entry carrying `name`/`topic` or `topic_id`."""
+def topic_name(ctx: RequestContext, named: object) -> tuple[str | None, ErrorCode]:
+    """The topic's name from a request entry (any API's) carrying `name`/`topic` or `topic_id`."""
     name = getattr(named, "name", None) or getattr(named, "topic", None)
     if name:
         return name, ErrorCode.NONE
@@ -29,7 +29,7 @@ def topic_name(ctx: RequestContext, named: Any) -> tuple[str | None, ErrorCode]:
 
 
 def resolve_partition(
-    ctx: RequestContext, named: Any, index: int
+    ctx: RequestContext, named: object, index: int
 ) -> tuple[Partition | None, ErrorCode]:
     name, error = topic_name(ctx, named)
     if name is None:

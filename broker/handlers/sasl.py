@@ -8,11 +8,17 @@ itself (v0 has no SaslAuthenticate)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from broker import metrics
+from broker.api.registry import Handlers
 from broker.security.sasl import AuthenticationFailed
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -23,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def handle_handshake(ctx: RequestContext, request: Any) -> Any:
+async def handle_handshake(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     auth = ctx.auth
     if auth is None or auth.server is not None:
         return SaslHandshakeResponse(version=ctx.version, error_code=ErrorCode.ILLEGAL_SASL_STATE,
@@ -36,7 +42,9 @@ async def handle_handshake(ctx: RequestContext, request: Any) -> Any:
     return SaslHandshakeResponse(version=ctx.version, error_code=ErrorCode.NONE, mechanisms=enabled)
 
 
-async def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
+async def handle_authenticate(
+    ctx: RequestContext, request: SaslAuthenticateRequest
+) -> SaslAuthenticateResponse:
     auth = ctx.auth
     if auth is None or auth.server is None:
         return _authenticated(ctx, ErrorCode.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request")
@@ -53,7 +61,7 @@ async def handle_authenticate(ctx: RequestContext, request: Any) -> Any:
 
 def _authenticated(
     ctx: RequestContext, error: ErrorCode, message: str | None, token: bytes = b"", lifetime_ms: int = 0
-) -> Any:
+) -> SaslAuthenticateResponse:
     return SaslAuthenticateResponse(
         version=ctx.version, error_code=error, error_message=message, auth_bytes=token,
         session_lifetime_ms=lifetime_ms,
@@ -61,4 +69,4 @@ def _authenticated(
 
 
 VERSIONS = {ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
-HANDLERS = {ApiKey.SASL_HANDSHAKE: handle_handshake, ApiKey.SASL_AUTHENTICATE: handle_authenticate}
+HANDLERS: Handlers = {ApiKey.SASL_HANDSHAKE: handle_handshake, ApiKey.SASL_AUTHENTICATE: handle_authenticate}

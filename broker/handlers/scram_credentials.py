@@ -5,15 +5,18 @@ credentials kept salted in the metadata store, one result per user with Kafka's 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafka.protocol.admin.users import (
+    AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
 
+from broker.api.authorize import authorize_cluster
+from broker.api.registry import Handlers
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
 from broker.security.scram import ScramCredential, ScramMechanism, credential_problem
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -23,6 +26,8 @@ if TYPE_CHECKING:
 
 D = DescribeUserScramCredentialsResponse
 A = AlterUserScramCredentialsResponse
+Deletion = AlterUserScramCredentialsRequest.ScramCredentialDeletion
+Upsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion
 
 
 def _mechanism(code: int) -> ScramMechanism | None:
@@ -36,7 +41,7 @@ def _mechanism(code: int) -> ScramMechanism | None:
 # -- DescribeUserScramCredentials --------------------------------------------------------------
 
 
-async def handle_describe(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe(ctx: RequestContext, request: DescribeUserScramCredentialsRequest) -> D:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         return D(version=ctx.version, throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                  error_message=None, results=[])
@@ -49,7 +54,9 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
              results=results)
 
 
-def _described(name: str, infos: list[tuple[ScramMechanism, int]] | None, twice: bool) -> Any:
+def _described(
+    name: str, infos: list[tuple[ScramMechanism, int]] | None, twice: bool
+) -> D.DescribeUserScramCredentialsResult:
     R = D.DescribeUserScramCredentialsResult
     if twice:
         return R(user=name, error_code=ErrorCode.DUPLICATE_RESOURCE, credential_infos=[],
@@ -66,7 +73,7 @@ def _described(name: str, infos: list[tuple[ScramMechanism, int]] | None, twice:
 # -- AlterUserScramCredentials ------------------------------------------------------------------
 
 
-async def handle_alter(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter(ctx: RequestContext, request: AlterUserScramCredentialsRequest) -> A:
     """Deletions, then upsertions, each checked in turn as Kafka's controller does: a user's
     first invalid item is its error (the rest of its items are skipped); a second valid item
     for a user is DUPLICATE_RESOURCE and nothing of that user is changed."""
@@ -97,7 +104,8 @@ async def handle_alter(ctx: RequestContext, request: Any) -> Any:
 
 
 def _item_problem(
-    item: Any, upsertion: Any, existing: dict[str, list[tuple[ScramMechanism, int]]]
+    item: Deletion | Upsertion, upsertion: Upsertion | None,
+    existing: dict[str, list[tuple[ScramMechanism, int]]],
 ) -> tuple[ErrorCode, str | None] | None:
     mechanism = _mechanism(item.mechanism)
     if not item.name:
@@ -112,7 +120,9 @@ def _item_problem(
     return (ErrorCode.UNACCEPTABLE_CREDENTIAL, problem) if problem is not None else None
 
 
-def _change(item: Any, upsertion: Any) -> tuple[tuple[ScramMechanism, str], ScramCredential | None]:
+def _change(
+    item: Deletion | Upsertion, upsertion: Upsertion | None
+) -> tuple[tuple[ScramMechanism, str], ScramCredential | None]:
     mechanism = _mechanism(item.mechanism)
     assert mechanism is not None
     if upsertion is None:
@@ -123,7 +133,7 @@ def _change(item: Any, upsertion: Any) -> tuple[tuple[ScramMechanism, str], Scra
     return (mechanism, item.name), credential
 
 
-def _answer(ctx: RequestContext, results: dict[str, tuple[ErrorCode, str | None]]) -> Any:
+def _answer(ctx: RequestContext, results: dict[str, tuple[ErrorCode, str | None]]) -> A:
     R = A.AlterUserScramCredentialsResult
     return A(version=ctx.version, throttle_time_ms=0, results=[
         R(user=name, error_code=code, error_message=message) for name, (code, message) in results.items()
@@ -131,5 +141,5 @@ def _answer(ctx: RequestContext, results: dict[str, tuple[ErrorCode, str | None]
 
 
 VERSIONS = {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0)}
-HANDLERS = {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe,
+HANDLERS: Handlers = {ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter}

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafka.protocol.admin import (
+    CreatePartitionsRequest,
     CreatePartitionsResponse,
+    CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
 
+from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.cluster.topic_manager import NewTopic, TopicResult
 from broker.handlers.configs import resolved_topic_configs
 from broker.handlers.forwarding import on_controller
 from broker.handlers.resolve import ZERO_UUID
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
 from protocol.errors import ErrorCode
 from storage.log_config import format_config_value
 
@@ -30,7 +34,7 @@ D = DeleteTopicsResponse
 P = CreatePartitionsResponse
 
 
-def _creatable(topic: Any) -> NewTopic:
+def _creatable(topic: CreateTopicsRequest.CreatableTopic) -> NewTopic:
     """The request entry as a NewTopic (its manual assignment, if any, is checked with it)."""
     configs = {c.name: c.value for c in topic.configs}
     manual = tuple((a.partition_index, tuple(a.broker_ids)) for a in topic.assignments or ())
@@ -44,7 +48,7 @@ def _may(ctx: RequestContext, operation: AclOperation, name: str) -> bool:
 DENIED = "Authorization failed."
 
 
-def _created(ctx: RequestContext, name: str, result: TopicResult) -> Any:
+def _created(ctx: RequestContext, name: str, result: TopicResult) -> C.CreatableTopicResult:
     if result.error != ErrorCode.NONE or result.topic is None:
         return C.CreatableTopicResult(name=name, error_code=result.error, error_message=result.message)
     created = result.topic
@@ -72,7 +76,7 @@ def _duplicates(names: list[str]) -> set[str]:
     return {name for name, times in Counter(names).items() if times > 1}
 
 
-async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+async def handle_create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> C:
     """Kafka's answer: one result per distinct name; a name given twice is not
     created (INVALID_REQUEST), every other topic succeeds or fails on its own."""
     validate_only = bool(getattr(request, "validate_only", False))
@@ -98,7 +102,9 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return C(throttle_time_ms=0, topics=results)
 
 
-def _delete_denied(ctx: RequestContext, name: str, by_id: bool, everywhere: bool) -> Any | None:
+def _delete_denied(
+    ctx: RequestContext, name: str, by_id: bool, everywhere: bool
+) -> D.DeletableTopicResult | None:
     """Kafka's controller: Delete on the cluster, else Describe and Delete on the topic; a topic
     named by id the caller may not Describe is answered without its name."""
     if everywhere or _may(ctx, AclOperation.DELETE, name):
@@ -112,7 +118,9 @@ def _delete_denied(ctx: RequestContext, name: str, by_id: bool, everywhere: bool
     return D.DeletableTopicResult(name=name, error_code=denied)
 
 
-async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any, everywhere: bool) -> Any:
+async def _delete_one(
+    ctx: RequestContext, name: str | None, topic_id: uuid.UUID, everywhere: bool
+) -> D.DeletableTopicResult:
     by_id = name is None
     if name is None:
         found = ctx.services.topics.by_id(topic_id)
@@ -131,7 +139,7 @@ async def _delete_one(ctx: RequestContext, name: str | None, topic_id: Any, ever
     )
 
 
-async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> D:
     if ctx.version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -141,11 +149,11 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return D(throttle_time_ms=0, responses=responses)
 
 
-def _partitions_result(name: str, error: ErrorCode, message: str | None) -> Any:
+def _partitions_result(name: str, error: ErrorCode, message: str | None) -> P.CreatePartitionsTopicResult:
     return P.CreatePartitionsTopicResult(name=name, error_code=error, error_message=message)
 
 
-async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+async def handle_create_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> P:
     duplicates = _duplicates([t.name for t in request.topics])
     denied = [
         t.name for t in request.topics
@@ -168,27 +176,29 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     return P(throttle_time_ms=0, results=results)
 
 
-def _not_controller(api_key: int) -> Callable[[Any], Any]:
-    """Every topic answered NOT_CONTROLLER (clients refresh metadata and retry)."""
-    error = ErrorCode.NOT_CONTROLLER
+# Not the controller: every topic answered NOT_CONTROLLER (clients refresh metadata and retry).
+NOT_CONTROLLER = ErrorCode.NOT_CONTROLLER
 
-    def refuse(request: Any) -> Any:
-        if api_key == CREATE_TOPICS:
-            return C(throttle_time_ms=0, topics=[
-                C.CreatableTopicResult(name=t.name, error_code=error) for t in request.topics])
-        if api_key == DELETE_TOPICS:
-            names = [t.name for t in request.topics] if hasattr(request, "topics") else request.topic_names
-            results = [D.DeletableTopicResult(name=n, error_code=error) for n in names]
-            return D(throttle_time_ms=0, responses=results)
-        return P(throttle_time_ms=0,
-                 results=[_partitions_result(t.name, error, None) for t in request.topics])
 
-    return refuse
+def _create_not_controller(request: CreateTopicsRequest) -> C:
+    return C(throttle_time_ms=0, topics=[
+        C.CreatableTopicResult(name=t.name, error_code=NOT_CONTROLLER) for t in request.topics])
+
+
+def _delete_not_controller(request: DeleteTopicsRequest) -> D:
+    names = [t.name for t in request.topics] if request.topics else request.topic_names
+    results = [D.DeletableTopicResult(name=n, error_code=NOT_CONTROLLER) for n in names]
+    return D(throttle_time_ms=0, responses=results)
+
+
+def _partitions_not_controller(request: CreatePartitionsRequest) -> P:
+    results = [_partitions_result(t.name, NOT_CONTROLLER, None) for t in request.topics]
+    return P(throttle_time_ms=0, results=results)
 
 
 VERSIONS = {CREATE_TOPICS: (0, 7), DELETE_TOPICS: (0, 6), CREATE_PARTITIONS: (0, 3)}
-HANDLERS = {
-    CREATE_TOPICS: on_controller(handle_create_topics, _not_controller(CREATE_TOPICS)),
-    DELETE_TOPICS: on_controller(handle_delete_topics, _not_controller(DELETE_TOPICS)),
-    CREATE_PARTITIONS: on_controller(handle_create_partitions, _not_controller(CREATE_PARTITIONS)),
+HANDLERS: Handlers = {
+    CREATE_TOPICS: on_controller(handle_create_topics, _create_not_controller),
+    DELETE_TOPICS: on_controller(handle_delete_topics, _delete_not_controller),
+    CREATE_PARTITIONS: on_controller(handle_create_partitions, _partitions_not_controller),
 }

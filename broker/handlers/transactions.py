@@ -4,19 +4,29 @@ admin queries ListTransactions / DescribeTransactions."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from kafka.protocol.admin import DescribeTransactionsResponse, ListTransactionsResponse
-from kafka.protocol.metadata import FindCoordinatorResponse
+from kafka.protocol.admin import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
     EndTxnResponse,
 )
 
+from broker.api.authorize import authorize, authorize_cluster
+from broker.api.registry import Handlers
 from broker.cluster.view import BrokerInfo
 from broker.security.acl import AclOperation, ResourceType
-from broker.security.authorizer import authorize, authorize_cluster
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
 from protocol.types import TV2
@@ -33,6 +43,8 @@ F = FindCoordinatorResponse
 A = AddPartitionsToTxnResponse
 TopicResult = A.AddPartitionsToTxnTopicResult
 PartResult = TopicResult.AddPartitionsToTxnPartitionResult
+# the topics of a v3 request, or of one transaction of a v4+ one
+AddTopics = Sequence[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]
 
 
 def _coordinator_error(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
@@ -75,7 +87,7 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCod
     return (ErrorCode.NONE, found) if found is not None else (ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
 
 
-async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> F:
     if ctx.version < 4:
         error, node = _coordinator(ctx, request.key_type if ctx.version else GROUP_KEY, request.key)
         return F(throttle_time_ms=0, error_code=error, error_message=None if node else error.name,
@@ -91,8 +103,8 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     return F(throttle_time_ms=0, coordinators=coordinators)
 
 
-def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[Any]:
-    by_topic: dict[str, list[Any]] = {}
+def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[TopicResult]:
+    by_topic: dict[str, list[PartResult]] = {}
     for (topic, index), error in sorted(partitions.items()):
         by_topic.setdefault(topic, []).append(PartResult(partition_index=index, partition_error_code=error))
     return [TopicResult(name=t, results_by_partition=p) for t, p in by_topic.items()]
@@ -113,7 +125,9 @@ def _refused(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[s
     return refused
 
 
-async def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify: bool) -> Any:
+async def _add_one(
+    ctx: RequestContext, tid: str, pid: int, epoch: int, topics: AddTopics, verify: bool
+) -> dict[tuple[str, int], ErrorCode]:
     wanted = [(t.name, i) for t in topics for i in t.partitions]
     if ctx.version <= 3 and not _may_write_txn(ctx, tid):
         return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -130,7 +144,7 @@ async def _add_one(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: 
                                          ctx.version) for tp in wanted}
 
 
-async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_partitions(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> A:
     if ctx.version <= 3:
         errors = await _add_one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                 request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
@@ -149,7 +163,7 @@ async def handle_add_partitions(ctx: RequestContext, request: Any) -> Any:
     return A(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=results)
 
 
-async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_offsets(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not _may_write_txn(ctx, request.transactional_id):
         error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -163,7 +177,7 @@ async def handle_add_offsets(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     # EndTxn v5: the client speaks transaction version 2. As in Kafka, the request version
     # decides, whatever level the broker finalized (a client at level 1 never sends v5).
     version = TV2 if ctx.version >= FIRST_TV2_END_TXN else 0
@@ -177,7 +191,9 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     return EndTxnResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
 
 
-async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_transactions(
+    ctx: RequestContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
     D = DescribeTransactionsResponse
     states = []
     for tid in request.transactional_ids:
@@ -204,9 +220,11 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
     return D(throttle_time_ms=0, transaction_states=states)
 
 
-async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_transactions(
+    ctx: RequestContext, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
     L = ListTransactionsResponse
-    duration = request.duration_filter if ctx.version >= 1 else -1
+    duration = request.duration_filter  # -1 below v1, the schema's default
     result = ctx.services.transactions.list_transactions(
         request.state_filters, request.producer_id_filters, duration
     )
@@ -231,7 +249,7 @@ VERSIONS = {
     FIND_COORDINATOR: (0, 6), ADD_PARTITIONS: (0, 5), ADD_OFFSETS: (0, 4), END_TXN: (0, 5),
     DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1),
 }
-HANDLERS = {
+HANDLERS: Handlers = {
     FIND_COORDINATOR: handle_find_coordinator,
     ADD_PARTITIONS: handle_add_partitions,
     ADD_OFFSETS: handle_add_offsets,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kafka.protocol.producer import WriteTxnMarkersResponse
+from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
+from broker.api.authorize import authorize_cluster
+from broker.api.registry import Handlers
 from broker.security.acl import AclOperation
-from broker.security.authorizer import authorize_cluster
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 API_KEY = ApiKey.WRITE_TXN_MARKERS
 
 
-def _denied(request: Any) -> Any:
+def _denied(request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     """Every partition of every marker CLUSTER_AUTHORIZATION_FAILED."""
     R = WriteTxnMarkersResponse
     M = R.WritableTxnMarkerResult
@@ -35,7 +36,7 @@ def _denied(request: Any) -> Any:
     ])
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     """Broker-to-broker: ClusterAction on the cluster."""
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         return _denied(request)
@@ -43,4 +44,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 VERSIONS = {API_KEY: (0, 2)}
-HANDLERS = {API_KEY: handle}
+HANDLERS: Handlers = {API_KEY: handle}

@@ -5,7 +5,7 @@ Names follow Kafka's JMX metrics as the Prometheus JMX exporter's usual Kafka ru
 convert them: `kafka.<domain>:type=<Type>,name=<Name>PerSec,<tags>` becomes the counter
 `kafka_<domain>_<type>_<name>_total{<tags>}`, a gauge or timer `..._<name>` in lower
 case; Gregor's own metrics, without a Kafka counterpart, start with `gregor_`.
-README "Metrics" lists them all.
+docs/operations.md ("Metrics") lists them all.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from broker.clock import now_ms
+from broker.base.clock import now_ms
 from broker.metrics.request_log import api_name
 from broker.metrics.stats import Histogram, Stats
 from coordinator.transaction.state import TxnState

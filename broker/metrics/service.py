@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
-from broker.cluster.image import ControllerRecord, PartitionState
 from broker.metrics.collectors import BrokerStateCollector, ControllerStatus, StateSources, StatsCollector
 from broker.metrics.endpoint import MetricsEndpoint
 from broker.metrics.stats import STATS
+from broker.store.image import ControllerRecord, PartitionState
 
 if TYPE_CHECKING:
     import socket
 
-    from broker.cluster.etcd_store import EtcdMetadataStore
     from broker.cluster.membership import ClusterMembership
+    from broker.store.etcd_store import EtcdMetadataStore
 
 log = logging.getLogger(__name__)
 

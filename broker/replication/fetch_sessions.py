@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import itertools
 import random
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+
+from kafka.protocol.consumer import FetchRequest
 
 from protocol.errors import ErrorCode
 
 MAX_SESSIONS = 1000
-PartitionKey = tuple[Any, int]  # (topic name or topic id, partition index)
+FetchTopic = FetchRequest.FetchTopic
+FetchPartition = FetchRequest.FetchTopic.FetchPartition
+TopicKey = str | uuid.UUID  # a topic's name (Fetch v12) or id (v13+)
+PartitionKey = tuple[TopicKey, int]
 Sent = tuple[int, int, int]  # (high watermark, last stable offset, log start offset) last answered
 
 
@@ -30,8 +35,8 @@ Sent = tuple[int, int, int]  # (high watermark, last stable offset, log start of
 class Cached:
     """One partition of a session: its topic entry and latest fetch entry of the request."""
 
-    topic: Any
-    fetch: Any
+    topic: FetchTopic
+    fetch: FetchPartition
     sent: Sent | None = None
 
 
@@ -41,7 +46,7 @@ class FetchSession:
     epoch: int = 1  # the epoch the next Fetch must carry
     partitions: dict[PartitionKey, Cached] = field(default_factory=dict)
 
-    def update(self, request: Any) -> list[PartitionKey]:
+    def update(self, request: FetchRequest) -> list[PartitionKey]:
         """Apply a Fetch's partitions and forgotten ones; the keys the request named."""
         named = []
         for topic in request.topics:
@@ -56,9 +61,9 @@ class FetchSession:
                 self.partitions.pop((name, index), None)
         return named
 
-    def by_topic(self) -> list[tuple[Any, list[Any]]]:
+    def by_topic(self) -> list[tuple[FetchTopic, list[FetchPartition]]]:
         """Every partition's latest fetch entry, grouped under its topic's latest entry."""
-        grouped: dict[Any, tuple[Any, list[Any]]] = {}
+        grouped: dict[TopicKey, tuple[FetchTopic, list[FetchPartition]]] = {}
         for (name, _), cached in self.partitions.items():
             entry = grouped.setdefault(name, (cached.topic, []))
             entry[1].append(cached.fetch)
@@ -78,9 +83,9 @@ class FetchSession:
         self.epoch = 1 if self.epoch >= 0x7FFFFFFF else self.epoch + 1
 
 
-def topic_key(topic: Any) -> Any:
+def topic_key(topic: FetchTopic | FetchRequest.ForgottenTopic) -> TopicKey:
     """A request topic's identity: its name (v12) or its id (v13+)."""
-    return getattr(topic, "topic", None) or getattr(topic, "topic_id", None)
+    return topic.topic or topic.topic_id
 
 
 class FetchSessionCache:
@@ -91,7 +96,7 @@ class FetchSessionCache:
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self._ids = itertools.count(random.randint(1, 1 << 20))
 
-    def create(self, request: Any) -> FetchSession:
+    def create(self, request: FetchRequest) -> FetchSession:
         session = FetchSession(next(self._ids) & 0x7FFFFFFF or 1)
         session.update(request)
         self._sessions[session.session_id] = session

@@ -22,18 +22,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker.net.client import BrokerClient, BrokerUnreachable
 from broker.replication.write_failures import WriteFailures
 from protocol.errors import ErrorCode
-from protocol.messages import REQUESTS
-from protocol.types import TopicPartition
+from protocol.types import IsolationLevel, TopicPartition
 from storage.log import Log, ReplicaDataError
 
 log = logging.getLogger(__name__)
+PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 
-FETCH = 1
 FETCH_VERSION = 12
 BACKOFF_S = 0.2
 
@@ -157,11 +157,11 @@ class ReplicaFetcher:
             if not self._apply(response):
                 await asyncio.sleep(BACKOFF_S)  # a log not written (a full disk) or refusing data
 
-    def _request(self, parts: list[FollowedPartition]) -> Any:
-        cls = REQUESTS[FETCH]
+    def _request(self, parts: list[FollowedPartition]) -> FetchRequest:
+        cls = FetchRequest
         positions = {(p.topic, p.index): _position(p) for p in parts}
         changed, forgotten = self._session.next_request(positions)
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[FetchRequest.FetchTopic.FetchPartition]] = {}
         for (topic, index) in changed:
             leader_epoch, fetch_offset, last_epoch, log_start = positions[(topic, index)]
             by_topic.setdefault(topic, []).append(cls.FetchTopic.FetchPartition(
@@ -174,14 +174,14 @@ class ReplicaFetcher:
             gone.setdefault(topic, []).append(index)
         return cls(
             replica_id=self.node_id, max_wait_ms=self._max_wait_ms, min_bytes=1,
-            max_bytes=self._max_bytes, isolation_level=0, session_id=self._session.session_id,
-            session_epoch=self._session.epoch,
+            max_bytes=self._max_bytes, isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            session_id=self._session.session_id, session_epoch=self._session.epoch,
             topics=[cls.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
             forgotten_topics_data=[cls.ForgottenTopic(topic=t, partitions=ps) for t, ps in gone.items()],
             rack_id="",
         )
 
-    def _apply(self, response: Any) -> bool:
+    def _apply(self, response: FetchResponse) -> bool:
         """Apply a Fetch answer; False if a log could not be written or refused the
         leader's data (the loop then backs off instead of asking again at once)."""
         written = True
@@ -197,7 +197,7 @@ class ReplicaFetcher:
                     written = False
         return written
 
-    def _apply_partition(self, part: FollowedPartition, data: Any) -> bool:
+    def _apply_partition(self, part: FollowedPartition, data: PartitionData) -> bool:
         """Apply one partition's answer; False if its log refused the data."""
         error = ErrorCode(data.error_code)
         if error != ErrorCode.NONE:

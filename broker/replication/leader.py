@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.cluster.image import PartitionState
+from broker.store.image import PartitionState
 from protocol.types import NodeId
 
 NOT_FETCHED = -1
@@ -135,6 +135,3 @@ class LeaderState:
     def rejected(self) -> None:
         """Our proposal lost a compare-and-swap: wait for the store's state, then retry."""
         self.pending = None
-
-    def below_min_isr(self) -> bool:
-        return len(self.state.isr) < self.min_isr

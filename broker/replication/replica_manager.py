@@ -15,15 +15,16 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
 from broker.replication.write_failures import WriteFailures
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from protocol.types import (
     CoordinatorEpoch,
     LeaderEpoch,
     NodeId,
+    Offset,
     ProducerEpoch,
     ProducerId,
     TopicPartition,
@@ -43,6 +44,12 @@ def _resolve(waiters: set[asyncio.Future[None]]) -> None:
         if not waiter.done():
             waiter.set_result(None)
     waiters.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    error: ErrorCode
+    low_watermark: Offset
 
 
 class NotLeader(Exception):
@@ -334,6 +341,19 @@ class ReplicaManager:
             part.advance_high_watermark()
             part.wake()
         return result
+
+    def delete_records(self, part: Partition, offset: int) -> DeleteRecordsResult:
+        """DeleteRecords on the leader: the log start moves up to `offset` (-1: the high
+        watermark); a failed write is handled as an append's. The low watermark is the
+        leader's log start, -1 on an error."""
+        try:
+            error = part.log.delete_records_before(offset)
+        except OSError as exc:
+            self._write_failed(part, exc)
+            return DeleteRecordsResult(ErrorCode.KAFKA_STORAGE_ERROR, Offset(-1))
+        if error != ErrorCode.NONE:
+            return DeleteRecordsResult(error, Offset(-1))
+        return DeleteRecordsResult(ErrorCode.NONE, Offset(part.log.log_start_offset))
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:
         """A follower fetched: its log end is `fetch_offset`; the HW may move, the ISR may grow."""

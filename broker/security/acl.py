@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, cast
 
 CLUSTER_NAME = "kafka-cluster"
-NOT_PROVIDED = None  # the codec writes INT32_MIN, Kafka's "authorized operations not requested"
+# Authorized operations not requested: kafka-python writes None as INT32_MIN, Kafka's value for
+# it; its stubs type the field set[int], so the sentinel is typed as one.
+NOT_PROVIDED = cast("set[int]", None)
 
 
 class AclOperation(IntEnum):

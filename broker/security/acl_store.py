@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from broker.security.acl import AclBinding, AclFilter
 
 if TYPE_CHECKING:
-    from broker.cluster.etcd_store import EtcdMetadataStore
-    from broker.cluster.local_store import LocalMetadataStore
     from broker.security.authorizer import AclAuthorizer
+    from broker.store.etcd_store import EtcdMetadataStore
+    from broker.store.local_store import LocalMetadataStore
 
 CLUSTER_WRITE_WAIT_S = 5.0
 

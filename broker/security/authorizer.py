@@ -4,21 +4,31 @@ Without `authorizer.class.name` Gregor behaves as Kafka without an authorizer: e
 is allowed, and a request that asks for its authorized operations gets every operation the
 resource type supports (Kafka's AclEntry.supportedOperations: topic 0xDF8, group 0xD48, cluster
 0x1FA0). With Kafka's StandardAuthorizer named, `AclAuthorizer` decides by the ACLs in the
-metadata store (broker/security/rules.py). Handlers only call `authorize`, `authorize_any`,
-`authorized_operations` and `cluster_operations`.
+metadata store (broker/security/rules.py). Handlers ask through `broker/api/authorize.py`
+(`authorize`, `authorize_any`, `authorized_operations`, `cluster_operations`), which puts a
+request's caller to the authorizer its services hold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from broker.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBinding, AclOperation, ResourceType
+from broker.security.acl import AclBinding, AclOperation, ResourceType
 from broker.security.rules import AclIndex, Policy, decide, decide_any
 
 if TYPE_CHECKING:
-    from broker.api.caller import Caller
-    from broker.api.context import RequestContext
+    from broker.base.caller import Caller
+
+
+class Authorizer(Protocol):
+    """Whether `caller` may perform `operation` on the named resource (Kafka's Authorizer)."""
+
+    def authorize(
+        self, caller: Caller, operation: AclOperation, resource: ResourceType, name: str
+    ) -> bool: ...
+
+    def authorize_any(self, caller: Caller, operation: AclOperation, resource: ResourceType) -> bool: ...
 
 
 class AllowAllAuthorizer:
@@ -65,31 +75,3 @@ class AclAuthorizer:
 def super_users(value: str) -> frozenset[str]:
     """`super.users`: principals separated by semicolons."""
     return frozenset(p.strip() for p in value.split(";") if p.strip())
-
-
-def authorize(ctx: RequestContext, operation: AclOperation, resource: ResourceType, name: str) -> bool:
-    return ctx.services.authorizer.authorize(ctx.caller, operation, resource, name)
-
-
-def authorize_any(ctx: RequestContext, operation: AclOperation, resource: ResourceType) -> bool:
-    return ctx.services.authorizer.authorize_any(ctx.caller, operation, resource)
-
-
-def authorize_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
-    return authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
-
-
-def authorized_operations(ctx: RequestContext, resource: ResourceType, name: str) -> frozenset[int]:
-    """The operations on `name` the caller may perform, as the codec's bit-set of operation codes
-    (what Kafka's AuthHelper.authorizedOperations packs into the 32-bit field)."""
-    return frozenset(
-        int(op) for op in SUPPORTED_OPERATIONS[resource] if authorize(ctx, op, resource, name)
-    )
-
-
-def cluster_operations(ctx: RequestContext) -> frozenset[int]:
-    """Kafka's cluster answer: nothing (0) without DESCRIBE on the cluster, else the allowed set."""
-    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return frozenset()
-    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
-

@@ -88,9 +88,9 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:
     tls = inter_broker_tls(config)
     if not protocol.startswith("SASL_"):
         return ClientSecurity(tls)
-    mechanism = str(config["sasl.mechanism.inter.broker.protocol"]).upper()
+    mechanism = config.sasl_mechanism_inter_broker_protocol.upper()
     key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
-    text = str(config.values.get(key) or config["sasl.jaas.config"] or "")
+    text = str(config.values.get(key) or config.sasl_jaas_config or "")
     try:
         options = parse_jaas(text).options if text else {}
     except JaasError as exc:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.api.caller import Caller
+from broker.base.caller import Caller
 from broker.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from broker.api.services import Authorizer
+    from broker.security.authorizer import Authorizer
 
 _MARK = " for "
 

@@ -51,7 +51,7 @@ def _sasl(config: BrokerConfig, listener: str, scram: Lookup) -> SaslSettings:
     users: dict[str, str] = {}
     if "PLAIN" in mechanisms:
         key = f"listener.name.{listener.lower()}.plain.sasl.jaas.config"
-        text = str(config.values.get(key) or config["sasl.jaas.config"] or "")
+        text = str(config.values.get(key) or config.sasl_jaas_config or "")
         try:
             entry = parse_jaas(text) if text else None
         except JaasError as exc:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from broker.security.scram import ScramCredential, ScramMechanism
 
 if TYPE_CHECKING:
-    from broker.cluster.etcd_store import EtcdMetadataStore
-    from broker.cluster.local_store import LocalMetadataStore
+    from broker.store.etcd_store import EtcdMetadataStore
+    from broker.store.local_store import LocalMetadataStore
 
 Key = tuple[ScramMechanism, str]  # (mechanism, user)
 CLUSTER_WRITE_WAIT_S = 5.0

@@ -65,8 +65,8 @@ def _field(part: str, spec: str) -> tuple[str, str]:
 
 
 def _store_locally(config: BrokerConfig, entries: list[Entry]) -> str:
-    from broker.cluster.local_store import LocalMetadataStore
     from broker.security.scram_store import local_credentials
+    from broker.store.local_store import LocalMetadataStore
 
     directory = config.log_dirs[0]
     directory.mkdir(parents=True, exist_ok=True)
@@ -76,16 +76,16 @@ def _store_locally(config: BrokerConfig, entries: list[Entry]) -> str:
 
 
 async def _store_in_etcd(config: BrokerConfig, entries: list[Entry]) -> str:
-    from broker.cluster.address import EtcdAddress
-    from broker.cluster.etcd_store import EtcdMetadataStore
+    from broker.store.address import EtcdAddress
+    from broker.store.etcd_store import EtcdMetadataStore
 
-    store = EtcdMetadataStore(EtcdAddress.parse(config["metadata.store"]))
-    await store.open(attempts=config["metadata.store.connect.attempts"])
+    store = EtcdMetadataStore(EtcdAddress.parse(config.metadata_store))
+    await store.open(attempts=config.metadata_store_connect_attempts)
     try:
         await store.put_scram({f"{m.mechanism_name}/{user}": c.to_json() for m, user, c in entries}, [])
     finally:
         await store.close()
-    return str(config["metadata.store"])
+    return config.metadata_store
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         entries = [parse_scram(spec) for spec in args.add_scram]
         if not entries:
             raise FormatError("nothing to format: give --add-scram")
-        clustered = config["metadata.store"] != "local"
+        clustered = config.metadata_store != "local"
         where = asyncio.run(_store_in_etcd(config, entries)) if clustered else _store_locally(config, entries)
     except (ConfigError, FormatError, OSError) as exc:
         print(f"gregor storage format: {exc}", file=sys.stderr)

@@ -17,8 +17,8 @@ current transaction does not include that partition. Its first offset pins
 the partition's last stable offset, so read_committed consumers stop there
 until `abort` writes an ABORT marker for it.
 
-The selection logic (`candidate_open_transactions`, `hanging_transactions`)
-and the table printer are pure; the `_cmd_*` functions are the I/O edge.
+The selection rules are the coordinator's (`coordinator/transaction/hanging.py`); the table
+printer is pure; the `_cmd_*` functions are the I/O edge.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TextIO, TypeVar
 
@@ -35,6 +34,8 @@ from kafka.errors import KafkaError, TransactionalIdNotFoundError, for_code
 from kafka.structs import TopicPartition
 
 from broker.tools.common import Command, ToolError, add_connection_args, run_command
+from coordinator.transaction.hanging import OpenTransaction, candidate_open_transactions, hanging_transactions
+from protocol.types import Offset, ProducerEpoch, ProducerId
 
 MAX_BATCH_SIZE = 500  # partitions / topics per DescribeProducers / Metadata request, as in Kafka
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # Kafka's transaction.max.timeout.ms, in minutes
@@ -57,23 +58,6 @@ HANGING_HEADERS = (
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class OpenTransaction:
-    """A producer with an open transaction on one partition (from DescribeProducers)."""
-
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    start_offset: int
-    last_timestamp: int
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-
 # -- pure logic ------------------------------------------------------------------
 
 
@@ -93,35 +77,10 @@ def open_transactions(states: Mapping[TopicPartition, Any]) -> list[OpenTransact
         for p in state.active_producers:
             if p.current_transaction_start_offset >= 0:
                 found.append(OpenTransaction(
-                    tp.topic, tp.partition, p.producer_id, p.producer_epoch, p.coordinator_epoch,
-                    p.current_transaction_start_offset, p.last_timestamp,
+                    tp.topic, tp.partition, ProducerId(p.producer_id), ProducerEpoch(p.producer_epoch),
+                    p.coordinator_epoch, Offset(p.current_transaction_start_offset), p.last_timestamp,
                 ))
     return sorted(found, key=lambda t: (t.topic, t.partition, t.start_offset))
-
-
-def candidate_open_transactions(
-    found: Iterable[OpenTransaction], now_ms: int, max_transaction_timeout_ms: int
-) -> list[OpenTransaction]:
-    """Open transactions silent for longer than the maximum transaction timeout
-    (the coordinator would have aborted any live one by now)."""
-    return [t for t in found if now_ms - t.last_timestamp > max_transaction_timeout_ms]
-
-
-def hanging_transactions(
-    candidates: Iterable[OpenTransaction],
-    transactional_ids: Mapping[int, str],
-    descriptions: Mapping[str, Any | None],
-) -> list[OpenTransaction]:
-    """The candidates no coordinator will finish: the producer id has no
-    transactional id, the id is unknown to its coordinator, or the id's
-    transaction (ongoing, or still writing markers) does not include the partition."""
-    hanging = []
-    for txn in candidates:
-        txn_id = transactional_ids.get(txn.producer_id)
-        description = descriptions.get(txn_id) if txn_id is not None else None
-        if description is None or txn.topic_partition not in description.topic_partitions:
-            hanging.append(txn)
-    return hanging
 
 
 def list_rows(listings_by_broker: Mapping[int, Iterable[Any]]) -> list[list[str]]:
@@ -244,7 +203,7 @@ def _open_transactions(
     return found
 
 
-def _transactional_ids(admin: Any, producer_ids: set[int]) -> dict[int, str]:
+def _transactional_ids(admin: Any, producer_ids: set[ProducerId]) -> dict[ProducerId, str]:
     what = f"Failed to list transactions for {len(producer_ids)} producers"
     by_broker = _call(what, lambda: admin.list_transactions(producer_id_filters=sorted(producer_ids)))
     return {
@@ -253,11 +212,13 @@ def _transactional_ids(admin: Any, producer_ids: set[int]) -> dict[int, str]:
     }
 
 
-def _descriptions(admin: Any, transactional_ids: Iterable[str]) -> dict[str, Any | None]:
-    found: dict[str, Any | None] = {}
+def _partitions_of(admin: Any, transactional_ids: Iterable[str]) -> dict[str, set[TopicPartition] | None]:
+    """Each id's current transaction's partitions, None for an id its coordinator lacks."""
+    found: dict[str, set[TopicPartition] | None] = {}
     for txn_id in sorted(set(transactional_ids)):
         try:
-            found[txn_id] = admin.describe_transactions([txn_id]).get(txn_id)
+            description = admin.describe_transactions([txn_id]).get(txn_id)
+            found[txn_id] = None if description is None else set(description.topic_partitions)
         except TransactionalIdNotFoundError:
             found[txn_id] = None
         except KafkaError as exc:
@@ -279,7 +240,7 @@ def _cmd_find_hanging(admin: Any, args: argparse.Namespace, out: TextIO) -> None
     hanging: list[OpenTransaction] = []
     if candidates:
         txn_ids = _transactional_ids(admin, {t.producer_id for t in candidates})
-        hanging = hanging_transactions(candidates, txn_ids, _descriptions(admin, txn_ids.values()))
+        hanging = hanging_transactions(candidates, txn_ids, _partitions_of(admin, txn_ids.values()))
     out.write(format_table(HANGING_HEADERS, hanging_rows(hanging, now)))
 
 

@@ -123,9 +123,6 @@ class OffsetStore:
             tp for p in self.open_txns.get(group_id, ()) for tp in self.pending.get(p, {}).get(group_id, {})
         }
 
-    def pending_of(self, producer_id: int) -> dict[str, GroupOffsets]:
-        return {g: dict(o) for g, o in self.pending.get(producer_id, {}).items()}
-
     def groups(self) -> Iterator[str]:
         return iter(set(self.committed) | set(self.open_txns))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -25,7 +26,7 @@ from storage.cleaner.offset_map import OffsetMap
 from storage.cleaner.records import BatchDecoder, UndecodableBatchError
 from storage.cleaner.rewrite import CleaningAborted, clean
 from storage.cleaner.selection import LogToClean, cleanable, is_compacted, make_job, should_clean
-from storage.cleaner.swap import CrashPoint, abandon, install, no_crash_point, prepare
+from storage.cleaner.swap import CrashPoint, abandon, install, no_crash_point, pass_leftovers, prepare
 from storage.log import Log
 from storage.segment import LogSegment
 
@@ -54,6 +55,26 @@ class CleanerConfig:
             io_buffer_load_factor=float(props.get("log.cleaner.io.buffer.load.factor", 0.9)),
             backoff_ms=int(props.get("log.cleaner.backoff.ms", 15000)),
         )
+
+
+def _prepare(job: CleanJob, result: CleanResult) -> None:
+    try:
+        for group in result.groups:
+            prepare(job.directory, group)
+    except BaseException:
+        for group in result.groups:
+            abandon(job.directory, group)
+        raise
+
+
+def _check_nothing_left(job: CleanJob) -> None:
+    with contextlib.suppress(OSError):  # the directory itself may be gone or unreadable
+        left = pass_leftovers(job.directory)
+        for path in left:
+            path.unlink(missing_ok=True)
+        if left:
+            log.error("%s: a failed cleaning pass left %s behind (removed)", job.name,
+                      ", ".join(p.name for p in left))
 
 
 class Throttler:
@@ -199,14 +220,16 @@ class LogCleaner:
     # -- cleaner-thread side ---------------------------------------------------------------
 
     def clean_job(self, job: CleanJob, decoder: BatchDecoder | None = None) -> CleanResult:
+        """The pass's ``.cleaned`` segments, prepared for the swap. A pass that fails (a
+        full disk) removes every file it wrote before raising; a file of its kind left
+        after that is a bug, logged and removed (`_check_nothing_left`)."""
         offset_map = OffsetMap.for_buffer(self.config.dedupe_buffer_size, self.config.io_buffer_load_factor)
-        result = clean(job, offset_map, decoder, Throttler(self.config.io_max_bytes_per_second, self._stop))
+        throttle = Throttler(self.config.io_max_bytes_per_second, self._stop)
         try:
-            for group in result.groups:
-                prepare(job.directory, group)
+            result = clean(job, offset_map, decoder, throttle)
+            _prepare(job, result)
         except BaseException:
-            for group in result.groups:
-                abandon(job.directory, group)
+            _check_nothing_left(job)
             raise
         return result
 

@@ -129,14 +129,3 @@ def empty_batch(header: BatchHeader) -> bytes:
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
     )
-
-
-def with_delete_horizon(batch: bytes, header: BatchHeader, records: list[Any], horizon: int) -> bytes:
-    """The same records with a delete horizon set (a control batch or a batch of tombstones)."""
-    if header.records_count == 0:
-        return batch
-    return rebuild_batch(header, records, horizon)
-
-
-def delete_horizon(header: BatchHeader) -> int | None:
-    return header.base_timestamp if header.has_delete_horizon else None

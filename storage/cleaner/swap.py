@@ -36,7 +36,7 @@ SWAP_SUFFIX = ".swap"
 SWAP_END_SUFFIX = ".swapend"
 DELETED_SUFFIX = ".deleted"
 
-# The broker passes broker.faults.crash_point (storage never imports broker).
+# The broker passes broker.base.faults.crash_point (storage never imports broker).
 CrashPoint = Callable[[str], None]
 
 
@@ -96,6 +96,17 @@ def abandon(directory: Path, group: CleanedGroup) -> None:
     """A cleaned group that will not be swapped in (the log changed meanwhile)."""
     discard_cleaned(directory, group.base_offset)
     _swap_end_path(directory, group.base_offset).unlink(missing_ok=True)
+
+
+def pass_leftovers(directory: Path) -> list[Path]:
+    """The files of a pass that never reached its swap still in ``directory``: ``.cleaned``
+    files, and ``.swapend`` files (or their temporaries) with no ``.log.swap`` beside them.
+    A pass that failed removes its own, so after one the list is empty."""
+    found = list(directory.glob("*" + CLEANED_SUFFIX))
+    for end in directory.glob("*" + SWAP_END_SUFFIX + "*"):
+        if not swap_path(directory, int(end.name[:20]), LOG_SUFFIX).exists():
+            found.append(end)
+    return sorted(found)
 
 
 def recover_swaps(directory: Path) -> int:

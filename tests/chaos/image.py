@@ -7,8 +7,8 @@ import asyncio
 import json
 import sys
 
-from broker.cluster.address import EtcdAddress
-from broker.cluster.etcd_store import EtcdMetadataStore
+from broker.store.address import EtcdAddress
+from broker.store.etcd_store import EtcdMetadataStore
 
 
 async def _view(url: str) -> dict[str, object]:

@@ -22,7 +22,7 @@ from tests.chaos.netns import PREFIX, free_run_id
 from tests.chaos.report import STALL_S
 from tests.chaos.workload import WORKLOADS
 
-# Anomalies reported in the summary without failing the run (README, "Fault testing"): none
+# Anomalies reported in the summary without failing the run (docs/fault-testing.md): none
 # now, so any anomaly fails the run. Fixed: the "duplicate" (librdkafka sending again after a
 # sequence gap a full disk left was answered OUT_OF_ORDER_SEQUENCE_NUMBER) and "reprocessed" (a
 # deposed group coordinator answering OffsetFetch from memory; test_stale_coordinator_reads.py).

@@ -1,7 +1,7 @@
 """Answers of Kafka and Gregor compared field by field after normalising what legitimately
 differs (ids each broker makes up, hosts and ports, clocks, throttling, free-text messages).
 
-The accepted differences are the table "Differences from Apache Kafka" of README.md: a
+The accepted differences are the table "Accepted differences" of docs/differences.md: a
 difference at a path that a row of that table names is reported as accepted, any other one
 fails the case with both answers.
 """
@@ -16,7 +16,8 @@ from typing import Any
 
 from tests.integration.harness import REPO_ROOT
 
-README_SECTION = "## Differences from Apache Kafka"
+DIFFERENCES_PAGE = REPO_ROOT / "docs" / "differences.md"
+DIFFERENCES_SECTION = "## Accepted differences"
 CASE_TOPIC = re.compile(r"d-[0-9a-f]{10}")  # tests/differential/conftest.py names topics so
 # Fields whose value each broker makes up: compared by order of first appearance in a case.
 RENAMED = {"producer_id", "topic_id", "member_id", "session_id", "leader"}
@@ -193,9 +194,9 @@ def _join(path: str, name: str) -> str:
 
 @cache
 def accepted_table() -> list[tuple[str, str, str]]:
-    """(API name, path pattern, why) of every row of README.md's accepted-differences table."""
-    text = (REPO_ROOT / "README.md").read_text()
-    start = text.index(README_SECTION)
+    """(API name, path pattern, why) of every row of docs/differences.md's accepted-differences table."""
+    text = DIFFERENCES_PAGE.read_text()
+    start = text.index(DIFFERENCES_SECTION)
     rows: list[tuple[str, str, str]] = []
     for line in text[start:].splitlines()[1:]:
         if line.startswith("## "):
@@ -217,12 +218,12 @@ def accepted(api_name: str, version: int, diff: Difference) -> bool:
 
 
 def _literal_brackets(pattern: str) -> str:
-    """A README pattern for fnmatch: `[`/`]` are the path's own brackets, only `*` is a wildcard."""
+    """A table pattern for fnmatch: `[`/`]` are the path's own brackets, only `*` is a wildcard."""
     return "".join("[[]" if c == "[" else "[]]" if c == "]" else c for c in pattern)
 
 
 def _in_range(version: int, versions: str) -> bool:
     m = re.fullmatch(r"(\d+)(?:-(\d+))?", versions.strip())
-    assert m, f"README accepted-differences: bad version range {versions!r}"
+    assert m, f"docs/differences.md accepted differences: bad version range {versions!r}"
     low = int(m[1])
     return low <= version <= int(m[2] or low)

@@ -83,7 +83,7 @@ def test_confluent_admin(pair: Pair) -> None:
     assert_same(*both(pair, confluent_admin))
 
 
-# Not log.retention.ms: its value differs as the README's table of accepted differences says
+# Not log.retention.ms: its value differs as docs/differences.md's table of accepted differences says
 # (Kafka shows null when only log.retention.hours sets it, Gregor the value in force).
 BROKER_KEYS = ("message.max.bytes", "log.segment.bytes", "log.retention.bytes")
 

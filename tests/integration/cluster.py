@@ -19,9 +19,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.cluster.address import EtcdAddress
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import ClusterImage, PartitionState
+from broker.store.address import EtcdAddress
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import ClusterImage, PartitionState
 from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import BrokerFactory, BrokerProcess
 

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.integration.harness import free_port, port_open
+from tests.integration.harness import free_port, port_open, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 ETCD_BINARY = Path(os.environ.get("GREGOR_ETCD", ROOT / ".deps" / "etcd" / "etcd"))
@@ -86,7 +86,7 @@ class EtcdProcess:
 
     def pause(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
+        stop(self.proc.pid, "etcd")
 
     def resume(self) -> None:
         assert self.proc is not None

@@ -55,6 +55,15 @@ def _port_share() -> tuple[int, int]:
     return int(worker.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
+def stop(pid: int, what: str) -> None:
+    """SIGSTOP `pid` and return once the kernel shows it stopped: the signal is delivered
+    asynchronously, and a process on a loaded machine may answer a request or two after
+    `kill` returned (a CI run's etcd reserved one more producer-id block after its pause)."""
+    os.kill(pid, signal.SIGSTOP)
+    stat = Path(f"/proc/{pid}/stat")
+    wait_until(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", 5, 0.01, f"{what} stopped")
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, never one this process handed out before: the
     kernel may give a just-closed port again, and a fixture asking for six ports at once must
@@ -252,10 +261,7 @@ class BrokerProcess:
         """SIGSTOP: the process stays, does nothing (its sessions lapse if it stays so).
         Returns once the kernel shows it stopped."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-        stat = Path(f"/proc/{self.proc.pid}/stat")
-        wait_until(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", 5, 0.01,
-                   f"broker {self.bootstrap} stopped")
+        stop(self.proc.pid, f"broker {self.bootstrap}")
 
     def resume(self) -> None:
         assert self.proc is not None

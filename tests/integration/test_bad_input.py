@@ -1,4 +1,6 @@
-"""Malformed input, byte by byte, against a real broker (DESIGN "Wire protocol").
+"""Malformed input, byte by byte, against a real broker: every malformed input gets the
+protocol's own answer, or a closed connection and a log line when the frame itself is
+unreadable; never a crash, never a partial append.
 
 Every case checks the answer (a per-partition error code, or a closed
 connection for an unreadable frame) and then that nothing else was hurt:

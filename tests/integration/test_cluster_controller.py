@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from broker.cluster.address import EtcdAddress
 from broker.cluster.controller import ClusterController
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import NO_LEADER, BrokerRegistration, ClusterImage
+from broker.store.address import EtcdAddress
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import NO_LEADER, BrokerRegistration, ClusterImage
 from protocol.types import NodeId
 from tests.integration.etcd import EtcdProcess
 

@@ -19,9 +19,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.cluster.address import EtcdAddress
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import ClusterImage
+from broker.store.address import EtcdAddress
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import ClusterImage
 from protocol.messages import REQUESTS
 from tests.integration.clients import assign_consumer, poll_records
 from tests.integration.etcd import EtcdProcess

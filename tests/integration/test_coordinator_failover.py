@@ -26,7 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, KafkaExcep
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.producer import EndTxnRequest
 
-from broker.cluster.image import ClusterImage
+from broker.store.image import ClusterImage
 from coordinator.hashing import coordinator_partition
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS

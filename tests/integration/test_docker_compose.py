@@ -385,7 +385,7 @@ def secure(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     c = ComposeCluster(f"gregor-it-sec-{uuid.uuid4().hex[:6]}", env, files, ports, metrics_ports)
     try:
         c.up("init", *BROKER_SERVICES)
-        c.compose("cp", "init:/etc/gregor/secrets/ca.pem", str(tmp / "ca.pem"))  # as the README says
+        c.compose("cp", "init:/etc/gregor/secrets/ca.pem", str(tmp / "ca.pem"))  # as docs/cluster.md says
         yield SecureCluster(c, tmp / "ca.pem")
         logs = c.compose("logs", "--no-color", check=False)
         assert "Traceback" not in logs, logs[-3000:]
@@ -429,7 +429,7 @@ def test_secured_cluster_serves_an_admin_transaction_over_sasl_ssl(secure: Secur
     isr = AdminClient(secure.client()).list_topics(topic, timeout=20).topics[topic].partitions.values()
     assert all(len(p.isrs) == 3 for p in isr), "followers fetch over SASL_SSL as User:broker"
     assert shutil.which("kcat"), "kcat is missing: `make test` installs it (scripts/chaos-deps.sh)"
-    listed = subprocess.run(  # the README's kcat line
+    listed = subprocess.run(  # docs/cluster.md's kcat line
         ["kcat", "-b", secure.compose.bootstrap, "-X", "security.protocol=sasl_ssl",
          "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=admin",
          "-X", f"sasl.password={ADMIN_PASSWORD}", "-X", f"ssl.ca.location={secure.ca}",

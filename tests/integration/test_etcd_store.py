@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from aetcd.exceptions import ConnectionFailedError
 
-from broker.cluster.address import EtcdAddress
-from broker.cluster.etcd_store import EtcdMetadataStore, NodeIdInUse, StoreUnavailable
-from broker.cluster.image import BrokerRegistration, PartitionState, TopicRecord
+from broker.store.address import EtcdAddress
+from broker.store.etcd_store import EtcdMetadataStore, NodeIdInUse, StoreUnavailable
+from broker.store.image import BrokerRegistration, PartitionState, TopicRecord
 from protocol.types import NodeId
 from tests.integration.etcd import EtcdProcess
 from tests.integration.harness import free_port

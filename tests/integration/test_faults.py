@@ -22,7 +22,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from protocol.errors import ErrorCode
 from tests.integration.clients import read_to_eof
@@ -206,27 +213,32 @@ def test_a_sequence_gap_left_by_a_failed_write_is_a_storage_error(cluster: Clust
     assert [v[:1] for v in stored] == [b"0", b"1", b"2"]
 
 
-COMPACTED_LATE = {**COMPACTED, "min.compaction.lag.ms": "3000"}  # 3 s to fill the disk before a cleaning
+COMPACTED_HELD = {**COMPACTED, "min.compaction.lag.ms": str(86_400_000)}  # nothing cleanable yet
 
 
 def test_a_full_disk_holds_the_cleaner_back_until_space_returns(cluster: Cluster) -> None:
     """Seed 109: a full disk left five compacted partitions uncleaned until their broker
-    restarted. The cleaner now logs one line, leaves no half-written segment, tries the log
-    again every log.cleaner.backoff.ms, and cleans it once space is back."""
-    topic = placed_topic(cluster, [[FULL]], min_isr=1, config=COMPACTED_LATE)
+    restarted. The cleaner now logs one line, leaves no half-written file (it checks so itself
+    after each failed pass, and says so in an ERROR line if not), tries the log again every
+    log.cleaner.backoff.ms, and cleans it once space is back.
+
+    The records become cleanable only once the disk is full (min.compaction.lag.ms lowered
+    then), so no pass can run before; and the directory is looked at only once the cleaner is
+    done with it: a look while a pass is writing sees its files (a fresh clone's CI did)."""
+    topic = placed_topic(cluster, [[FULL]], min_isr=1, config=COMPACTED_HELD)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all"})
     for i in range(300):
         producer.produce(topic, key=b"k%d" % (i % 4), value=b"v%04d" % i * 20, partition=0)
         if i % 10 == 9:  # a batch of 10, about 1 KB: segments of two batches
             assert producer.flush(30) == 0
     broker = cluster.broker(FULL)
-    data = Path(broker.config["log.dirs"])
+    data = Path(broker.config["log.dirs"]) / f"{topic}-0"
     failing = f"{topic}-0: cannot clean (trying again every {CLEANER_BACKOFF_MS} ms)"
-    filler = fill(data.parent)
+    filler = fill(data.parent.parent)
     try:
+        alter_topic(cluster, topic, {"min.compaction.lag.ms": "0"})  # cleanable from now on
         wait_until(lambda: failing in broker.log_text(), timeout=30, msg="the cleaner meeting the full disk")
         time.sleep(5 * CLEANER_BACKOFF_MS / 1000)  # it tries again meanwhile
-        assert not [f.name for f in (data / f"{topic}-0").iterdir() if f.suffix in (".cleaned", ".swap")]
         assert f"{topic}-0: cleaned" not in broker.log_text()
     finally:
         free(filler)
@@ -234,9 +246,18 @@ def test_a_full_disk_holds_the_cleaner_back_until_space_returns(cluster: Cluster
                msg="the cleaner cleaning once space is back")
     log = broker.log_text()
     assert log.count(failing) == 1 and "Traceback" not in log
+    assert f"{topic}-0: a failed cleaning pass left" not in log
+    assert not [f.name for f in data.iterdir() if f.suffix in (".cleaned", ".swap", ".swapend", ".tmp")]
     got = read_to_eof(cluster.bootstrap, [(topic, 0)], "read_committed", "clean", 30, "compacted")
     assert {m.key(): m.value() for _, m in got} == {b"k%d" % k: b"v%04d" % (296 + k) * 20 for k in range(4)}
     assert len(got) < 300
+
+
+def alter_topic(cluster: Cluster, topic: str, configs: dict[str, str]) -> None:
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(30)
 
 
 def test_a_broker_that_cannot_recover_on_a_full_disk_stops_with_one_line(cluster: Cluster) -> None:

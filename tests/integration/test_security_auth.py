@@ -45,7 +45,7 @@ from kafka import TopicPartition as KTopicPartition
 from kafka.protocol.sasl import SaslHandshakeRequest
 from scramp import ScramClient
 
-from broker.cluster.local_store import STORE_FILE
+from broker.store.local_store import STORE_FILE
 from protocol.messages import REQUESTS
 from tests.integration.certs import Pki, make_pki
 from tests.integration.harness import (

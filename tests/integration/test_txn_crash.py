@@ -1,6 +1,6 @@
 """kill -9 the broker in the middle of a transaction's two-phase commit.
 
-The broker SIGKILLs itself at a crash point (broker/faults.py, env
+The broker SIGKILLs itself at a crash point (broker/base/faults.py, env
 GREGOR_CRASH_POINTS) reached while a confluent-kafka transactional producer
 ends a transaction that wrote to 2 topics x 2 partitions:
 

@@ -98,7 +98,9 @@ def build_batch(
     return bytes(builder.build())
 
 
-# Field positions inside a magic-v2 batch (see DESIGN.md "Record batches").
+# Field positions inside a magic-v2 batch's 61-byte big-endian header: baseOffset i64,
+# batchLength i32, partitionLeaderEpoch i32, magic i8, crc u32, attributes i16, ...,
+# recordsCount i32 (Kafka's DefaultRecordBatch).
 BATCH_LENGTH_POS = 8
 MAGIC_POS = 16
 CRC_POS = 17

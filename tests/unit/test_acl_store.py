@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.api.caller import ANONYMOUS, Caller
-from broker.cluster.local_store import LocalMetadataStore
+from broker.base.caller import ANONYMOUS, Caller
 from broker.security.acl import AclBinding, AclFilter, AclOperation, PatternType, Permission, ResourceType
 from broker.security.acl_store import LocalAcls
 from broker.security.authorizer import AclAuthorizer, super_users
 from broker.security.forwarded import forwarding_client_id, original_caller
 from broker.security.rules import Policy
+from broker.store.local_store import LocalMetadataStore
 
 R, Op = ResourceType, AclOperation
 ALICE = Caller("10.0.0.1", principal="User:alice")

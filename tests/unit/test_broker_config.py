@@ -1,5 +1,5 @@
 """Broker configuration: Kafka key names, defaults, valid ranges, and clear errors at
-start-up; README's key table is generated from the same table."""
+start-up; docs/configuration.md's key table is generated from the same table."""
 
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ from broker.config import (
     with_config_docs,
 )
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONFIG_PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_defaults_and_kafka_precedence() -> None:
     config = build_config({"log.retention.hours": 2, "node.id": "3"})
     assert config.node_id == 3
-    assert config["log.retention.ms"] == 7_200_000
+    assert config.values["log.retention.ms"] == 7_200_000
     assert config.explicit == {"log.retention.hours": 2, "node.id": 3}
-    assert build_config({"log.retention.ms": 5, "log.retention.hours": 2})["log.retention.ms"] == 5
-    assert build_config({"log.retention.hours": -1})["log.retention.ms"] == -1
+    assert build_config({"log.retention.ms": 5, "log.retention.hours": 2}).values["log.retention.ms"] == 5
+    assert build_config({"log.retention.hours": -1}).values["log.retention.ms"] == -1
 
 
 def test_log_dirs_wins_over_log_dir() -> None:
@@ -148,9 +148,9 @@ def test_every_integer_key_has_kafkas_range(key: str) -> None:
         with pytest.raises(ConfigError, match="session.timeout.ms"):
             build_config(lowest)
         lowest.update({"group.consumer.session.timeout.ms": "2", key: "2"})
-        assert build_config(lowest)[key] == 2
+        assert build_config(lowest).values[key] == 2
     else:
-        assert build_config(lowest)[key] == kind.minimum
+        assert build_config(lowest).values[key] == kind.minimum
     with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
         build_config({key: kind.minimum - 1})
     with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
@@ -168,14 +168,14 @@ def test_every_key_is_documented_and_its_default_is_valid(key: str) -> None:
 
 
 def test_etcd_metadata_store_is_accepted() -> None:
-    assert build_config({"metadata.store": "etcd://127.0.0.1:2379/g"})["metadata.store"] == "etcd://127.0.0.1:2379/g"
+    assert build_config({"metadata.store": "etcd://127.0.0.1:2379/g"}).values["metadata.store"] == "etcd://127.0.0.1:2379/g"
 
 
-def test_readme_key_table_is_generated_from_keys() -> None:
-    readme = README.read_text()
-    assert with_config_docs(readme) == readme, (
-        "README's configuration table differs from broker/config.py KEYS: "
-        "run `.venv/bin/gregor config-docs --readme README.md`"
+def test_docs_key_table_is_generated_from_keys() -> None:
+    page = CONFIG_PAGE.read_text()
+    assert with_config_docs(page) == page, (
+        "docs/configuration.md's key table differs from broker/config.py KEYS: "
+        "run `.venv/bin/gregor config-docs --doc docs/configuration.md`"
     )
     for key in KEYS:
         assert f"| `{key}` |" in config_docs()
@@ -186,7 +186,7 @@ def test_readme_key_table_is_generated_from_keys() -> None:
 def test_config_file_errors(tmp_path: Path) -> None:
     path = tmp_path / "broker.yaml"
     path.write_text("node.id: 1\nnum.partitions: 2\n")
-    assert load_config(path, ["num.partitions=5"])["num.partitions"] == 5
+    assert load_config(path, ["num.partitions=5"]).values["num.partitions"] == 5
     with pytest.raises(ConfigError, match="key=value"):
         load_config(path, ["num.partitions"])
     path.write_text("- just\n- a list\n")
@@ -204,3 +204,17 @@ def test_config_file_errors(tmp_path: Path) -> None:
     path.write_bytes(b"node.id: \xff\xfe\n")
     with pytest.raises(ConfigError, match="not text"):
         load_config(path, [])
+
+
+def test_every_typed_getter_names_a_key_and_reads_it_as_its_parser_gives() -> None:
+    """BrokerConfig's getters (one per key the code reads, as Kafka's KafkaConfig): the key
+    exists and the getter's type is what the key's parser returns, for the defaults too."""
+    from broker.config import KEYS, BrokerConfig, Setting
+
+    getters = {name: g for name, g in vars(BrokerConfig).items() if isinstance(g, Setting)}
+    assert len(getters) > 50
+    config = build_config({})
+    for name, getter in getters.items():
+        assert name == getter.key.replace(".", "_") and getter.key in KEYS, name
+        value = getattr(config, name)
+        assert type(value) is getter.kind, (name, value)

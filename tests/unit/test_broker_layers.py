@@ -1,4 +1,5 @@
-"""The shape of broker/, checked over the source: the rooms stay rooms.
+"""The shape of broker/, checked over the source: the rooms stay rooms, and the rooms stand
+on floors with every import going down.
 
 Every import counts, also those under `if TYPE_CHECKING:` and inside functions."""
 
@@ -94,7 +95,7 @@ def test_handlers_reach_coordinators_only_through_the_ports() -> None:
 
 
 def test_the_ports_import_no_handler_and_no_implementation_imports_the_ports_users() -> None:
-    users = {m for m in MODULES if m.startswith("broker.handlers")} | {"broker.net.connection"}
+    users = {m for m in MODULES if m.startswith("broker.handlers")} | {"broker.front.connection"}
     implementations = {m for m in MODULES if not m.startswith(("broker.handlers", "broker.server"))}
     wrong = sorted((m, d) for m in implementations - users - {"broker.cli"} for d in GRAPH[m] & users)
     assert wrong == []
@@ -111,3 +112,59 @@ def test_no_line_reaches_a_whole_broker() -> None:
         if WHOLE_BROKER.search(line)
     ]
     assert offenders == []
+
+
+# The floors of broker/, the lowest first: a room (a folder, or a top-level module) imports
+# only rooms on lower floors. A new room is placed here before it is used.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("base",),  # clocks, fault points, the loop watch, the caller value
+    ("store",),  # the metadata image and its stores (a file, etcd)
+    ("config",),
+    ("security",),
+    ("net",),  # the inter-broker client
+    ("replication",),
+    ("cluster",),
+    ("api", "metrics", "dynamic_config"),  # the ports; what is counted
+    ("handlers", "coordination", "tools"),
+    ("front",),  # the listeners and the connection loop over the handler table
+    ("server",),  # the composition root
+    ("cli",),
+)
+FLOOR_OF = {room: n for n, rooms in enumerate(FLOORS) for room in rooms}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import between rooms that does not go to a lower floor, as `a -> b`."""
+    wrong = []
+    for module, deps in sorted(graph.items()):
+        room = _room(module)
+        for dep in sorted(deps):
+            other = _room(dep)
+            if room is None or other is None or other == room:
+                continue
+            if FLOOR_OF.get(other, len(FLOORS)) >= FLOOR_OF.get(room, -1):
+                wrong.append(f"{module} -> {dep}")
+    return wrong
+
+
+def test_every_room_stands_on_a_floor() -> None:
+    rooms = {r for r in map(_room, MODULES) if r is not None}
+    assert sorted(rooms - set(FLOOR_OF)) == []
+    assert sorted(set(FLOOR_OF) - rooms) == []
+
+
+def test_imports_only_go_down_the_floors() -> None:
+    assert upward_imports(GRAPH) == []
+
+
+def test_an_upward_or_sideways_import_is_found() -> None:
+    assert upward_imports({"broker.store.image": {"broker.cluster.view"}}) == [
+        "broker.store.image -> broker.cluster.view"]
+    assert upward_imports({"broker.api.services": {"broker.metrics.stats"}}) == [
+        "broker.api.services -> broker.metrics.stats"]
+    assert upward_imports({"broker.cluster.view": {"broker.store.image", "broker.cluster.image"}}) == []

@@ -80,8 +80,8 @@ def test_compose_accepts_the_file_and_each_broker_gets_a_valid_config() -> None:
         assert published(service) >= {("127.0.0.1", advertised["HOST"].port, host.port)}
         assert advertised["HOST"].host == "127.0.0.1" and advertised["HOST"].port == host.port
         assert all(p[0] == "127.0.0.1" for p in published(service)), "only the host's loopback is published"
-        assert broker["metadata.store"].startswith("etcd://etcd:2379")
-        assert broker["default.replication.factor"] == 3 and broker["min.insync.replicas"] == 2
+        assert broker.values["metadata.store"].startswith("etcd://etcd:2379")
+        assert broker.values["default.replication.factor"] == 3 and broker.values["min.insync.replicas"] == 2
     assert node_ids == {1, 2, 3}
     assert services["topics"]["environment"]["BOOTSTRAP"] == ",".join(f"{b}:19092" for b in BROKERS)
 
@@ -118,13 +118,13 @@ def test_the_secured_file_gives_each_broker_sasl_ssl_with_scram_and_the_authoriz
         broker = broker_config(service)
         assert {broker.security_protocol(listener) for listener in broker.listeners} == {"SASL_SSL"}
         assert broker.inter_broker_listener == "INTERNAL"
-        assert broker["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
-        assert broker["ssl.keystore.location"] == f"/etc/gregor/secrets/{name}.pem"
-        assert broker["ssl.truststore.location"] == "/etc/gregor/secrets/ca.pem"
-        login = parse_jaas(broker["listener.name.internal.scram-sha-512.sasl.jaas.config"]).options
+        assert broker.values["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+        assert broker.values["ssl.keystore.location"] == f"/etc/gregor/secrets/{name}.pem"
+        assert broker.values["ssl.truststore.location"] == "/etc/gregor/secrets/ca.pem"
+        login = parse_jaas(broker.values["listener.name.internal.scram-sha-512.sasl.jaas.config"]).options
         assert (login["username"], login["password"]) == ("broker", "b-pw")
-        assert broker["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
-        assert set(broker["super.users"].split(";")) == {"User:broker", "User:admin"}
+        assert broker.authorizer_class_name == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        assert set(broker.values["super.users"].split(";")) == {"User:broker", "User:admin"}
         assert all(p[0] == "127.0.0.1" for p in published(service)), "only the host's loopback is published"
     defaults = compose_config("docker-compose.secure.yml")["services"]
     assert defaults["init"]["environment"]["ADMIN_PASSWORD"] == "admin-secret"

@@ -1,4 +1,5 @@
-"""Golden request frames captured from real clients, checked both ways (STYLE item 2).
+"""Golden request frames captured from real clients, checked both ways (the codecs are tested
+against real clients' frames, besides round trips and fuzzing).
 
 The frames under tests/integration/golden/<client>/ were recorded by
 tests/integration/golden/capture.py (a TCP proxy in front of a Gregor broker)

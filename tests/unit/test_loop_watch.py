@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from broker.loop_watch import watch_loop, where
+from broker.base.loop_watch import watch_loop, where
 
 
 def a_step_that_blocks_the_loop(seconds: float) -> None:
@@ -21,7 +21,7 @@ def a_step_that_blocks_the_loop(seconds: float) -> None:
 
 
 async def test_a_blocked_loop_is_logged_with_how_late_and_where(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, "broker.loop_watch")
+    caplog.set_level(logging.WARNING, "broker.base.loop_watch")
     watch = asyncio.create_task(watch_loop(tick_s=0.05, late_s=0.8))
     await asyncio.sleep(0.2)
     assert not caplog.records  # on time: nothing said
@@ -39,7 +39,7 @@ async def test_a_blocked_loop_is_logged_with_how_late_and_where(caplog: pytest.L
 async def test_a_process_that_did_not_run_is_told_apart(caplog: pytest.LogCaptureFixture) -> None:
     """While one thread keeps the GIL (as when the process is not scheduled at all), the
     sentinel cannot look either; the line says so rather than where the loop went on."""
-    caplog.set_level(logging.WARNING, "broker.loop_watch")
+    caplog.set_level(logging.WARNING, "broker.base.loop_watch")
     watch = asyncio.create_task(watch_loop(tick_s=0.05, late_s=0.3))
     await asyncio.sleep(0.2)
     interval = sys.getswitchinterval()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.local_store import STORE_FILE, LocalMetadataStore, TopicMetadata
+from broker.store.local_store import STORE_FILE, LocalMetadataStore, TopicMetadata
 
 
 def test_changes_survive_reopen(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""STYLE item 1: `protocol/` does no I/O.
+"""`protocol/` does no I/O: bytes in, typed objects out.
 
 Walks every module under protocol/ with `ast` (no import side effects) and
 fails if any of them imports an I/O or event-loop module, or reaches up into

@@ -29,7 +29,7 @@ N2 = """\
 2026-12-06 23:45:00,000 WARNING storage.log_manager: /tmp/n2/data: no clean-shutdown marker; recovering
 2026-12-06 23:45:01,000 INFO broker.server: broker 2 serving on 10.0.0.3:9092, cluster c1
 2026-12-06 23:46:01,570 INFO broker.cluster.controller: broker 2 is now the controller (epoch 2)
-2026-12-06 23:46:02,000 ERROR broker.net.connection: unexpected error
+2026-12-06 23:46:02,000 ERROR broker.front.connection: unexpected error
 Traceback (most recent call last):
   File "x.py", line 1, in <module>
 ValueError: boom
@@ -43,7 +43,7 @@ def test_the_facts_of_the_brokers_logs() -> None:
     assert (facts.tracebacks, facts.start_failures) == (1, 1)
     assert facts.epoch_gaps() == [3]
     full = "broker.replication.write_failures: partition P: cannot write (ENOSPC)"
-    assert facts.errors_by_kind == {full: 2, "broker.net.connection: unexpected error": 1}
+    assert facts.errors_by_kind == {full: 2, "broker.front.connection: unexpected error": 1}
     figures = facts.figures()
     starts = (figures["unclean_starts"], figures["unclean_start_median_s"], figures["unclean_start_max_s"])
     assert starts == (2, 1.8, 2.5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.cluster.etcd_store import cancel_until_done
+from broker.store.etcd_store import cancel_until_done
 
 
 async def _swallows_one_cancel(stream: asyncio.Event) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.address import EtcdAddress
-from broker.cluster.etcd_store import EtcdMetadataStore
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.cluster.roles import ClusterRoles
 from broker.replication.replica_manager import ReplicaManager
+from broker.store.address import EtcdAddress
+from broker.store.etcd_store import EtcdMetadataStore
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.types import LeaderEpoch, NodeId
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager

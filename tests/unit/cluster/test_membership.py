@@ -3,8 +3,8 @@ registration's data dir identity."""
 
 from __future__ import annotations
 
-from broker.cluster.image import NO_LEADER, BrokerRegistration, ClusterImage, PartitionEpoch, PartitionState
 from broker.cluster.membership import failed_over
+from broker.store.image import NO_LEADER, BrokerRegistration, ClusterImage, PartitionEpoch, PartitionState
 from protocol.types import LeaderEpoch, NodeId
 
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)

@@ -6,7 +6,6 @@ from collections import Counter
 
 import pytest
 
-from broker.cluster.image import NO_LEADER, PartitionEpoch, PartitionState
 from broker.cluster.placement import (
     PREFERRED,
     UNCLEAN,
@@ -22,6 +21,7 @@ from broker.cluster.placement import (
     reverted,
     topic_assignment,
 )
+from broker.store.image import NO_LEADER, PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.types import LeaderEpoch, NodeId
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.coordination.coordinator_log import CoordinatorLog
 from broker.coordination.internal_topics import InternalRecord, record_batch
 from broker.replication.replica_manager import Partition, ReplicaManager
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.record_batch import ControlType
 from protocol.types import (

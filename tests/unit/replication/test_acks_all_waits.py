@@ -8,8 +8,8 @@ import gc
 from pathlib import Path
 from typing import Any
 
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.replication.replica_manager import ReplicaManager, replicated
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.types import LeaderEpoch, NodeId
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager

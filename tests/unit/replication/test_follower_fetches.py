@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.coordination.internal_topics import record_batch
 from broker.replication.replica_manager import Partition, ReplicaManager
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.types import LeaderEpoch, NodeId
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager

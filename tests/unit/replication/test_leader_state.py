@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.cluster.image import PartitionEpoch, PartitionState
 from broker.replication.leader import LeaderState
+from broker.store.image import PartitionEpoch, PartitionState
 from protocol.types import LeaderEpoch, NodeId
 
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)

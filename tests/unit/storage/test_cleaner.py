@@ -4,6 +4,7 @@ data, markers, .txnindex), live producers' last batches, and the crash-safe swap
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -285,6 +286,38 @@ def test_a_full_disk_holds_cleaning_back_until_space_returns(tmp_path: Path,
             assert c.clean_once(NOW + 1000) is not None
         assert "t-0: cleaned again after an I/O error" in caplog.text
         assert latest(lg) == before
+        lg.close()
+
+
+def test_a_pass_that_meets_a_full_disk_anywhere_leaves_no_file_behind(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The disk full from the start of a pass, then with one page more free each time, so
+    that the space runs out at every step (a .cleaned segment, its indexes, a .swapend):
+    each pass that fails has removed every file it wrote and left the log as it was, and
+    the first with room enough cleans."""
+    with small_tmpfs(tmp_path / "disk", 1) as disk:
+        lg = open_log(disk, segment_bytes=250)
+        fill(lg, 12)
+        lg.roll(NOW)
+        before = records(lg)
+        failed, cleaned = 0, None
+        with caplog.at_level("INFO", "storage.cleaner.cleaner"):
+            for pages in range(64):
+                filler = disk_fill(disk)
+                os.truncate(filler, max(0, filler.stat().st_size - pages * 4096))
+                try:
+                    cleaned = cleaner(lg).clean_once(NOW)
+                finally:
+                    free(filler)
+                if cleaned is not None:
+                    break
+                failed += 1
+                left = [p.name for p in (disk / "t-0").iterdir()
+                        if p.suffix in (".cleaned", ".swapend", ".tmp")]
+                assert not left, f"{pages} pages free: {left}"
+                assert records(lg) == before
+        assert cleaned is not None and failed > 3, failed
+        assert "behind" not in caplog.text and latest(lg) == {k: v for _o, k, v in before}
         lg.close()
 
 

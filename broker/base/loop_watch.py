@@ -29,7 +29,7 @@ from types import FrameType
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 LATE_S = 1.0  # half the shortest session timeout the tests use (2 s)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOWN_FRAMES = 4  # the innermost frames of the broker's own code
 # The sentinel looks at least once while a wait of `late_s` lasts, if it runs at all.
 NOT_SEEN = ("the sentinel thread could not run meanwhile either (the process was paused or starved of CPU,"

@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 import aetcd
 import aetcd.exceptions
 
-from broker.cluster.address import EtcdAddress
-from broker.cluster.image import (
+from broker.base.faults import lost_answer_point, slow_point
+from broker.store.address import EtcdAddress
+from broker.store.image import (
     BrokerRegistration,
     ClusterImage,
     ControllerRecord,
@@ -32,7 +33,6 @@ from broker.cluster.image import (
     TopicRecord,
     encode,
 )
-from broker.faults import lost_answer_point, slow_point
 from coordinator.producer_ids import ProducerIdBlock
 from protocol.types import NodeId
 

@@ -25,13 +25,15 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kafka.protocol.producer import ProduceResponse
 
 from broker import metrics
-from broker.api.caller import Caller
 from broker.api.context import AppendTurn, RequestContext
 from broker.api.registry import ApiHandler
-from broker.faults import fail_point
+from broker.base.caller import Caller
+from broker.base.faults import fail_point
 from broker.handlers import api_versions
 from broker.metrics import request_log
 from broker.security.forwarded import original_caller
@@ -40,7 +42,7 @@ from broker.security.sasl import Authentication, AuthenticationFailed
 from broker.security.tls import certificate_principal, distinguished_name
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-from protocol.framing import SIZE_PREFIX, FrameSizeError, frame, frame_parts, frame_size
+from protocol.framing import SIZE_PREFIX, Frame, FrameSizeError, frame, frame_parts, frame_size
 from protocol.headers import (
     API_VERSIONS_KEY,
     HeaderDecodeError,
@@ -50,7 +52,7 @@ from protocol.headers import (
     header_is_flexible,
     peek_header,
 )
-from protocol.messages import RequestDecodeError, decode_request
+from protocol.messages import Request, RequestDecodeError, Response, decode_request
 
 if TYPE_CHECKING:
     from broker.api.services import Services
@@ -95,7 +97,7 @@ class Connection:
         self.security = security
         # SASL listeners: nothing but ApiVersions and SASL until authenticated
         self.auth = Authentication(security.sasl) if security.sasl is not None else None
-        self.responses: asyncio.Queue[asyncio.Task[list[Any]] | None] = asyncio.Queue(
+        self.responses: asyncio.Queue[asyncio.Task[Frame] | None] = asyncio.Queue(
             MAX_IN_FLIGHT
         )
         self.debug = request_log.enabled()  # once: nothing per request when DEBUG is off
@@ -105,7 +107,7 @@ class Connection:
         # The newest produce request: the next one appends after it (AppendTurn).
         self.last_produce: AppendTurn | None = None
         # A SaslHandshake v0 or a bare token in flight: how the next frame reads depends on it.
-        self.sasl_step: asyncio.Task[list[Any]] | None = None
+        self.sasl_step: asyncio.Task[Frame] | None = None
 
     async def run(self) -> None:
         try:
@@ -175,7 +177,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         config = self.services.configs.config
-        max_size = config["socket.request.max.bytes"]
+        max_size = config.socket_request_max_bytes
         unauthenticated_max = config.for_listener(self.caller.listener, "sasl.server.max.receive.size")
         while self.failed is None:
             prefix = await self.reader.readexactly(SIZE_PREFIX)
@@ -198,7 +200,7 @@ class Connection:
                 await asyncio.wait([self.sasl_step])
                 self.sasl_step = None
 
-    async def _bare_token(self, token: bytes) -> list[Any]:
+    async def _bare_token(self, token: bytes) -> Frame:
         """A SASL token after SaslHandshake v0: the server's token framed bare; a refusal closes
         the connection unanswered and counts as a failed authentication."""
         assert self.auth is not None
@@ -210,7 +212,7 @@ class Connection:
             self.failed = f"SASL authentication on {self.caller.listener} failed: {exc}"
             raise BareTokenRefused(self.failed) from None
 
-    def _dispatch(self, payload: bytes) -> asyncio.Task[list[Any]]:
+    def _dispatch(self, payload: bytes) -> asyncio.Task[Frame]:
         received = time.monotonic()
         header, handler = self._parse_header(payload)
         if handler is None:
@@ -268,8 +270,8 @@ class Connection:
             raise CloseConnection(f"bad request header: {exc}") from None
 
     async def _respond(
-        self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool, received: float
-    ) -> list[Any]:
+        self, ctx: RequestContext, handler: ApiHandler, request: Request, answer: bool, received: float
+    ) -> Frame:
         """The framed response, [] when none is sent; raises when the handler fails."""
         try:
             return await self._handle(ctx, handler, request, answer, received)
@@ -278,8 +280,8 @@ class Connection:
                 ctx.turn.done()
 
     async def _handle(
-        self, ctx: RequestContext, handler: ApiHandler, request: Any, answer: bool, received: float
-    ) -> list[Any]:
+        self, ctx: RequestContext, handler: ApiHandler, request: Request, answer: bool, received: float
+    ) -> Frame:
         if self.failed is not None:
             return []  # an earlier request failed: the connection closes before this one
         header = ctx.header
@@ -302,11 +304,13 @@ class Connection:
         head = encode_response_header(header.api_key, header.api_version, header.correlation_id)
         return frame_parts(head, body)
 
-    def _log_request(self, header: RequestHeader, handler: ApiHandler, started: float, response: Any) -> None:
+    def _log_request(
+        self, header: RequestHeader, handler: ApiHandler, started: float, response: Response
+    ) -> None:
         self.requests += 1
         request_log.answered(self.peer, header, request_log.api_name(handler.request), started, response)
 
-    async def _unsupported_api_versions(self, header: RequestHeader) -> list[Any]:
+    async def _unsupported_api_versions(self, header: RequestHeader) -> Frame:
         body = api_versions.unsupported_version_response(self.handlers)
         head = encode_response_header(header.api_key, 0, header.correlation_id)
         return frame_parts(head, body)
@@ -355,10 +359,10 @@ class Connection:
     async def _delay_failed_authentication(self) -> None:
         """Kafka's `connection.failed.authentication.delay.ms`: the failure's answer and the close
         after it wait, so a client guessing passwords gets few tries a second per connection."""
-        await asyncio.sleep(self.services.configs.config["connection.failed.authentication.delay.ms"] / 1000)
+        await asyncio.sleep(self.services.configs.config.connection_failed_authentication_delay_ms / 1000)
 
 
-def _produce_errors(response: Any) -> str:
+def _produce_errors(response: ProduceResponse) -> str:
     """The partition errors of a Produce response, e.g. "t-0 CORRUPT_MESSAGE"; "" if none."""
     return ", ".join(
         f"{t.name}-{p.index} {ErrorCode(p.error_code).name}"
@@ -368,7 +372,7 @@ def _produce_errors(response: Any) -> str:
     )
 
 
-def _discard(task: asyncio.Task[list[Any]]) -> None:
+def _discard(task: asyncio.Task[Frame]) -> None:
     if task.done():
         if not task.cancelled():
             task.exception()  # retrieved: a second failure behind the first is not logged
