@@ -48,7 +48,7 @@ def _heartbeat_request(ctx: RequestContext, request: Any) -> HeartbeatRequest:
         rack_id=request.rack_id,
         rebalance_timeout_ms=request.rebalance_timeout_ms,
         subscribed_topic_names=None if names is None else tuple(names),
-        subscribed_topic_regex=request.subscribed_topic_regex if ctx.version >= 1 else None,
+        subscribed_topic_regex=request.subscribed_topic_regex,  # v0 has none: the default, null
         server_assignor=request.server_assignor,
         owned=None if owned is None else [(TopicId(t.topic_id), list(t.partitions)) for t in owned],
         client_id=ctx.header.client_id or "",

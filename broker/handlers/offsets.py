@@ -156,7 +156,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             if unready is not None and _may(ctx, AclOperation.READ, ResourceType.GROUP, group.group_id):
                 groups.append(G(group_id=group.group_id, topics=[], error_code=unready))
                 continue
-            member = (group.member_id, group.member_epoch) if ctx.version >= 9 else (None, -1)
+            member = (group.member_id, group.member_epoch)  # before v9: the defaults, null and -1
             result = _fetch_group(ctx, group.group_id, group.topics, stable, member)
             topics = _fetched_topics(
                 result, G.OffsetFetchResponseTopics, G.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
