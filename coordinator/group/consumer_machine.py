@@ -85,13 +85,19 @@ class _PendingWrite:
 
 
 class _Writer:
-    """Makes one operation's records of one group and applies each as it is made."""
+    """Makes one operation's records of one group and applies each as it is made; keeps the group
+    as it was before the first one (``snapshot``), to restore if the operation is refused or its
+    write fails. ``existed`` False: the group was made for this operation (no snapshot)."""
 
-    def __init__(self, group: ConsumerGroup) -> None:
+    def __init__(self, group: ConsumerGroup, existed: bool = True) -> None:
         self.group = group
+        self.existed = existed
+        self.snapshot: ConsumerGroup | None = None
         self.records: list[Record] = []
 
     def write(self, record: RecordType, value: ConsumerValue | None, member: str = "") -> None:
+        if not self.records and self.existed:
+            self.snapshot = self.group.copy()
         key = ConsumerKey(record, self.group.group_id, member)
         encoded = None if value is None else encode_consumer_value(value)
         self.records.append((encode_consumer_key(key), encoded))
@@ -222,28 +228,29 @@ class ConsumerGroups:
         existed = req.group_id in self.groups
         if not existed and req.member_epoch != 0:
             return HeartbeatResponse(_E.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found."), []
-        group = self._group(req.group_id)
-        snapshot = group.copy() if existed else None
-        writer = _Writer(group)
+        writer = _Writer(self._group(req.group_id), existed)
         try:
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 response = self._leave(writer, req)
             else:
                 response = self._heartbeat(writer, req, now_ms)
         except _Refusal as refusal:
-            self._restore(req.group_id, snapshot)
+            self._restore(writer)
             return HeartbeatResponse(refusal.error, refusal.message), []
         if writer.records:
-            self._pending.setdefault(req.group_id, []).append(_PendingWrite(list(writer.records), snapshot))
-        elif snapshot is None:
+            pending = _PendingWrite(list(writer.records), writer.snapshot)
+            self._pending.setdefault(req.group_id, []).append(pending)
+        elif not existed:
             del self.groups[req.group_id]
         return response, writer.records
 
-    def _restore(self, group_id: str, snapshot: ConsumerGroup | None) -> None:
-        if snapshot is None:
+    def _restore(self, writer: _Writer) -> None:
+        """The group as it was before the operation (gone, if the operation made it)."""
+        group_id = writer.group.group_id
+        if not writer.existed:
             self.groups.pop(group_id, None)
-        else:
-            self.groups[group_id] = snapshot
+        elif writer.snapshot is not None:
+            self.groups[group_id] = writer.snapshot
 
     def _heartbeat(self, writer: _Writer, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         group = writer.group
@@ -497,10 +504,9 @@ class ConsumerGroups:
         self._forget(group_id, member_id)
         if group is None or member_id not in group.members:
             return []
-        snapshot = group.copy()
         writer = _Writer(group)
         self._fence(writer, member_id)
-        self._pending.setdefault(group_id, []).append(_PendingWrite(list(writer.records), snapshot))
+        self._pending.setdefault(group_id, []).append(_PendingWrite(list(writer.records), writer.snapshot))
         return writer.records
 
     # ------------------------------------------------------------ describe, delete

@@ -277,3 +277,19 @@ def test_a_static_member_that_does_not_come_back_within_its_session_is_fenced() 
     assert h.machine.consumer_group_describe([GROUP])[0].members[0].member_epoch == -2
     h.tick(SESSION_MS + 1)
     assert h.machine.consumer_group_describe([GROUP])[0].members == ()
+
+
+def test_a_failed_write_puts_the_group_back_as_it_was() -> None:
+    h = Consumers()
+    join_a = HeartbeatRequest(GROUP, "a", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), owned=[])
+    failed = h.machine.consumer_group_heartbeat(join_a, h.image, h.now)
+    h.machine.write_failed(failed.records, ErrorCode.NOT_ENOUGH_REPLICAS, h.now)
+    assert GROUP not in h.machine.consumer.groups  # the group it made is gone
+    h.join("a")
+    before = h.machine.consumer_group_describe([GROUP])
+    join_b = HeartbeatRequest(GROUP, "b", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), owned=[])
+    failed = h.machine.consumer_group_heartbeat(join_b, h.image, h.now)
+    assert failed.records
+    h.machine.write_failed(failed.records, ErrorCode.NOT_ENOUGH_REPLICAS, h.now)
+    assert h.machine.consumer_group_describe([GROUP]) == before
+    assert h.join("b").member_epoch == 3  # and it joins when its write succeeds
