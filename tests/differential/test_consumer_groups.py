@@ -178,7 +178,13 @@ def refused(v: int) -> list[Any]:
     ]
 
 
-CASES: Cases = {}
+def coordinator_names_the_member() -> list[Any]:
+    """Version 0: a member joining without an id is given one by the coordinator (KIP-848 before
+    KIP-1082); version 1 refuses it (the refusals case)."""
+    return [*new_topic(), join(0, member_id=""), describe(0)]
+
+
+CASES: Cases = {"consumer-group-heartbeat-v0-member-id-by-coordinator": coordinator_names_the_member()}
 for version in versions(HEARTBEAT):
     CASES[f"consumer-group-life-v{version}"] = life(version)
     CASES[f"consumer-group-heartbeat-refused-v{version}"] = refused(version)
