@@ -2,8 +2,9 @@
 
 - confluent-kafka with ``group.protocol=consumer`` consumes and commits; ConsumerGroupDescribe
   and ListGroups show the group as Kafka does;
-- two members share a topic, a third joins: partitions move incrementally (revoked from their
-  owner before another gets them) and every record is consumed and committed exactly once;
+- two members share a topic, a third joins (confluent-kafka, and the Java 4.3 client):
+  partitions move incrementally (revoked from their owner before another gets them) and every
+  record is consumed and committed exactly once;
 - a regular-expression subscription is resolved by the broker (Kafka's RE2/J full match);
 - a static member (``group.instance.id``) restarted within its session gets its partitions back
   and the other member sees no rebalance;
@@ -45,6 +46,7 @@ from tests.integration.test_groups_member import (
     Member,
     Members,
     committed_offsets,
+    compile_group_member,
     create_topic,
     deliveries,
     end_offsets,
@@ -98,10 +100,17 @@ def server(request: pytest.FixtureRequest) -> Server:
     return request.getfixturevalue("broker" if request.param == "gregor" else "kafka")  # type: ignore[no-any-return]
 
 
+@pytest.fixture(params=[LIB, pytest.param("java-consumer", marks=pytest.mark.java)])
+def lib(request: pytest.FixtureRequest) -> str:
+    """The member's client: confluent-kafka, or the Java 4.3 client (java/GroupMember.java)."""
+    return str(request.param)
+
+
 @pytest.fixture
 def members(request: pytest.FixtureRequest) -> Iterator[Members]:
     target: Server = request.getfixturevalue("server" if "server" in request.fixturenames else "broker")
-    started = Members(target.bootstrap, None)
+    java = "lib" in request.fixturenames and request.getfixturevalue("lib") == "java-consumer"
+    started = Members(target.bootstrap, compile_group_member("4.3") if java else None)
     try:
         yield started
     finally:
@@ -115,8 +124,8 @@ def new_topic(broker: Server, prefix: str) -> tuple[str, str]:
     return topic, f"group-{topic}"
 
 
-def start(members: Members, group: str, topic: str, names: list[str]) -> list[Member]:
-    return members.start(LIB, group, topic, names, session_ms=SESSION_MS, heartbeat_ms=HEARTBEAT_MS)
+def start(members: Members, group: str, topic: str, names: list[str], lib: str = LIB) -> list[Member]:
+    return members.start(lib, group, topic, names, session_ms=SESSION_MS, heartbeat_ms=HEARTBEAT_MS)
 
 
 def produce_and_consume(broker: Server, topic: str, ms: list[Member], tag: str) -> set[str]:
@@ -176,15 +185,15 @@ def test_one_member_consumes_commits_and_is_described(broker: BrokerProcess, mem
 
 
 def test_a_third_member_joins_incrementally_without_loss_or_duplicates(
-    server: Server, members: Members
+    server: Server, lib: str, members: Members
 ) -> None:
     broker = server
     topic, group = new_topic(broker, "kip848-join")
-    ms = start(members, group, topic, ["m1", "m2"])
+    ms = start(members, group, topic, ["m1", "m2"], lib)
     before = wait_balanced(ms, PARTITIONS)
     assert sorted(len(ps) for ps in before.values()) == [3, 3]
     wanted = produce_and_consume(broker, topic, ms, "two")
-    ms += start(members, group, topic, ["m3"])
+    ms += start(members, group, topic, ["m3"], lib)
     after = wait_balanced(ms, PARTITIONS)
     assert sorted(len(ps) for ps in after.values()) == [2, 2, 2]
     for name in ("m1", "m2"):  # incremental: the old members only gave partitions up

@@ -296,16 +296,21 @@ def main(argv: list[str]) -> None:
 
 
 def member_command(lib: str, java_classes: Path | None) -> list[str]:
-    if lib == "java":
-        from tests.integration.harness import JAVA_DEPS
+    """"java": GroupMember with the 3.9 client; "java-consumer": with the 4.3 client and KIP-848's
+    group protocol (compile it with `compile_group_member("4.3")`)."""
+    if lib in ("java", "java-consumer"):
+        from tests.integration.harness import JAVA_CLIENTS
 
         assert java_classes is not None, "compile java/GroupMember.java first (the java_classes fixture)"
+        consumer = lib == "java-consumer"
+        jars = JAVA_CLIENTS["4.3" if consumer else "3.9"]
         return [
             "java",
             "-XX:TieredStopAtLevel=1",
             "-XX:+UseSerialGC",
+            *(["-Dgroup.protocol=consumer"] if consumer else []),
             "-cp",
-            f"{java_classes}{os.pathsep}{JAVA_DEPS}/*",
+            f"{java_classes}{os.pathsep}{jars}/*",
             "GroupMember",
         ]
     return [sys.executable, "-m", "tests.integration.test_groups_member", lib]
@@ -456,12 +461,12 @@ class Member:
 # -- the test side: topics, records, offsets, a set of members ----------------------------------
 
 
-def compile_group_member() -> Path:
+def compile_group_member(client: str = "3.9") -> Path:
     """java/GroupMember.java compiled once, so each member JVM starts without compiling."""
     from tests.integration.harness import JAVA_DIR, java_classes, require_java
 
-    require_java()
-    return java_classes(JAVA_DIR / "GroupMember.java")
+    require_java(client)
+    return java_classes(JAVA_DIR / "GroupMember.java", client)
 
 
 def create_topic(bootstrap_port: int, topic: str, partitions: int) -> None:
