@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.group import GroupConfig, OffsetCommitInput
 from coordinator.group.assignors import TopicInfo, range_, uniform
@@ -293,3 +297,45 @@ def test_a_failed_write_puts_the_group_back_as_it_was() -> None:
     h.machine.write_failed(failed.records, ErrorCode.NOT_ENOUGH_REPLICAS, h.now)
     assert h.machine.consumer_group_describe([GROUP]) == before
     assert h.join("b").member_epoch == 3  # and it joins when its write succeeds
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    members=st.dictionaries(
+        st.sampled_from([MemberId(f"m{i}") for i in range(6)]),
+        st.frozensets(st.sampled_from(["t", "u"]), min_size=1),
+        min_size=1,
+    ),
+    joining=st.sampled_from([MemberId(f"n{i}") for i in range(2)]),
+)
+def test_uniform_assigns_every_partition_once_balanced_and_sticky(
+    members: dict[MemberId, frozenset[str]], joining: MemberId
+) -> None:
+    first = uniform(members, IMAGE, {})
+    _check_assignment(members, first)
+    grown = {**members, joining: frozenset({"t", "u"})}
+    second = uniform(grown, IMAGE, first)
+    _check_assignment(grown, second)
+    if len(set(grown.values())) > 1:
+        return  # different subscriptions: balancing may move partitions between the others too
+    for member_id, old in first.items():  # a member joining only takes partitions away
+        for topic_id, partitions in second[member_id].items():
+            assert partitions <= old.get(topic_id, frozenset())
+
+
+def _check_assignment(members: Mapping[MemberId, frozenset[str]], result: Mapping[MemberId, Any]) -> None:
+    owners: dict[tuple[TopicId, int], MemberId] = {}
+    for member_id, assigned in result.items():
+        for topic_id, partitions in assigned.items():
+            name = next(n for n, info in IMAGE.items() if info.topic_id == topic_id)
+            assert name in members[member_id]  # only subscribed topics
+            for p in partitions:
+                assert (topic_id, p) not in owners  # at most once
+                owners[(topic_id, p)] = member_id
+    wanted = {
+        (IMAGE[n].topic_id, p) for names in members.values() for n in names for p in range(IMAGE[n].partitions)
+    }
+    assert set(owners) == wanted  # every subscribed partition
+    if len(set(members.values())) == 1:  # the same subscription: counts differ by at most one
+        counts = [sum(len(ps) for ps in result[m].values()) for m in members]
+        assert max(counts) - min(counts) <= 1
