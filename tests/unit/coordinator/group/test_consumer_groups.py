@@ -332,9 +332,8 @@ def _check_assignment(members: Mapping[MemberId, frozenset[str]], result: Mappin
             for p in partitions:
                 assert (topic_id, p) not in owners  # at most once
                 owners[(topic_id, p)] = member_id
-    wanted = {
-        (IMAGE[n].topic_id, p) for names in members.values() for n in names for p in range(IMAGE[n].partitions)
-    }
+    subscribed = {n for names in members.values() for n in names}
+    wanted = {(IMAGE[n].topic_id, p) for n in subscribed for p in range(IMAGE[n].partitions)}
     assert set(owners) == wanted  # every subscribed partition
     if len(set(members.values())) == 1:  # the same subscription: counts differ by at most one
         counts = [sum(len(ps) for ps in result[m].values()) for m in members]
