@@ -338,3 +338,19 @@ def _check_assignment(members: Mapping[MemberId, frozenset[str]], result: Mappin
     if len(set(members.values())) == 1:  # the same subscription: counts differ by at most one
         counts = [sum(len(ps) for ps in result[m].values()) for m in members]
         assert max(counts) - min(counts) <= 1
+
+
+def test_a_commit_at_an_older_epoch_is_accepted_for_partitions_held_since_then() -> None:
+    """KIP-1251: a member's epoch may move on before it learns so; its commits of partitions it
+    was given at or before the epoch it sends are still its own."""
+    h = Consumers()
+    h.join("a")
+    h.join("b")
+    a = h.beat("a", 2, {T: range(6)})
+    kept = sorted(parts(a))
+    assert h.beat("a", 2, {T: kept}).member_epoch == 3
+    gone = min(set(range(6)) - set(kept))
+    mine = h.machine.offset_commit(GROUP, 2, "a", {("t", kept[0]): OffsetCommitInput(1)}, h.now).response
+    assert mine == {("t", kept[0]): ErrorCode.NONE}
+    given_up = h.machine.offset_commit(GROUP, 2, "a", {("t", gone): OffsetCommitInput(1)}, h.now).response
+    assert given_up == {("t", gone): ErrorCode.STALE_MEMBER_EPOCH}
