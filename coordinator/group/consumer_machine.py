@@ -214,10 +214,15 @@ class ConsumerGroups:
         self._rebalances = {k: v for k, v in self._rebalances.items() if not owns(k[0])}
 
     def loaded(self, owns: Callable[[str], bool], now_ms: int) -> None:
-        """After a load every member has a session timeout to heartbeat within."""
+        """After a load every member has a session timeout to heartbeat within, and one asked to
+        revoke partitions its rebalance timeout to do so."""
         for group in [g for g in self.groups.values() if owns(g.group_id)]:
-            for member_id in group.members:
-                self._sessions[(group.group_id, member_id)] = now_ms + self.config.session_timeout_ms
+            for member_id, member in group.members.items():
+                key = (group.group_id, member_id)
+                self._sessions[key] = now_ms + self.config.session_timeout_ms
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+                    self._rebalances[key] = (member.member_epoch, deadline)
 
     # ------------------------------------------------------------ the operation
 

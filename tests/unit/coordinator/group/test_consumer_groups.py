@@ -354,3 +354,16 @@ def test_a_commit_at_an_older_epoch_is_accepted_for_partitions_held_since_then()
     assert mine == {("t", kept[0]): ErrorCode.NONE}
     given_up = h.machine.offset_commit(GROUP, 2, "a", {("t", gone): OffsetCommitInput(1)}, h.now).response
     assert given_up == {("t", gone): ErrorCode.STALE_MEMBER_EPOCH}
+
+
+def test_after_a_failover_a_member_still_revoking_keeps_its_rebalance_timeout() -> None:
+    h = Consumers()
+    h.join("a")
+    h.join("b")
+    h.beat("a", 2, {T: range(6)})  # asked to revoke
+    h.failover()
+    h.now = 20_000
+    h.beat("b", 3, {})
+    assert h.beat("a", 2, {T: range(6)}).error is ErrorCode.NONE  # still not revoking
+    h.tick(30_001)
+    assert [m.member_id for m in h.machine.consumer_group_describe([GROUP])[0].members] == ["b"]
