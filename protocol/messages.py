@@ -1,7 +1,8 @@
 """The request/response message classes, keyed by API key.
 
 The classes are kafka-python's schema-driven codecs (one class per API, every
-version described by the JSON schema). This module only indexes them.
+version described by the JSON schema), and for the APIs kafka-python lacks the same
+codecs over our own schemas (``protocol.added_messages``). This module only indexes them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
+from protocol.added_messages import ADDED
 from protocol.strict_schema import Checker, SchemaError, check_body, compile_checker, plan_for
 
 _SKIP = {"kafka.protocol.old", "kafka.protocol.generate_stubs"}
@@ -44,6 +46,9 @@ def _index() -> tuple[dict[int, Any], dict[int, Any]]:
     for cls in _all_message_classes():
         table = requests if cls.is_request() else responses
         table[cls.API_KEY] = cls
+    for cls in ADDED:  # only where kafka-python has none
+        table = requests if cls.is_request() else responses
+        table.setdefault(cls.API_KEY, cls)
     return requests, responses
 
 

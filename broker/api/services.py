@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         SyncRequest,
         SyncResponse,
     )
+    from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
     from coordinator.transaction import ListResult, Outcome, TxnMetadata, TxnOperation
     from protocol.errors import ErrorCode
     from protocol.record_batch import BatchHeader
@@ -238,8 +239,13 @@ class Groups(Protocol):
     ) -> dict[TopicPartition, ErrorCode]: ...
 
     def offset_fetch(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool
+        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool,
+        member: tuple[str | None, int] = (None, -1),
     ) -> OffsetFetchResult: ...
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
+
+    def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]: ...
 
     async def offset_delete(
         self, group_id: str, partitions: Sequence[TopicPartition]

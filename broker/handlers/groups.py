@@ -227,10 +227,11 @@ async def handle_list(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
     everything = authorize_cluster(ctx, AclOperation.DESCRIBE)  # else only groups it may Describe
     groups = [
         R.ListedGroup(
-            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
+            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type
         )
         for g in listed
-        if (not types or "classic" in types) and (everything or _may(ctx, AclOperation.DESCRIBE, g.group_id))
+        if (not types or g.group_type in types)
+        and (everything or _may(ctx, AclOperation.DESCRIBE, g.group_id))
     ]
     return R(throttle_time_ms=0, error_code=error, groups=groups)
 
