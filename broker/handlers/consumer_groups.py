@@ -1,9 +1,12 @@
-"""Consumer-protocol groups (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe."""
+"""Consumer-protocol groups (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+
+kafka-python has neither API: their classes are built from `protocol/schemas/` at import, so no
+stub types them, and their messages here are `protocol.messages`' untyped Request/Response."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.api.authorize import authorize, authorized_operations
 from broker.api.registry import Handlers
@@ -12,7 +15,7 @@ from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRe
 from protocol.api_keys import ApiKey
 from protocol.consumer_group_log import TopicPartitions
 from protocol.errors import ErrorCode
-from protocol.messages import RESPONSES
+from protocol.messages import RESPONSES, Request, Response
 from protocol.types import TopicId
 
 if TYPE_CHECKING:
@@ -27,7 +30,7 @@ def _unready(ctx: RequestContext) -> ErrorCode | None:
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def _refused(ctx: RequestContext, request: Any) -> ErrorCode | None:
+def _refused(ctx: RequestContext, request: Request) -> ErrorCode | None:
     """Kafka: Read on the group, then Describe on every subscribed topic name."""
     if not authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -37,7 +40,7 @@ def _refused(ctx: RequestContext, request: Any) -> ErrorCode | None:
     return _unready(ctx)
 
 
-def _heartbeat_request(ctx: RequestContext, request: Any) -> HeartbeatRequest:
+def _heartbeat_request(ctx: RequestContext, request: Request) -> HeartbeatRequest:
     owned = request.topic_partitions
     names = request.subscribed_topic_names
     return HeartbeatRequest(
@@ -57,7 +60,7 @@ def _heartbeat_request(ctx: RequestContext, request: Any) -> HeartbeatRequest:
     )
 
 
-async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(ctx: RequestContext, request: Request) -> Response:
     if (error := _refused(ctx, request)) is not None:
         answer = HeartbeatResponse(error)
     else:
@@ -65,7 +68,7 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     return _heartbeat_response(answer)
 
 
-def _heartbeat_response(answer: HeartbeatResponse) -> Any:
+def _heartbeat_response(answer: HeartbeatResponse) -> Response:
     R = RESPONSES[HEARTBEAT]
     assignment = None
     if answer.assignment is not None:
@@ -85,7 +88,7 @@ def _heartbeat_response(answer: HeartbeatResponse) -> Any:
     )
 
 
-async def handle_describe(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe(ctx: RequestContext, request: Request) -> Response:
     R = RESPONSES[DESCRIBE]
     allowed = [g for g in request.group_ids if authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
     if (error := _unready(ctx)) is not None:
@@ -100,7 +103,7 @@ async def handle_describe(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, groups=groups)
 
 
-def _described(ctx: RequestContext, d: DescribedConsumerGroup, asks: bool) -> Any:
+def _described(ctx: RequestContext, d: DescribedConsumerGroup, asks: bool) -> Response:
     G = RESPONSES[DESCRIBE].DescribedGroup
     operations = NOT_PROVIDED_OPERATIONS
     if asks and d.error == ErrorCode.NONE:
@@ -138,7 +141,7 @@ def _bits(operations: Iterable[int]) -> int:
     return sum(1 << op for op in operations)
 
 
-def _assignment(ctx: RequestContext, partitions: TopicPartitions) -> Any:
+def _assignment(ctx: RequestContext, partitions: TopicPartitions) -> Response:
     A = RESPONSES[DESCRIBE].DescribedGroup.Member.Assignment
     return A(topic_partitions=[
         A.TopicPartitions(topic_id=topic_id, topic_name=_name(ctx, topic_id), partitions=sorted(indexes))
