@@ -16,7 +16,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -101,6 +101,17 @@ chaos: $(STAMP) $(ETCD) $(CHAOS_DEPS) $(JAVA_DEPS)
 run: $(STAMP)
 	$(VENV)/bin/gregor broker --config $(CONFIG) $(ARGS)
 
+# The transaction console (docs/console.md) of the `make run` broker, or of
+# BOOTSTRAP; ARGS: more `gregor console` options, e.g. ARGS="--allow-abort --port 9081".
+BOOTSTRAP ?= 127.0.0.1:9092
+console: $(STAMP)
+	$(VENV)/bin/gregor console --bootstrap-server $(BOOTSTRAP) $(ARGS)
+
+# The console's browser test: Debian's Chromium and chromedriver (scripts/chromium.sh), unless
+# they are there.
+chromium:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || bash scripts/chromium.sh
+
 # kcat (the README's tour) from Debian's packages, unless it is there.
 kcat:
 	command -v kcat >/dev/null || (apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq kcat)
@@ -114,14 +125,14 @@ cluster-stop:
 
 # Test files side by side on two workers; then the short chaos campaign alone, as it fails on
 # stalls, and another worker's load starves its brokers (the CI run of 2026-11-29 at 08:30).
-test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS)
+test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 --ignore=tests/chaos tests
 	$(PY) -m pytest -q tests/chaos
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS)
+integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile tests/integration
 
 # The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of
@@ -131,7 +142,7 @@ differential: $(STAMP) $(KAFKA_DEPS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark
+	$(VENV)/bin/mypy protocol storage coordinator broker gregor_spark gregor_console
 
 # Every benchmark runs, also after one that regressed (a slower machine regresses them all);
 # the run fails at the end, naming them. BENCH="cluster cleaner" runs some of them.

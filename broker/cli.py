@@ -9,6 +9,7 @@
     gregor configs --bootstrap-server HOST:PORT --entity-type users --describe|--alter ...
     gregor storage format --config FILE [--add-scram 'SCRAM-SHA-512=[name=...,password=...]']
     gregor config-docs [--doc docs/configuration.md]
+    gregor console --bootstrap-server HOST:PORT [--port N] [--allow-abort]
     gregor --version
 
 A mistake of the user (configuration, busy port, a data dir in use) ends start-up
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from broker.tools import acls as acls_tool
 from broker.tools import configs as configs_tool
+from broker.tools import console as console_tool
 from broker.tools import dump as dump_tool
 from broker.tools import groups as groups_tool
 from broker.tools import storage as storage_tool
@@ -47,6 +49,7 @@ TOOLS: dict[str, Callable[[argparse.Namespace], int]] = {
     "acls": acls_tool.run,
     "configs": configs_tool.run,
     "storage": storage_tool.run,
+    "console": console_tool.run,
 }
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -89,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     acls_tool.add_parser(sub)
     configs_tool.add_parser(sub)
     storage_tool.add_parser(sub)
+    console_tool.add_parser(sub)
     return parser
 
 

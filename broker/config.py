@@ -359,6 +359,27 @@ KEYS: dict[str, Key] = {
     "group.initial.rebalance.delay.ms": Key(_NON_NEGATIVE, 3000, "How long the first rebalance of an "
                                             "empty group waits for more members."),
     "group.max.size": Key(_POSITIVE, 2147483647, "Most members of one consumer group."),
+    "group.consumer.heartbeat.interval.ms": Key(_POSITIVE, 5000, "Heartbeat interval the coordinator "
+                                                "gives members of consumer-protocol groups (KIP-848)."),
+    "group.consumer.min.heartbeat.interval.ms": Key(_POSITIVE, 5000, "Smallest allowed "
+                                                    "`group.consumer.heartbeat.interval.ms`."),
+    "group.consumer.max.heartbeat.interval.ms": Key(_POSITIVE, 15000, "Largest allowed "
+                                                    "`group.consumer.heartbeat.interval.ms`."),
+    "group.consumer.session.timeout.ms": Key(_POSITIVE, 45000, "How long a consumer-protocol member "
+                                             "may go without a heartbeat before it is fenced."),
+    "group.consumer.min.session.timeout.ms": Key(_POSITIVE, 45000, "Smallest allowed "
+                                                 "`group.consumer.session.timeout.ms`."),
+    "group.consumer.max.session.timeout.ms": Key(_POSITIVE, 60000, "Largest allowed "
+                                                 "`group.consumer.session.timeout.ms`."),
+    "group.consumer.max.size": Key(_POSITIVE, 2147483647, "Most members of one consumer-protocol group."),
+    "group.consumer.assignment.interval.ms": Key(_NON_NEGATIVE, 1000, "Least time between two target "
+                                                 "assignments of a consumer-protocol group (KIP-1263)."),
+    "group.consumer.min.assignment.interval.ms": Key(_NON_NEGATIVE, 0, "Smallest allowed "
+                                                     "`group.consumer.assignment.interval.ms`."),
+    "group.consumer.max.assignment.interval.ms": Key(_NON_NEGATIVE, 15000, "Largest allowed "
+                                                     "`group.consumer.assignment.interval.ms`."),
+    "group.consumer.assignors": Key(ChoiceList(("uniform", "range")), "uniform,range", "Server-side "
+                                    "assignors of consumer-protocol groups; the first is the default."),
     "transaction.state.log.num.partitions": Key(_POSITIVE, 50, "Partitions of `__transaction_state` "
                                                 "(fixed once it exists)."),
     "transaction.state.log.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
@@ -506,6 +527,11 @@ class BrokerConfig:
     connection_failed_authentication_delay_ms = Setting("connection.failed.authentication.delay.ms", int)
     default_replication_factor = Setting("default.replication.factor", int)
     delete_topic_enable = Setting("delete.topic.enable", bool)
+    group_consumer_assignment_interval_ms = Setting("group.consumer.assignment.interval.ms", int)
+    group_consumer_assignors = Setting("group.consumer.assignors", str)
+    group_consumer_heartbeat_interval_ms = Setting("group.consumer.heartbeat.interval.ms", int)
+    group_consumer_max_size = Setting("group.consumer.max.size", int)
+    group_consumer_session_timeout_ms = Setting("group.consumer.session.timeout.ms", int)
     group_initial_rebalance_delay_ms = Setting("group.initial.rebalance.delay.ms", int)
     group_max_session_timeout_ms = Setting("group.max.session.timeout.ms", int)
     group_max_size = Setting("group.max.size", int)
@@ -740,10 +766,31 @@ def _check(config: BrokerConfig) -> None:
         raise ConfigError(
             f"group.max.session.timeout.ms ({high}) must be \u2265 group.min.session.timeout.ms ({low})"
         )
+    _check_consumer_groups(config)
     wait, lag = config.replica_fetch_wait_max_ms, config.replica_lag_time_max_ms
     if wait > lag:  # Kafka's rule: a follower parked at its leader longer than this leaves the ISR
         raise ConfigError(
             f"replica.fetch.wait.max.ms ({wait}) must be \u2264 replica.lag.time.max.ms ({lag})"
+        )
+
+
+def _check_consumer_groups(config: BrokerConfig) -> None:
+    """Kafka's rules for the consumer-protocol group settings (GroupCoordinatorConfig)."""
+    values = config.values
+    for name in ("heartbeat.interval.ms", "session.timeout.ms", "assignment.interval.ms"):
+        value = values[f"group.consumer.{name}"]
+        low, high = values[f"group.consumer.min.{name}"], values[f"group.consumer.max.{name}"]
+        if not low <= value <= high:
+            raise ConfigError(
+                f"group.consumer.{name} ({value}) must be between group.consumer.min.{name} ({low}) "
+                f"and group.consumer.max.{name} ({high})"
+            )
+    interval = config.group_consumer_heartbeat_interval_ms
+    session = config.group_consumer_session_timeout_ms
+    if interval >= session:
+        raise ConfigError(
+            f"group.consumer.heartbeat.interval.ms ({interval}) must be < group.consumer.session.timeout.ms "
+            f"({session})"
         )
 
 

@@ -8,10 +8,9 @@ it serves with.
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from protocol.headers import API_VERSIONS_KEY
-from protocol.messages import REQUESTS, RESPONSES, whole
+from protocol.messages import REQUESTS, RESPONSES, Request, Response, whole
 
 _FIXED = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
@@ -21,7 +20,7 @@ class ResponseDecodeError(ValueError):
     """A response frame that does not parse as the request's response schema."""
 
 
-def encode_request(message: Any, version: int, correlation_id: int, client_id: str) -> bytes:
+def encode_request(message: Request, version: int, correlation_id: int, client_id: str) -> bytes:
     """Header v1 (v2 when the request is flexible) and body: a frame's payload."""
     api_key = message.API_KEY
     raw_id = client_id.encode()
@@ -37,7 +36,7 @@ def peek_correlation_id(payload: bytes | memoryview) -> int:
     return int(_CORRELATION.unpack_from(payload, 0)[0])
 
 
-def decode_response(api_key: int, version: int, payload: bytes | memoryview) -> Any:
+def decode_response(api_key: int, version: int, payload: bytes | memoryview) -> Response:
     """The response body after its header (v1 for flexible responses, except ApiVersions)."""
     pos = _CORRELATION.size
     if api_key != API_VERSIONS_KEY and RESPONSES[api_key].flexible_version_q(version):

@@ -1,7 +1,8 @@
 """The request/response message classes, keyed by API key.
 
 The classes are kafka-python's schema-driven codecs (one class per API, every
-version described by the JSON schema). This module only indexes them.
+version described by the JSON schema), and for the APIs kafka-python lacks the same
+codecs over our own schemas (``protocol.added_messages``). This module only indexes them.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from typing import Any
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
+from protocol.added_messages import ADDED
 from protocol.strict_schema import Checker, SchemaError, check_body, compile_checker, plan_for
 
 _SKIP = {"kafka.protocol.old", "kafka.protocol.generate_stubs"}
+
+# A request, or a response, of whichever API a frame names: each is its API's class (typed by
+# kafka-python's stubs where the API is known statically, in a handler say), but a codec or a
+# client that serves every API holds any of them. These two are the one place that says so.
+Request = Any
+Response = Any
 
 
 def _all_message_classes() -> list[Any]:
@@ -38,6 +46,9 @@ def _index() -> tuple[dict[int, Any], dict[int, Any]]:
     for cls in _all_message_classes():
         table = requests if cls.is_request() else responses
         table[cls.API_KEY] = cls
+    for cls in ADDED:  # only where kafka-python has none
+        table = requests if cls.is_request() else responses
+        table.setdefault(cls.API_KEY, cls)
     return requests, responses
 
 
@@ -69,7 +80,7 @@ def _request_checker(api_key: int, version: int) -> Checker:
     return compile_checker(plan_for(cls._struct, version, flexible), flexible)
 
 
-def decode_request(api_key: int, version: int, body: memoryview) -> Any:
+def decode_request(api_key: int, version: int, body: memoryview) -> Request:
     """Decode a request body as strictly as Kafka parses it, or RequestDecodeError.
 
     The body is first walked by its schema (``protocol.strict_schema``): nulls in
@@ -97,7 +108,7 @@ def decode_request(api_key: int, version: int, body: memoryview) -> Any:
     return whole(message)
 
 
-def whole(message: Any) -> Any:
+def whole(message: Request | Response) -> Request | Response:
     """A decoded message with the slots kafka-python's decoder leaves unset (it skips
     __init__), so that it can be encoded again: forwarded requests and their answers."""
     message._header = message._min_version = message._max_version = None

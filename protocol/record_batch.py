@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from protocol.types import ProducerEpoch, ProducerId
+
 # baseOffset i64 · batchLength i32 · partitionLeaderEpoch i32 · magic i8 · crc u32 ·
 # attributes i16 · lastOffsetDelta i32 · baseTimestamp i64 · maxTimestamp i64 ·
 # producerId i64 · producerEpoch i16 · baseSequence i32 · recordsCount i32
@@ -89,8 +91,8 @@ class BatchHeader:
     last_offset_delta: int
     base_timestamp: int
     max_timestamp: int
-    producer_id: int
-    producer_epoch: int
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
     base_sequence: int
     records_count: int
 
@@ -303,8 +305,8 @@ def build_batch(
         last_offset_delta=last_offset_delta,
         base_timestamp=base_timestamp,
         max_timestamp=max_timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
+        producer_id=ProducerId(producer_id),
+        producer_epoch=ProducerEpoch(producer_epoch),
         base_sequence=base_sequence,
         records_count=records_count,
     )

@@ -3,6 +3,7 @@ cannot be passed where an offset is meant), and a topic partition."""
 
 from __future__ import annotations
 
+import uuid
 from enum import IntEnum
 from typing import NewType
 
@@ -15,6 +16,7 @@ LeaderEpoch = NewType("LeaderEpoch", int)
 CoordinatorEpoch = NewType("CoordinatorEpoch", int)
 NodeId = NewType("NodeId", int)
 TransactionVersion = NewType("TransactionVersion", int)
+TopicId = NewType("TopicId", uuid.UUID)
 
 # The transaction.version level that bumps the producer epoch on every EndTxn (KIP-890 part 2);
 # its markers carry the bumped epoch, which the partitions check (KIP-1228).

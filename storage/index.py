@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from protocol.types import ProducerId
 from storage.handles import CachedFile, FileClosedError
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, file position
@@ -235,7 +236,7 @@ class TimeIndex:
 
 @dataclass(frozen=True, slots=True)
 class AbortedTxn:
-    producer_id: int
+    producer_id: ProducerId
     first_offset: int
     last_offset: int
     last_stable_offset: int

@@ -78,8 +78,8 @@ class BatchMetadata:
 class ProducerStateInfo:
     """One producer as DescribeProducers (KIP-664) reports it."""
 
-    producer_id: int
-    producer_epoch: int
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
     last_sequence: int
     last_timestamp: int
     coordinator_epoch: int
@@ -96,7 +96,7 @@ class AppendError:
 class CompletedTxn:
     """A transaction ended by the marker at ``last_offset`` (Kafka's CompletedTxn)."""
 
-    producer_id: int
+    producer_id: ProducerId
     first_offset: int
     last_offset: int
     is_aborted: bool
@@ -111,8 +111,8 @@ class OngoingTxn:
     """An open transaction of one producer in this partition (ListTransactions,
     DescribeProducers, ``find-hanging``)."""
 
-    producer_id: int
-    producer_epoch: int
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
     first_offset: int
     last_timestamp: int
 
@@ -260,7 +260,7 @@ def validate_data_batch(
 
 
 def validate_end_txn_marker(
-    current: ProducerStateEntry, producer_epoch: int, coordinator_epoch: int, origin: AppendOrigin,
+    current: ProducerStateEntry, producer_epoch: ProducerEpoch, coordinator_epoch: int, origin: AppendOrigin,
     transaction_version: TransactionVersion,
 ) -> AppendError | None:
     """Kafka's ProducerAppendInfo.appendEndTxnMarker checks: a stale producer epoch,
@@ -284,7 +284,7 @@ def validate_end_txn_marker(
     return problem
 
 
-def _check_epoch(current: ProducerStateEntry, epoch: int) -> AppendError | None:
+def _check_epoch(current: ProducerStateEntry, epoch: ProducerEpoch) -> AppendError | None:
     if epoch < current.producer_epoch:
         return AppendError(
             ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -294,7 +294,7 @@ def _check_epoch(current: ProducerStateEntry, epoch: int) -> AppendError | None:
     return None
 
 
-def _check_marker_not_late(current: ProducerStateEntry, epoch: int) -> AppendError | None:
+def _check_marker_not_late(current: ProducerStateEntry, epoch: ProducerEpoch) -> AppendError | None:
     if epoch == current.producer_epoch and current.has_ongoing_txn:
         return AppendError(
             ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -333,12 +333,12 @@ class Verification:
 
     __slots__ = ("epoch", "lowest_seq", "started_ms")
 
-    def __init__(self, sequence: int, epoch: int, now_ms: int) -> None:
+    def __init__(self, sequence: int, epoch: ProducerEpoch, now_ms: int) -> None:
         self.lowest_seq = sequence
         self.epoch = epoch
         self.started_ms = now_ms
 
-    def saw(self, sequence: int, epoch: int) -> None:
+    def saw(self, sequence: int, epoch: ProducerEpoch) -> None:
         """A lower sequence of the same epoch, or any sequence of a newer epoch."""
         if epoch == self.epoch and sequence < self.lowest_seq:
             self.lowest_seq = sequence
@@ -362,13 +362,13 @@ class ProducerStateManager:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._producers: dict[int, ProducerStateEntry] = {}
+        self._producers: dict[ProducerId, ProducerStateEntry] = {}
         self._snapshots = list_snapshots(directory)
         self.map_end_offset = 0
         self._last_snap_offset = 0
         # Open transactions, first offset -> producer id. Insertion order is offset
         # order (a transaction starts at the log end), so the first key is the lowest.
-        self._ongoing: dict[int, int] = {}
+        self._ongoing: dict[int, ProducerId] = {}
         # Completed transactions whose marker is not yet below the high watermark:
         # first offset -> (producer id, marker offset). They still hold the LSO back.
         self._unreplicated: dict[int, tuple[int, int]] = {}
@@ -378,13 +378,13 @@ class ProducerStateManager:
 
     # -- queries ------------------------------------------------------------
 
-    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+    def last_entry(self, producer_id: ProducerId) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
 
-    def entry_for(self, producer_id: int) -> ProducerStateEntry:
+    def entry_for(self, producer_id: ProducerId) -> ProducerStateEntry:
         return self._producers.get(producer_id) or ProducerStateEntry(ProducerId(producer_id))
 
-    def entries(self) -> dict[int, ProducerStateEntry]:
+    def entries(self) -> dict[ProducerId, ProducerStateEntry]:
         """A copy of the producer map (the log cleaner keeps each producer's last batch)."""
         return dict(self._producers)
 
@@ -543,7 +543,7 @@ class ProducerStateManager:
     # -- transaction verification (KIP-890) ------------------------------------
 
     def start_verification(
-        self, producer_id: int, sequence: int, epoch: int, now_ms: int
+        self, producer_id: ProducerId, sequence: int, epoch: ProducerEpoch, now_ms: int
     ) -> Verification | None:
         """Before a client's transactional batch is checked with its coordinator: the guard
         to append it with, or None when the producer has a transaction open here already
@@ -563,7 +563,7 @@ class ProducerStateManager:
         """`guard` is still its producer's check in progress (no batch or marker ended it)."""
         return guard in self._verifying.values()
 
-    def _open_txn_at(self, producer_id: int, epoch: int) -> bool:
+    def _open_txn_at(self, producer_id: ProducerId, epoch: ProducerEpoch) -> bool:
         """The producer has a transaction open here, begun at `epoch` (Kafka's
         hasOngoingTransaction(producerId, producerEpoch))."""
         entry = self._producers.get(producer_id)
@@ -585,7 +585,7 @@ class ProducerStateManager:
             )
         return None
 
-    def end_verification(self, producer_id: int) -> None:
+    def end_verification(self, producer_id: ProducerId) -> None:
         """A transactional batch or marker of the producer was appended: the transaction
         is open (or over), so its check is done."""
         self._verifying.pop(producer_id, None)

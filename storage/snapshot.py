@@ -16,6 +16,7 @@ from pathlib import Path
 
 import crc32c
 
+from protocol.types import ProducerEpoch, ProducerId
 from storage.checkpoints import fsync_dir
 from storage.segment import segment_file_name
 
@@ -32,8 +33,8 @@ class CorruptSnapshotError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotEntry:
-    producer_id: int
-    epoch: int
+    producer_id: ProducerId
+    epoch: ProducerEpoch
     last_sequence: int
     last_offset: int
     offset_delta: int

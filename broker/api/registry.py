@@ -7,13 +7,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from protocol.messages import REQUESTS, RESPONSES, schema_versions
+from protocol.messages import REQUESTS, RESPONSES, Request, Response, schema_versions
 
-# A decoded request, or a response, of whichever API a frame names. The table holds every API's
-# handler, each typed strictly in its own module (its request class in, its response class out),
-# so an entry of the table is loosely typed: these two are the one place that says so.
-Request = Any
-Response = Any
+# The table holds every API's handler, each typed strictly in its own module (its request class
+# in, its response class out), so an entry of the table takes any API's (protocol.messages).
 Handler = Callable[[Any, Request], Coroutine[Any, Any, Response]]
 Handlers = Mapping[int, Handler]
 
@@ -23,8 +20,8 @@ class ApiHandler:
     api_key: int
     min_version: int
     max_version: int
-    request: Any
-    response: Any
+    request: type[Request]
+    response: type[Response]
     handle: Handler
     advertised_max: int  # ApiVersions may show less than is served (broker-only versions)
 

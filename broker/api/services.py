@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.messages import Request, Response
 from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         SyncRequest,
         SyncResponse,
     )
+    from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
     from coordinator.transaction import ListResult, Outcome, TxnMetadata, TxnOperation
     from protocol.errors import ErrorCode
     from protocol.record_batch import BatchHeader
@@ -149,7 +151,7 @@ class Controller(Protocol):
     @property
     def active(self) -> bool: ...
 
-    async def forward(self, request: Any, version: int, original: Caller | None = None) -> Any: ...
+    async def forward(self, request: Request, version: int, original: Caller | None = None) -> Response: ...
 
     async def elect(
         self, election_type: int, wanted: list[TopicPartition] | None
@@ -172,22 +174,25 @@ class Transactions(Protocol):
     def ensure_topic(self) -> ErrorCode: ...
 
     async def init_producer_id(
-        self, tid: str, timeout_ms: int, producer_id: int, epoch: int
+        self, tid: str, timeout_ms: int, producer_id: ProducerId, epoch: ProducerEpoch
     ) -> tuple[ErrorCode, int, int]: ...
 
     async def add_partitions(
-        self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition],
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, partitions: Iterable[TopicPartition],
         verify_only: bool = False, transaction_version: int = 0, wait_ms: int | None = None,
     ) -> Outcome: ...
 
-    async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode: ...
+    async def add_offsets(
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, group_id: str
+    ) -> ErrorCode: ...
 
     async def end_txn(
-        self, tid: str, producer_id: int, epoch: int, commit: bool, transaction_version: int
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, commit: bool, transaction_version: int
     ) -> tuple[ErrorCode, int, int]: ...
 
     async def check_writes(
-        self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation,
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, tps: list[TopicPartition],
+        operation: TxnOperation,
         wait_ms: int | None = None,
     ) -> dict[TopicPartition, ErrorCode]: ...
 
@@ -234,8 +239,13 @@ class Groups(Protocol):
     ) -> dict[TopicPartition, ErrorCode]: ...
 
     def offset_fetch(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool
+        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool,
+        member: tuple[str | None, int] = (None, -1),
     ) -> OffsetFetchResult: ...
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
+
+    def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]: ...
 
     async def offset_delete(
         self, group_id: str, partitions: Sequence[TopicPartition]
@@ -246,7 +256,7 @@ class TransactionCompletions(Protocol):
     """What a written marker tells the group coordinator: the transaction's offsets in that
     `__consumer_offsets` partition become committed (or go)."""
 
-    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None: ...
+    def complete_transaction(self, partition: int, producer_id: ProducerId, commit: bool) -> None: ...
 
 
 class Markers(Protocol):

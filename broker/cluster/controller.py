@@ -19,7 +19,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aetcd.exceptions
 
@@ -42,6 +42,7 @@ from broker.store.etcd_store import REGISTERED, EtcdMetadataStore, lease_not_fou
 from broker.store.image import ClusterImage, ControllerRecord, PartitionState, TopicRecord
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
+from protocol.messages import Request, Response
 from protocol.types import NodeId
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class ClusterController:
         """True while this broker's record is the controller key's value."""
         return self.record is not None and self.store.image.controller == self.record
 
-    async def forward(self, request: Any, version: int, original: Caller | None = None) -> Any:
+    async def forward(self, request: Request, version: int, original: Caller | None = None) -> Response:
         """A request only the controller carries out, sent to it as it came (Kafka's
         forwarding), on behalf of `original`; raises BrokerUnreachable when no controller
         can be reached."""

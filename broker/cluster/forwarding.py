@@ -10,14 +10,13 @@ hear NOT_CONTROLLER.
 
 from __future__ import annotations
 
-from typing import Any
-
 from broker.base.caller import Caller
 from broker.net.client import BrokerClient, BrokerUnreachable
 from broker.security.client import ClientSecurity
 from broker.security.forwarded import forwarding_client_id
 from broker.store.etcd_store import EtcdMetadataStore
 from broker.store.image import ClusterImage
+from protocol.messages import Request, Response
 
 FORWARD_TIMEOUT_S = 30.0
 ELECTION_WAIT_S = 15.0
@@ -49,7 +48,7 @@ class ControllerChannel:
             )
         return client
 
-    async def call(self, request: Any, version: int, original: Caller | None = None) -> Any:
+    async def call(self, request: Request, version: int, original: Caller | None = None) -> Response:
         """Forward `request`; `original` (who sent it here) rides in the client id."""
         await self.store.wait_for(_controller_known, ELECTION_WAIT_S)
         client = self._controller_client()

@@ -41,12 +41,20 @@ from coordinator.group import (
     SyncRequest,
     SyncResponse,
 )
+from coordinator.group.assignors import TopicInfo, TopicsImage
+from coordinator.group.consumer_types import (
+    ConsumerConfig,
+    DescribedConsumerGroup,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
 from coordinator.transaction import append_error_to_coordinator_error
+from protocol.consumer_group_log import RecordType, decode_consumer_key
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupMetadataKey, OffsetCommitKey, decode_key
 from protocol.internal_topics import OFFSETS_TOPIC
 from protocol.record_batch import ControlType
-from protocol.types import TopicPartition
+from protocol.types import ProducerId, TopicId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Topics
@@ -59,6 +67,16 @@ WaiterKey = tuple[str, str, Kind]
 _K = TypeVar("_K")
 
 
+def consumer_config(config: BrokerConfig) -> ConsumerConfig:
+    return ConsumerConfig(
+        heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        session_timeout_ms=config.group_consumer_session_timeout_ms,
+        max_size=config.group_consumer_max_size,
+        assignment_interval_ms=config.group_consumer_assignment_interval_ms,
+        assignors=tuple(config.group_consumer_assignors.split(",")),
+    )
+
+
 def group_config(config: BrokerConfig) -> GroupConfig:
     return GroupConfig(
         num_partitions=config.offsets_topic_num_partitions,
@@ -68,6 +86,7 @@ def group_config(config: BrokerConfig) -> GroupConfig:
         max_group_size=config.group_max_size,
         offset_metadata_max_bytes=config.offset_metadata_max_bytes,
         offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        consumer=consumer_config(config),
     )
 
 
@@ -77,6 +96,7 @@ class GroupCoordinator:
 
     def __init__(self, config: BrokerConfig, log: CoordinatorLog, topics: Topics) -> None:
         self.settings = config
+        self.topics = topics
         self.config = group_config(config)
         self.machine = GroupCoordinatorMachine(self.config)
         self.log = log
@@ -210,7 +230,9 @@ class GroupCoordinator:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.runtime.spawn(self.persist(self.machine.on_timer(steady_ms())))
+        result = self.machine.on_timer(steady_ms())
+        _log_fenced(result.records)
+        self.runtime.spawn(self.persist(result))
 
     async def _expire_offsets_loop(self) -> None:
         interval = self.settings.offsets_retention_check_interval_ms / 1000
@@ -308,11 +330,35 @@ class GroupCoordinator:
         return _or_append_error(_response(result), await self.persist(result, producer))
 
     def offset_fetch(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool
+        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool,
+        member: tuple[str | None, int] = (None, -1),
     ) -> OffsetFetchResult:
         if not self.log.current():
             return OffsetFetchResult(group_id, ErrorCode.NOT_COORDINATOR)
-        return self.machine.offset_fetch(group_id, partitions, require_stable)
+        return self.machine.offset_fetch(group_id, partitions, require_stable, member)
+
+    # -- consumer-protocol groups (KIP-848) ------------------------------------------------------
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        result = self.machine.consumer_group_heartbeat(request, self._topics_image(), steady_ms())
+        error = await self.persist(result)
+        answer = _response(result)
+        if error != ErrorCode.NONE:
+            return HeartbeatResponse(error)
+        _log_heartbeat(request, answer)
+        return answer
+
+    def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]:
+        if not self.log.current():
+            return [DescribedConsumerGroup(g, ErrorCode.NOT_COORDINATOR) for g in group_ids]
+        return self.machine.consumer_group_describe(group_ids)
+
+    def _topics_image(self) -> TopicsImage:
+        return {
+            name: TopicInfo(TopicId(t.topic_id), t.partitions)
+            for name, t in self.topics.all().items()
+            if not t.internal
+        }
 
     async def offset_delete(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
         result = self.machine.offset_delete(group_id, partitions)
@@ -322,9 +368,33 @@ class GroupCoordinator:
 
     # -- markers ---------------------------------------------------------------------------
 
-    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+    def complete_transaction(self, partition: int, producer_id: ProducerId, commit: bool) -> None:
         """A COMMIT/ABORT marker in `__consumer_offsets`-`partition` is replicated."""
         self.machine.complete_transaction(partition, producer_id, commit)
+
+
+def _log_heartbeat(request: HeartbeatRequest, answer: HeartbeatResponse) -> None:
+    if answer.error != ErrorCode.NONE:
+        return
+    if request.member_epoch == 0:
+        log.info("group %s: member %s (client %s, %s) joined with the consumer protocol, epoch %d",
+                 request.group_id, answer.member_id, request.client_id, request.client_host,
+                 answer.member_epoch)
+    elif request.member_epoch < 0:
+        log.info("group %s: member %s left (epoch %d)", request.group_id, request.member_id,
+                 request.member_epoch)
+    elif answer.assignment is not None:
+        log.debug("group %s: member %s at epoch %d holds %d partitions", request.group_id,
+                  answer.member_id, answer.member_epoch, sum(len(p) for p in answer.assignment.values()))
+
+
+def _log_fenced(records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    """A member whose records a timer removes was fenced: its session or rebalance timeout lapsed."""
+    for key, value in records:
+        decoded = decode_consumer_key(key)
+        if decoded is not None and decoded.record is RecordType.MEMBER_METADATA and value is None:
+            log.info("group %s: member %s fenced: no heartbeat within the session timeout, or its "
+                     "partitions not revoked within its rebalance timeout", decoded.group, decoded.member)
 
 
 def _response(result: Result[_K]) -> _K:
@@ -339,6 +409,9 @@ def _or_append_error(errors: dict[_K, ErrorCode], append_error: ErrorCode) -> di
 
 
 def _group_of(key: bytes) -> str:
+    consumer_key = decode_consumer_key(key)
+    if consumer_key is not None:
+        return consumer_key.group
     decoded = decode_key(key)
     assert isinstance(decoded, GroupMetadataKey | OffsetCommitKey)
     return decoded.group

@@ -100,7 +100,8 @@ async def write_markers(writer: MarkerWriter, request: WriteTxnMarkersRequest) -
         result.error_code = error
         if error == ErrorCode.NONE and part.topic == OFFSETS_TOPIC:
             # replicated: the transaction's pending offsets become committed (or go)
-            writer.offsets.complete_transaction(part.index, marker.producer_id, marker.transaction_result)
+            pid = ProducerId(marker.producer_id)
+            writer.offsets.complete_transaction(part.index, pid, marker.transaction_result)
     return R(markers=results)
 
 

@@ -43,7 +43,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.internal_topics import TRANSACTION_STATE_TOPIC
 from protocol.messages import REQUESTS
-from protocol.types import TV2, TopicPartition
+from protocol.types import TV2, ProducerEpoch, ProducerId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.services import Cluster, Markers, ProducerIds, Topics
@@ -235,7 +235,7 @@ class TransactionCoordinator:
                 return outcome
 
     async def init_producer_id(
-        self, tid: str, timeout_ms: int, producer_id: int, epoch: int
+        self, tid: str, timeout_ms: int, producer_id: ProducerId, epoch: ProducerEpoch
     ) -> tuple[ErrorCode, int, int]:
         """An id whose transaction is ongoing is fenced and its transaction aborted (Kafka then
         answers CONCURRENT_TRANSACTIONS for the client to retry); here the request waits for
@@ -251,7 +251,7 @@ class TransactionCoordinator:
                 return error, outcome.producer_id, outcome.producer_epoch
 
     async def add_partitions(
-        self, tid: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition],
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, partitions: Iterable[TopicPartition],
         verify_only: bool = False, transaction_version: int = 0, wait_ms: int | None = None,
     ) -> Outcome:
         wanted = list(partitions)
@@ -264,7 +264,9 @@ class TransactionCoordinator:
             return Outcome(tid, error, partition_errors={tp: error for tp in outcome.partition_errors})
         return outcome
 
-    async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> ErrorCode:
+    async def add_offsets(
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, group_id: str
+    ) -> ErrorCode:
         partitions = self.config.offsets_topic_num_partitions
         group_partition = self.machine.offsets_partition_for(group_id, partitions)
         outcome = await self._decide(
@@ -274,7 +276,7 @@ class TransactionCoordinator:
         return await self._persist(outcome)
 
     async def end_txn(
-        self, tid: str, producer_id: int, epoch: int, commit: bool, transaction_version: int
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, commit: bool, transaction_version: int
     ) -> tuple[ErrorCode, int, int]:
         """The error, and (transaction version 2) the producer id and epoch to use next."""
         outcome = await self._decide(
@@ -285,7 +287,7 @@ class TransactionCoordinator:
             self._log_refused_end(tid, producer_id, epoch, commit)
         return await self._persist(outcome), outcome.producer_id, outcome.producer_epoch
 
-    def _log_refused_end(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
+    def _log_refused_end(self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, commit: bool) -> None:
         _, found = self.machine.describe(tid)
         state = "no metadata" if found is None else (
             f"{found.state.display_name} (producer id {found.producer_id}, epoch {found.producer_epoch}, "
@@ -295,7 +297,8 @@ class TransactionCoordinator:
                  producer_id, epoch, state)
 
     async def check_writes(
-        self, tid: str, producer_id: int, epoch: int, tps: list[TopicPartition], operation: TxnOperation,
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, tps: list[TopicPartition],
+        operation: TxnOperation,
         wait_ms: int | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """`check_write` for several partitions, asked of whichever broker coordinates `tid`
@@ -307,7 +310,7 @@ class TransactionCoordinator:
         return await self._remote_check(leader, tid, producer_id, epoch, tps, operation, wait_ms)
 
     async def _remote_check(
-        self, coordinator: BrokerInfo, tid: str, producer_id: int, epoch: int,
+        self, coordinator: BrokerInfo, tid: str, producer_id: ProducerId, epoch: ProducerEpoch,
         tps: list[TopicPartition], operation: TxnOperation, wait_ms: int | None,
     ) -> dict[TopicPartition, ErrorCode]:
         cls = REQUESTS[ADD_PARTITIONS_TO_TXN]
@@ -336,7 +339,8 @@ class TransactionCoordinator:
         return {tp: write_check_error(found.get(tp, top), operation) for tp in tps}
 
     async def check_write(
-        self, tid: str, producer_id: int, epoch: int, tp: TopicPartition, operation: TxnOperation,
+        self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, tp: TopicPartition,
+        operation: TxnOperation,
         wait_ms: int | None = None,
     ) -> ErrorCode:
         """Before a transactional write to `tp` is appended (Produce, TxnOffsetCommit): verify

@@ -31,7 +31,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from broker import metrics
 from broker.api.context import AppendTurn, RequestContext
-from broker.api.registry import ApiHandler, Request, Response
+from broker.api.registry import ApiHandler
 from broker.base.caller import Caller
 from broker.base.faults import fail_point
 from broker.handlers import api_versions
@@ -52,7 +52,7 @@ from protocol.headers import (
     header_is_flexible,
     peek_header,
 )
-from protocol.messages import RequestDecodeError, decode_request
+from protocol.messages import Request, RequestDecodeError, Response, decode_request
 
 if TYPE_CHECKING:
     from broker.api.services import Services

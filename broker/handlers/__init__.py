@@ -5,6 +5,7 @@ from broker.handlers import (
     acls,
     api_versions,
     configs,
+    consumer_groups,
     elect_leaders,
     fetch,
     groups,
@@ -26,7 +27,8 @@ from broker.handlers import (
 HANDLER_TABLE = build_table(
     [
         api_versions, metadata, produce, producers, fetch, list_offsets,
-        topics, configs, records, log_dirs, transactions, txn_markers, groups, offsets, elect_leaders,
+        topics, configs, records, log_dirs, transactions, txn_markers, groups, consumer_groups, offsets,
+        elect_leaders,
         reassignments, acls, sasl, scram_credentials,
     ]
 )

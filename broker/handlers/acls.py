@@ -50,18 +50,14 @@ def _enum(kind: type[E], value: int) -> E:
         return kind(0)  # UNKNOWN
 
 
-def _pattern(ctx: RequestContext, value: int) -> PatternType:
-    return _enum(PatternType, value) if ctx.version >= 1 else PatternType.LITERAL
-
-
 # -- DescribeAcls ---------------------------------------------------------------------------
 
 
-def _filter(ctx: RequestContext, r: DescribeAclsRequest | DeleteAclsRequest.DeleteAclsFilter) -> AclFilter:
+def _filter(r: DescribeAclsRequest | DeleteAclsRequest.DeleteAclsFilter) -> AclFilter:
     """DescribeAcls' request and each of DeleteAcls' filters have the same fields."""
     return AclFilter(
         _enum(ResourceType, r.resource_type_filter), r.resource_name_filter,
-        _pattern(ctx, r.pattern_type_filter), r.principal_filter, r.host_filter,
+        _enum(PatternType, r.pattern_type_filter), r.principal_filter, r.host_filter,
         _enum(AclOperation, r.operation), _enum(Permission, r.permission_type),
     )
 
@@ -96,7 +92,7 @@ async def describe(ctx: RequestContext, request: DescribeAclsRequest) -> Describ
     store = ctx.services.acls
     if store is None:
         return _describe_answer(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
-    wanted = _filter(ctx, request)
+    wanted = _filter(request)
     if (problem := wanted.problem()) is not None:
         return _describe_answer(ErrorCode.INVALID_REQUEST, f"The filter has an {problem}")
     return _describe_answer(ErrorCode.NONE, None, tuple(store.describe(wanted)))
@@ -105,10 +101,10 @@ async def describe(ctx: RequestContext, request: DescribeAclsRequest) -> Describ
 # -- CreateAcls ------------------------------------------------------------------------------
 
 
-def _binding(ctx: RequestContext, c: CreateAclsRequest.AclCreation) -> AclBinding:
+def _binding(c: CreateAclsRequest.AclCreation) -> AclBinding:
     return AclBinding(
         _enum(ResourceType, c.resource_type), c.resource_name or "",
-        _pattern(ctx, c.resource_pattern_type), c.principal or "", c.host or "",
+        _enum(PatternType, c.resource_pattern_type), c.principal or "", c.host or "",
         _enum(AclOperation, c.operation), _enum(Permission, c.permission_type),
     )
 
@@ -143,7 +139,7 @@ def creation_problem(acl: AclBinding) -> str | None:
 
 async def _create(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     R = CreateAclsResponse
-    wanted = [_binding(ctx, c) for c in request.creations]
+    wanted = [_binding(c) for c in request.creations]
 
     def answer(errors: list[tuple[ErrorCode, str | None]]) -> CreateAclsResponse:
         return R(throttle_time_ms=0, results=[
@@ -177,7 +173,7 @@ def _deleted(acls: list[AclBinding]) -> list[FilterResult.DeleteAclsMatchingAcl]
 
 async def _delete(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     R = DeleteAclsResponse
-    filters = [_filter(ctx, f) for f in request.filters]
+    filters = [_filter(f) for f in request.filters]
 
     def result(error: ErrorCode, message: str | None, acls: list[AclBinding]) -> FilterResult:
         return R.DeleteAclsFilterResult(error_code=error, error_message=message, matching_acls=_deleted(acls))

@@ -169,7 +169,7 @@ def _describe_one(ctx: RequestContext, resource: Any, with_synonyms: bool) -> An
 
 
 async def handle_describe(ctx: RequestContext, request: Any) -> Any:
-    with_synonyms = ctx.version >= 1 and bool(request.include_synonyms)
+    with_synonyms = bool(request.include_synonyms)  # false below v1, as the schema's default
     return D(throttle_time_ms=0, results=[_describe_one(ctx, r, with_synonyms) for r in request.resources])
 
 

@@ -57,7 +57,7 @@ async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
     if not authorize_cluster(ctx, AclOperation.ALTER):  # Kafka: Alter on the cluster
         denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return _response(dict.fromkeys(wanted or [], denied), denied)
-    election_type = request.election_type if ctx.version >= 1 else 0
+    election_type = request.election_type  # 0 (preferred) below v1, the schema's default
     controller = ctx.services.controller
     if controller is None:
         return _response(_single_node(ctx, wanted))

@@ -81,8 +81,8 @@ async def handle_join(ctx: RequestContext, request: JoinGroupRequest) -> JoinGro
             protocol_type=request.protocol_type,
             protocols=tuple((p.name, p.metadata) for p in request.protocols),
             session_timeout_ms=request.session_timeout_ms,
-            rebalance_timeout_ms=request.rebalance_timeout_ms if ctx.version >= 1 else -1,
-            group_instance_id=request.group_instance_id if ctx.version >= 5 else None,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            group_instance_id=request.group_instance_id,
             client_id=ctx.header.client_id or "",
             client_host=f"/{ctx.caller.host}",
             api_version=ctx.version,
@@ -116,9 +116,9 @@ async def handle_sync(ctx: RequestContext, request: SyncGroupRequest) -> SyncGro
             generation_id=request.generation_id,
             member_id=request.member_id,
             assignments={a.member_id: a.assignment for a in request.assignments},
-            group_instance_id=request.group_instance_id if ctx.version >= 3 else None,
-            protocol_type=request.protocol_type if ctx.version >= 5 else None,
-            protocol_name=request.protocol_name if ctx.version >= 5 else None,
+            group_instance_id=request.group_instance_id,
+            protocol_type=request.protocol_type,
+            protocol_name=request.protocol_name,
         )
     )
     return R(
@@ -136,7 +136,7 @@ async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> He
             request.group_id,
             request.member_id,
             request.generation_id,
-            request.group_instance_id if ctx.version >= 3 else None,
+            request.group_instance_id,
         )
     return HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
@@ -175,7 +175,7 @@ async def handle_describe(ctx: RequestContext, request: DescribeGroupsRequest) -
                 for g in request.groups
             ],
         )
-    asks = ctx.version >= 3 and request.include_authorized_operations
+    asks = request.include_authorized_operations
     allowed = [g for g in request.groups if _may(ctx, AclOperation.DESCRIBE, g)]
     described = {g.group_id: g for g in ctx.services.groups.describe_groups(allowed)}
     groups = [
@@ -221,16 +221,17 @@ async def handle_list(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
     R = ListGroupsResponse
     if (error := _unready(ctx)) is not None:
         return R(throttle_time_ms=0, error_code=error, groups=[])
-    states = request.states_filter if ctx.version >= 4 else []
-    types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
+    states = request.states_filter
+    types = {t.lower() for t in request.types_filter}
     error, listed = ctx.services.groups.list_groups(states)
     everything = authorize_cluster(ctx, AclOperation.DESCRIBE)  # else only groups it may Describe
     groups = [
         R.ListedGroup(
-            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
+            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type
         )
         for g in listed
-        if (not types or "classic" in types) and (everything or _may(ctx, AclOperation.DESCRIBE, g.group_id))
+        if (not types or g.group_type in types)
+        and (everything or _may(ctx, AclOperation.DESCRIBE, g.group_id))
     ]
     return R(throttle_time_ms=0, error_code=error, groups=groups)
 

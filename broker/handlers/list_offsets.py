@@ -88,9 +88,7 @@ def _list_one(
 
 
 async def handle_list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> L:
-    isolation = IsolationLevel.READ_UNCOMMITTED
-    if ctx.version >= 2:  # the field since v2
-        isolation = IsolationLevel.of(request.isolation_level)
+    isolation = IsolationLevel.of(request.isolation_level)
     topics = [
         L.ListOffsetsTopicResponse(
             name=topic.name,
@@ -119,7 +117,7 @@ def _epoch_one(
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> E:
     """A follower (v3+ replica id) needs ClusterAction on the cluster, a client Describe per topic."""
-    follower = ctx.version >= 3 and request.replica_id >= 0
+    follower = request.replica_id >= 0  # -2 (a consumer) below v3, the schema's default
     denied = None
     if follower and not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED

@@ -110,11 +110,11 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> M:
     if named is None or (ctx.version == 0 and not named):  # every topic
         topics = [_topic(services, t) for t in services.topics.all().values() if _may_describe(ctx, t.name)]
     else:
-        auto = ctx.version < 4 or bool(request.allow_auto_topic_creation)
+        auto = bool(request.allow_auto_topic_creation)  # true below v4, the schema's default
         topics = [_lookup(ctx, wanted, auto) for wanted in named]
-    if ctx.version >= 8 and request.include_topic_authorized_operations:
+    if request.include_topic_authorized_operations:
         _add_topic_operations(ctx, topics)
-    asks_cluster = 8 <= ctx.version <= 10 and request.include_cluster_authorized_operations
+    asks_cluster = request.include_cluster_authorized_operations  # the field of v8-10 only
     return M(
         throttle_time_ms=0, brokers=_brokers(ctx), cluster_id=services.cluster.cluster_id,
         controller_id=services.cluster.controller_id(), topics=topics, error_code=ErrorCode.NONE,

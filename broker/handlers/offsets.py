@@ -108,20 +108,24 @@ async def _commit_known(
     )
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> OffsetFetchResult:
+def _fetch_group(
+    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
+) -> OffsetFetchResult:
     """Kafka: Read on the group (GROUP_AUTHORIZATION_FAILED); topics the caller may not
-    Describe are TOPIC_AUTHORIZATION_FAILED when named, left out when all are asked for."""
+    Describe are TOPIC_AUTHORIZATION_FAILED when named, left out when all are asked for.
+    ``member``: v9's member id and epoch, checked against a consumer-protocol group."""
     if not _may(ctx, AclOperation.READ, ResourceType.GROUP, group_id):
         return OffsetFetchResult(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if topics is None:
-        result = ctx.services.groups.offset_fetch(group_id, None, require_stable)
+        result = ctx.services.groups.offset_fetch(group_id, None, require_stable, member)
         describe = AclOperation.DESCRIBE
         shown = [p for p in result.partitions if _may(ctx, describe, ResourceType.TOPIC, p.topic)]
         return OffsetFetchResult(result.group_id, result.error, tuple(shown))
     wanted = [(topic_name(ctx, t)[0] or "", i) for t in topics for i in t.partition_indexes]
     denied = _denied_topics(ctx, AclOperation.DESCRIBE, wanted)
     allowed = [tp for tp in wanted if tp not in denied]
-    result = ctx.services.groups.offset_fetch(group_id, allowed, require_stable)
+    result = ctx.services.groups.offset_fetch(group_id, allowed, require_stable, member)
     hidden = tuple(FetchedOffset(t, i, error=e) for (t, i), e in denied.items())
     return OffsetFetchResult(result.group_id, result.error, result.partitions + hidden)
 
@@ -152,7 +156,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             if unready is not None and _may(ctx, AclOperation.READ, ResourceType.GROUP, group.group_id):
                 groups.append(G(group_id=group.group_id, topics=[], error_code=unready))
                 continue
-            result = _fetch_group(ctx, group.group_id, group.topics, stable)
+            member = (group.member_id, group.member_epoch)  # before v9: the defaults, null and -1
+            result = _fetch_group(ctx, group.group_id, group.topics, stable, member)
             topics = _fetched_topics(
                 result, G.OffsetFetchResponseTopics, G.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
             )

@@ -18,6 +18,7 @@ from coordinator.transaction import TxnOperation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
+from protocol.types import ProducerEpoch, ProducerId, TopicPartition
 from storage.producer_state import Verification
 from storage.validator import RecordError
 
@@ -153,7 +154,7 @@ async def _check_round(
     ctx: RequestContext, transactional_id: str, targets: list[Target], found: Checked, timeout_ms: int
 ) -> list[Target]:
     """Guard and check `targets` (into `found`); the ones whose guard a marker voided meanwhile."""
-    by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    by_producer: dict[tuple[ProducerId, ProducerEpoch], list[TopicPartition]] = {}
     guarded: list[tuple[Target, Verification]] = []
     for t in targets:
         assert t.header is not None

@@ -15,6 +15,7 @@ from broker.security.acl import AclOperation, ResourceType
 from coordinator.producer_ids import ProducerIdsUnavailable
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
+from protocol.types import ProducerEpoch, ProducerId
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -47,9 +48,9 @@ async def handle_init_producer_id(
     if denied != ErrorCode.NONE:
         return InitResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
-        expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
-        error, pid, epoch = await ctx.services.transactions.init_producer_id(
-            request.transactional_id, request.transaction_timeout_ms, *expected
+        error, pid, epoch = await ctx.services.transactions.init_producer_id(  # -1, -1 below v3
+            request.transactional_id, request.transaction_timeout_ms,
+            ProducerId(request.producer_id), ProducerEpoch(request.producer_epoch),
         )
         error = fenced_error_for_version(error, INIT_PRODUCER_ID, ctx.version)
         return InitResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)

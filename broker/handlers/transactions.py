@@ -29,7 +29,7 @@ from broker.cluster.view import BrokerInfo
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
-from protocol.types import TV2
+from protocol.types import TV2, ProducerEpoch, ProducerId
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -126,7 +126,7 @@ def _refused(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[s
 
 
 async def _add_one(
-    ctx: RequestContext, tid: str, pid: int, epoch: int, topics: AddTopics, verify: bool
+    ctx: RequestContext, tid: str, pid: ProducerId, epoch: ProducerEpoch, topics: AddTopics, verify: bool
 ) -> dict[tuple[str, int], ErrorCode]:
     wanted = [(t.name, i) for t in topics for i in t.partitions]
     if ctx.version <= 3 and not _may_write_txn(ctx, tid):
@@ -146,14 +146,17 @@ async def _add_one(
 
 async def handle_add_partitions(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> A:
     if ctx.version <= 3:
-        errors = await _add_one(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-                                request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
+        errors = await _add_one(ctx, request.v3_and_below_transactional_id,
+                                ProducerId(request.v3_and_below_producer_id),
+                                ProducerEpoch(request.v3_and_below_producer_epoch),
+                                request.v3_and_below_topics, False)
         return A(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(errors))
     if not authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):  # v4+ is broker-to-broker
         denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return A(throttle_time_ms=0, error_code=denied, results_by_transaction=[])
     answers = await asyncio.gather(*(
-        _add_one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only)
+        _add_one(ctx, txn.transactional_id, ProducerId(txn.producer_id), ProducerEpoch(txn.producer_epoch),
+                 txn.topics, txn.verify_only)
         for txn in request.transactions
     ))
     results = [
@@ -170,7 +173,8 @@ async def handle_add_offsets(ctx: RequestContext, request: AddOffsetsToTxnReques
         error = ErrorCode.GROUP_AUTHORIZATION_FAILED
     else:
         error = await ctx.services.transactions.add_offsets(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+            request.transactional_id, ProducerId(request.producer_id), ProducerEpoch(request.producer_epoch),
+            request.group_id,
         )
     return AddOffsetsToTxnResponse(
         throttle_time_ms=0, error_code=fenced_error_for_version(error, ADD_OFFSETS, ctx.version)
@@ -185,7 +189,8 @@ async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnR
         error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         return EndTxnResponse(throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1)
     error, pid, epoch = await ctx.services.transactions.end_txn(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.committed, version
+        request.transactional_id, ProducerId(request.producer_id), ProducerEpoch(request.producer_epoch),
+        request.committed, version,
     )
     error = fenced_error_for_version(error, END_TXN, ctx.version)
     return EndTxnResponse(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
@@ -224,7 +229,7 @@ async def handle_list_transactions(
     ctx: RequestContext, request: ListTransactionsRequest
 ) -> ListTransactionsResponse:
     L = ListTransactionsResponse
-    duration = request.duration_filter if ctx.version >= 1 else -1
+    duration = request.duration_filter  # -1 below v1, the schema's default
     result = ctx.services.transactions.list_transactions(
         request.state_filters, request.producer_id_filters, duration
     )

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.metrics.request_log import error_codes
 from broker.metrics.stats import STATS, clock
 from coordinator.transaction.state import TxnState
 from protocol.errors import ErrorCode
+from protocol.messages import Response
 
 if TYPE_CHECKING:
+    from broker.security.acl import ResourceType
     from coordinator.transaction import TxnMetadata
+    from protocol.types import TopicPartition
 
 __all__ = [
     "STATS", "authentication_failed", "authorization_denied",
@@ -33,7 +36,7 @@ MS = 1000.0
 # -- requests (broker.front.connection) -----------------------------------------------------
 
 
-def request_done(api_key: int, version: int, received: float, started: float, response: Any) -> None:
+def request_done(api_key: int, version: int, received: float, started: float, response: Response) -> None:
     """A request answered: `received` when its frame was read, `started` when its handler ran."""
     now = time.monotonic()
     api = STATS.apis.get((api_key, version)) or STATS.api(api_key, version)
@@ -44,7 +47,7 @@ def request_done(api_key: int, version: int, received: float, started: float, re
         _count_errors(api_key, response)
 
 
-def _count_errors(api_key: int, response: Any) -> None:
+def _count_errors(api_key: int, response: Response) -> None:
     errors = STATS.errors
     if api_key == PRODUCE:
         for t in response.responses:
@@ -71,7 +74,7 @@ def authentication_failed(listener: str) -> None:
     STATS.authentication_failures[listener] += 1
 
 
-def authorization_denied(resource_type: Any) -> None:
+def authorization_denied(resource_type: ResourceType) -> None:
     """The authorizer said no (`resource_type` a ResourceType)."""
     STATS.authorization_denials[resource_type.name] += 1
 
@@ -126,7 +129,9 @@ def txn_parked() -> None:
     STATS.txn.parked += 1
 
 
-async def marker_round(results: Awaitable[dict[Any, ErrorCode]]) -> dict[Any, ErrorCode]:
+async def marker_round(
+    results: Awaitable[dict[TopicPartition, ErrorCode]],
+) -> dict[TopicPartition, ErrorCode]:
     """Times one round of marker deliveries (MarkerChannel) and counts its failures."""
     started = time.monotonic()
     answer = await results

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Any
 
 from kafka.protocol.data_container import DataContainer
 
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader
+from protocol.messages import Request, Response
 
 log = logging.getLogger("broker.requests")
 
@@ -32,7 +32,7 @@ def closed(peer: str, requests: int) -> None:
     log.debug("connection from %s closed after %d requests", peer, requests)
 
 
-def answered(peer: str, header: RequestHeader, api: str, started: float, response: Any) -> None:
+def answered(peer: str, header: RequestHeader, api: str, started: float, response: Response) -> None:
     """One line for a request; `started` is its time.monotonic() at dispatch, `response`
     None when none is sent (acks=0 produce)."""
     errors = "no response" if response is None else error_summary(response)
@@ -43,12 +43,11 @@ def answered(peer: str, header: RequestHeader, api: str, started: float, respons
     )
 
 
-def api_name(request_class: Any) -> str:
-    name = str(getattr(request_class, "__name__", request_class))
-    return name.removesuffix("Request")
+def api_name(request_class: type[Request]) -> str:
+    return request_class.__name__.removesuffix("Request")
 
 
-def error_summary(response: Any) -> str:
+def error_summary(response: Response) -> str:
     """The error codes anywhere in a response: `NONE`, or e.g. `UNKNOWN_TOPIC_OR_PARTITION x2`."""
     counts = error_codes(response)
     del counts[0]
@@ -57,7 +56,7 @@ def error_summary(response: Any) -> str:
     return ", ".join(f"{_code_name(code)} x{n}" if n > 1 else _code_name(code) for code, n in counts.items())
 
 
-def error_codes(response: Any) -> Counter[int]:
+def error_codes(response: Response) -> Counter[int]:
     """How often each error code (NONE too) appears in a response, at any depth: every field
     named `error_code` or `*_error_code` (`partition_error_code`, `topic_config_error_code`)."""
     counts: Counter[int] = Counter()

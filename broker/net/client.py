@@ -18,11 +18,11 @@ import itertools
 import logging
 import struct
 import time
-from typing import Any
 
 from broker.security.client import ClientSecurity
 from protocol.client_codec import decode_response, encode_request, peek_correlation_id
 from protocol.framing import frame
+from protocol.messages import Request, Response
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class _Link:
     def __init__(self, writer: asyncio.StreamWriter, renew_at: float | None) -> None:
         self.writer = writer
         self.renew_at = renew_at  # monotonic; None: never
-        self.pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self.pending: dict[int, tuple[int, int, asyncio.Future[Response]]] = {}
         self.retired = False  # a newer link takes the new calls; this one closes once idle
         self.reader_task: asyncio.Task[None] | None = None
 
@@ -97,13 +97,13 @@ class BrokerClient:
         self._connecting = asyncio.Lock()
 
     async def call(
-        self, message: Any, version: int, timeout_s: float | None = None, client_id: str | None = None
-    ) -> Any:
+        self, message: Request, version: int, timeout_s: float | None = None, client_id: str | None = None
+    ) -> Response:
         """Send one request and return its decoded response (`client_id` replaces this
         client's own for this request)."""
         link = await self._connection()
         correlation_id = next(self._ids) & 0x7FFFFFFF
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         link.pending[correlation_id] = (message.API_KEY, version, future)
         request = encode_request(message, version, correlation_id, client_id or self.client_id)
         link.writer.write(frame(request))

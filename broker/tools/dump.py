@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from protocol import group_log, transaction_log
+from protocol import consumer_group_log, group_log, transaction_log
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from protocol.record_batch import (
     Compression,
@@ -247,6 +247,9 @@ def decode_offsets_record(key: bytes | None, value: bytes | None, offset: int) -
         return {"key": f"Failed to decode message at offset {offset} using offset topic decoder "
                        "(message had a missing key)"}
     try:
+        consumer_key = consumer_group_log.decode_consumer_key(key)
+        if consumer_key is not None:
+            return _consumer_record(consumer_key, value)
         k = group_log.decode_key(key)
         decoded: Entry = {"key": _offsets_key(k, key)}
         if value is None:
@@ -256,6 +259,43 @@ def decode_offsets_record(key: bytes | None, value: bytes | None, offset: int) -
         return {"key": f"Unknown record type {exc.version} at offset {offset}, skipping."}
     except group_log.GroupLogDecodeError as exc:
         return {"key": f"Error at offset {offset}, skipping. {exc}"}
+
+
+def _consumer_record(k: consumer_group_log.ConsumerKey, value: bytes | None) -> Entry:
+    """A consumer-protocol group record (KIP-848), named as Kafka's JSON converters name it."""
+    data: Entry = {"groupId": k.group}
+    if k.record in consumer_group_log.PER_MEMBER:
+        data["memberId"] = k.member
+    entry: Entry = {"key": {"type": str(int(k.record)), "data": data}}
+    if value is None:
+        return {**entry, "payload": "<DELETE>"}
+    parsed = consumer_group_log.decode_consumer_value(k.record, value)
+    return {**entry, "payload": {"version": _version(value), "data": _consumer_value(parsed)}}
+
+
+def _consumer_value(v: consumer_group_log.ConsumerValue | None) -> Entry:
+    cgl = consumer_group_log
+    if isinstance(v, cgl.GroupMetadataValue):
+        return {"epoch": v.epoch, "metadataHash": v.metadata_hash}
+    if isinstance(v, cgl.MemberMetadataValue):
+        return {"instanceId": v.instance_id, "rackId": v.rack_id, "clientId": v.client_id,
+                "clientHost": v.client_host, "subscribedTopicNames": list(v.subscribed_topic_names),
+                "subscribedTopicRegex": v.subscribed_topic_regex,
+                "rebalanceTimeoutMs": v.rebalance_timeout_ms, "serverAssignor": v.server_assignor}
+    if isinstance(v, cgl.TargetAssignmentMetadataValue):
+        return {"assignmentEpoch": v.assignment_epoch, "assignmentTimestamp": v.assignment_timestamp}
+    if isinstance(v, cgl.TargetAssignmentMemberValue):
+        return {"topicPartitions": _topic_partitions(v.partitions)}
+    if isinstance(v, cgl.CurrentAssignmentValue):
+        return {"memberEpoch": v.member_epoch, "previousMemberEpoch": v.previous_member_epoch,
+                "state": v.state, "assignedPartitions": _topic_partitions(v.assigned),
+                "partitionsPendingRevocation": _topic_partitions(v.pending_revocation)}
+    return {}
+
+
+def _topic_partitions(value: consumer_group_log.TopicPartitions) -> list[Entry]:
+    ordered = sorted(value.items(), key=lambda item: str(item[0]))
+    return [{"topicId": str(t), "partitions": sorted(ps)} for t, ps in ordered]
 
 
 def _version(data: bytes) -> str:

@@ -31,6 +31,8 @@ from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from broker.tools.common import Command, ToolError, add_connection_args, call, progress, run_command
 from broker.tools.transactions import format_table
+from protocol.api_keys import ApiKey
+from protocol.messages import REQUESTS
 
 ACTIONS = ("list", "describe", "reset-offsets", "delete")
 OFFSETS_HEADERS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
@@ -147,11 +149,41 @@ def _group_ids(admin: Any, args: argparse.Namespace) -> list[str]:
 
 
 def _describe_group(admin: Any, group_id: str) -> dict[str, Any]:
+    """DescribeGroups; a group it does not know (Dead) may be a consumer-protocol group
+    (KIP-848), which ConsumerGroupDescribe answers, as Kafka's admin client falls back."""
     described = call(f"Failed to describe group '{group_id}'", lambda: admin.describe_groups([group_id]))
     group: dict[str, Any] = described[group_id]
     if group.get("error"):
         raise ToolError(f"Failed to describe group '{group_id}': {group['error']}")
+    if group["group_state"] == "Dead":
+        return _describe_consumer_group(admin, group_id) or group
     return group
+
+
+def _describe_consumer_group(admin: Any, group_id: str) -> dict[str, Any] | None:
+    """ConsumerGroupDescribe in the shape of a DescribeGroups answer; None if not such a group."""
+    async def describe() -> Any:
+        node = await admin._find_coordinator_id(group_id)
+        describe_request = REQUESTS[ApiKey.CONSUMER_GROUP_DESCRIBE]
+        request = describe_request(group_ids=[group_id], include_authorized_operations=False)
+        return await admin._manager.send(request, node_id=node)
+
+    response = call(f"Failed to describe group '{group_id}'", lambda: admin._manager.run(describe))
+    found = response.groups[0]
+    if found.error_code != 0:
+        return None
+    return consumer_group_as_classic(found)
+
+
+def consumer_group_as_classic(found: Any) -> dict[str, Any]:
+    members = [{
+        "member_id": m.member_id, "client_host": m.client_host, "client_id": m.client_id,
+        "member_assignment": {"assigned_partitions": [
+            {"topic": t.topic_name, "partitions": list(t.partitions)} for t in m.assignment.topic_partitions
+        ]},
+    } for m in found.members]
+    return {"group_id": found.group_id, "group_state": found.group_state,
+            "protocol_data": found.assignor_name, "members": members}
 
 
 def _committed(admin: Any, group_id: str) -> dict[TopicPartition, int | None]:

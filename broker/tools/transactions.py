@@ -244,7 +244,7 @@ def _cmd_find_hanging(admin: Any, args: argparse.Namespace, out: TextIO) -> None
     out.write(format_table(HANGING_HEADERS, hanging_rows(hanging, now)))
 
 
-def _abort_spec_by_offset(admin: Any, tp: TopicPartition, start_offset: int) -> Any:
+def abort_spec_by_offset(admin: Any, tp: TopicPartition, start_offset: int) -> Any:
     from kafka.admin import AbortTransactionSpec
 
     what = f"Failed to validate producer state for partition {tp.topic}-{tp.partition}"
@@ -271,7 +271,7 @@ def _abort_spec_by_producer(tp: TopicPartition, args: argparse.Namespace) -> Any
 def _cmd_abort(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     tp = TopicPartition(args.topic, args.partition)
     if args.start_offset is not None:
-        spec = _abort_spec_by_offset(admin, tp, args.start_offset)
+        spec = abort_spec_by_offset(admin, tp, args.start_offset)
     elif args.producer_id is not None:
         spec = _abort_spec_by_producer(tp, args)
     else:

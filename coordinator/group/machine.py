@@ -23,6 +23,9 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar, cast
 
+from coordinator.group.assignors import TopicsImage
+from coordinator.group.consumer_machine import ConsumerGroups, request_error
+from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
 from coordinator.group.index import GroupIndex, cached_partition
 from coordinator.group.offsets import OffsetStore, expiration_base, is_expired, validate_offset_commit
 from coordinator.group.rebalance import Effects, PendingWrite, Rebalancer, WriteKind
@@ -49,6 +52,7 @@ from coordinator.group.types import (
     SyncResponse,
 )
 from coordinator.transaction.machine import append_error_to_coordinator_error
+from protocol.consumer_group_log import decode_consumer_key
 from protocol.errors import ErrorCode
 from protocol.group_log import (
     GroupMetadataKey,
@@ -89,6 +93,7 @@ class GroupCoordinatorMachine:
         self._epochs: dict[int, int] = {}
         self._loading: set[int] = set()
         self._rebalancer = Rebalancer(self.config, self._pending_writes, new_member_id or _random_member_id)
+        self.consumer = ConsumerGroups(self.config.consumer)
 
     # ------------------------------------------------------------ partitions
 
@@ -111,6 +116,7 @@ class GroupCoordinatorMachine:
             for member in group.members.values():
                 self._rebalancer.heartbeat_after(member, now_ms)
             self._groups.may_have_deadlines(group.group_id)
+        self.consumer.loaded(self._in(partition), now_ms)
 
     def coordinator_epoch(self, partition: int) -> int | None:
         """The coordinator epoch ``partition`` is loaded (or loading) at; None if not led here."""
@@ -133,6 +139,7 @@ class GroupCoordinatorMachine:
         for group_id in [g for g in self._groups if owns(g)]:
             self._groups.pop(group_id)
             self._pending_writes.pop(group_id, None)
+        self.consumer.drop(owns)
         self.offsets.drop(owns)
 
     def _groups_of(self, partition: int) -> list[ClassicGroup]:
@@ -166,6 +173,12 @@ class GroupCoordinatorMachine:
     ) -> list[Completion]:
         """Apply one durable record at log ``offset``; ``producer_id`` is the batch's producer id
         when the batch is transactional. Returns answers the record releases."""
+        consumer_key = decode_consumer_key(key)
+        if consumer_key is not None:
+            if self.partition_for(consumer_key.group) in self._epochs:
+                self._drop_simple_group(consumer_key.group)
+                self.consumer.replay(key, value)
+            return []
         try:
             decoded = decode_key(key)
         except UnknownRecordVersion:
@@ -177,6 +190,13 @@ class GroupCoordinatorMachine:
             return []
         return self._replay_group(decoded, value, now_ms)
 
+    def _drop_simple_group(self, group_id: str) -> None:
+        """A consumer group's records win over the "simple" group its offsets made (a compacted
+        log may hold an offset before the group's first record)."""
+        simple = self._groups.get(group_id)
+        if simple is not None and not simple.members and simple.protocol_type is None:
+            self._groups.pop(group_id)
+
     def _replay_offset(
         self, key: OffsetCommitKey, value: bytes | None, offset: int, producer_id: int
     ) -> None:
@@ -184,7 +204,7 @@ class GroupCoordinatorMachine:
             decoded = None if value is None else decode_offset_commit_value(value)
         except UnknownRecordVersion:
             return
-        if decoded is not None and key.group not in self._groups:
+        if decoded is not None and key.group not in self._groups and key.group not in self.consumer.groups:
             self._groups.add(ClassicGroup(key.group))  # a "simple" group
         self.offsets.replay(key.group, (key.topic, key.partition), decoded, offset, producer_id)
 
@@ -234,6 +254,8 @@ class GroupCoordinatorMachine:
         """The append of ``records`` failed with ``error``: undo what waited on them."""
         fx = Effects()
         mapped = append_error_to_coordinator_error(error)
+        records = list(records)
+        self.consumer.write_failed(records)
         for key, value in records:
             try:
                 decoded = decode_key(key)
@@ -254,6 +276,13 @@ class GroupCoordinatorMachine:
         error = self._join_error(req)
         if error is not None:
             return Result(JoinResponse(error, member_id=req.member_id))
+        consumer_group = self.consumer.groups.get(req.group_id)
+        if consumer_group is not None and consumer_group.members:
+            return Result(JoinResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id))
+        if consumer_group is not None:  # an Empty consumer group becomes a classic one
+            dropped = self.consumer.delete_records(req.group_id)
+            result = self.join_group(req, now_ms)
+            return Result(result.response, tuple(dropped) + result.records, result.completions, result.awaits)
         group = self._groups.get(req.group_id)
         is_new = group is None
         if group is None:
@@ -340,7 +369,7 @@ class GroupCoordinatorMachine:
     def next_deadline_ms(self) -> int | None:
         """The earliest timer of any group; only groups that may hold one are looked at (a group
         found without any leaves that set until an operation touches it again)."""
-        earliest = None
+        earliest = self.consumer.next_deadline_ms(self._is_live)
         for group in self._timed_live_groups():
             deadline = self._rebalancer.next_deadline_ms(group)
             if deadline is None:
@@ -349,11 +378,15 @@ class GroupCoordinatorMachine:
                 earliest = deadline
         return earliest
 
+    def _is_live(self, group_id: str) -> bool:
+        return self._ownership_error(group_id) is None
+
     def on_timer(self, now_ms: int) -> Result[None]:
         """Session, join, initial-delay and sync timeouts due at ``now_ms``."""
         fx = Effects()
         for group in self._timed_live_groups():
             self._rebalancer.on_timer(group, now_ms, fx)
+        fx.records.extend(self.consumer.on_timer(now_ms, self._is_live))
         return Result(None, tuple(fx.records), tuple(fx.completions))
 
     def _timed_live_groups(self) -> list[ClassicGroup]:
@@ -408,6 +441,11 @@ class GroupCoordinatorMachine:
             for g in candidates
             if partition_for(g.group_id) in ready
         ]
+        listed.extend(
+            ListedGroup(g.group_id, "consumer", g.state().value, "consumer")
+            for g in self.consumer.groups.values()
+            if partition_for(g.group_id) in ready and (not wanted or g.state().value.lower() in wanted)
+        )
         return error, listed
 
     def delete_groups(self, group_ids: Sequence[str]) -> Result[dict[str, ErrorCode]]:
@@ -421,6 +459,8 @@ class GroupCoordinatorMachine:
         error = self._ownership_error(group_id)
         if error is not None:
             return error
+        if group_id in self.consumer.groups:
+            return self._delete_consumer_group(group_id, records)
         group = self._groups.get(group_id)
         if group is None or group.is_in(_S.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND
@@ -430,6 +470,50 @@ class GroupCoordinatorMachine:
         records.extend(_offset_tombstone(group_id, tp) for tp in sorted(partitions))
         records.append((encode_group_metadata_key(group_id), None))
         return ErrorCode.NONE
+
+    def _delete_consumer_group(self, group_id: str, records: list[Record]) -> ErrorCode:
+        if self.consumer.groups[group_id].members:
+            return ErrorCode.NON_EMPTY_GROUP
+        partitions = set(self.offsets.offsets_of(group_id)) | self.offsets.pending_partitions(group_id)
+        records.extend(_offset_tombstone(group_id, tp) for tp in sorted(partitions))
+        records.extend(self.consumer.delete_records(group_id))
+        return ErrorCode.NONE
+
+    # ------------------------------------------------------------ ConsumerGroupHeartbeat / Describe
+
+    def consumer_group_heartbeat(
+        self, req: HeartbeatRequest, image: TopicsImage, now_ms: int
+    ) -> Result[HeartbeatResponse]:
+        """KIP-848's heartbeat; ``image`` is every topic as the metadata knows it now."""
+        refused = request_error(req, self.config.consumer.assignors)
+        if refused is not None:
+            return Result(HeartbeatResponse(*refused))
+        if (error := self._ownership_error(req.group_id)) is not None:
+            return Result(HeartbeatResponse(error))
+        prefix: tuple[Record, ...] = ()
+        classic = self._groups.get(req.group_id)
+        if classic is not None:
+            if classic.members or not classic.is_in(_S.EMPTY) or req.member_epoch != 0:
+                message = f"Group {req.group_id} is not a consumer group."
+                return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
+            self._groups.pop(req.group_id)  # an Empty classic group gives way (Kafka writes its tombstone)
+            self._pending_writes.pop(req.group_id, None)
+            prefix = ((encode_group_metadata_key(req.group_id), None),)
+        response, records = self.consumer.heartbeat(req, image, now_ms)
+        return Result(response, prefix + tuple(records) if records else ())
+
+    def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]:
+        described = []
+        for group_id in group_ids:
+            error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
+            if error is not None:
+                described.append(DescribedConsumerGroup(group_id, error))
+            elif group_id in self._groups:
+                message = f"Group {group_id} is not a consumer group."
+                described.append(DescribedConsumerGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, message))
+            else:
+                described.append(self.consumer.describe(group_id))
+        return described
 
     # ------------------------------------------------------------ OffsetCommit / TxnOffsetCommit
 
@@ -447,9 +531,11 @@ class GroupCoordinatorMachine:
     ) -> Result[dict[TopicPartition, ErrorCode]]:
         """``generation`` -1 with no member is the "simple" commit of a consumer that does not
         use group management; ``retention_ms`` is OffsetCommit v2-v4's retention_time_ms."""
-        error = self._commit_error(group_id, generation, member_id, instance_id, False, api_version)
+        error = self._commit_error(group_id, generation, member_id, instance_id, False, api_version, offsets)
         if error is not None:
             return Result(dict.fromkeys(offsets, error))
+        if group_id in self.consumer.groups:
+            return self._commit_records(group_id, offsets, now_ms, -1)
         group = self._groups[group_id]
         member = group.members.get(member_id)
         if member is not None and group.is_in(_S.STABLE, _S.PREPARING_REBALANCE):
@@ -477,17 +563,28 @@ class GroupCoordinatorMachine:
         fenced with ILLEGAL_GENERATION."""
         if not transactional_id or producer_id < 0:  # below 0 is "no producer id"
             return Result(dict.fromkeys(offsets, ErrorCode.INVALID_REQUEST))
-        error = self._commit_error(group_id, generation, member_id, instance_id, True, 0)
+        error = self._commit_error(group_id, generation, member_id, instance_id, True, 0, offsets)
         if error is not None:
             return Result(dict.fromkeys(offsets, error))
         return self._commit_records(group_id, offsets, now_ms, -1)
 
     def _commit_error(
-        self, group_id: str, generation: int, member_id: str, instance_id: str | None, txn: bool, version: int
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        txn: bool,
+        version: int,
+        offsets: Mapping[TopicPartition, OffsetCommitInput],
     ) -> ErrorCode | None:
         error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
         if error is not None:
             return error
+        if group_id in self.consumer.groups:
+            topic_ids = {name: info.topic_id for name, info in self.consumer.image.items()}
+            consumer = self.consumer
+            return consumer.commit_error(group_id, member_id, generation, offsets, topic_ids, txn, version)
         group = self._groups.get(group_id)
         if group is None:
             if generation >= 0:
@@ -517,14 +614,21 @@ class GroupCoordinatorMachine:
     # ------------------------------------------------------------ OffsetFetch / OffsetDelete
 
     def offset_fetch(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
+        member: tuple[str | None, int] = (None, -1),
     ) -> OffsetFetchResult:
-        """``partitions`` None fetches all the group's committed offsets."""
+        """``partitions`` None fetches all the group's committed offsets; ``member`` is OffsetFetch
+        v9+'s member id and epoch, checked for a consumer-protocol group."""
         error = self._ownership_error(group_id)
+        if error is None and group_id in self.consumer.groups:
+            error = self.consumer.fetch_error(group_id, *member)
         if error is not None:
             return OffsetFetchResult(group_id, error)
         group = self._groups.get(group_id)
-        known = group is not None and not group.is_in(_S.DEAD)
+        known = (group is not None and not group.is_in(_S.DEAD)) or group_id in self.consumer.groups
         committed = self.offsets.offsets_of(group_id) if known else {}
         wanted = sorted(committed) if partitions is None else list(partitions)
         fetched = []
@@ -545,6 +649,8 @@ class GroupCoordinatorMachine:
         error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
         if error is not None:
             return Result(OffsetDeleteResult(error))
+        if group_id in self.consumer.groups:
+            return self._consumer_offset_delete(group_id, partitions)
         group = self._groups.get(group_id)
         if group is None or group.is_in(_S.DEAD):
             return Result(OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND))
@@ -554,6 +660,21 @@ class GroupCoordinatorMachine:
         errors: dict[TopicPartition, ErrorCode] = {}
         for tp in partitions:
             if group.is_subscribed_to(tp[0]):
+                errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            errors[tp] = ErrorCode.NONE
+            if self.offsets.get(group_id, tp) is not None or self.offsets.has_pending(group_id, tp):
+                records.append(_offset_tombstone(group_id, tp))
+        return Result(OffsetDeleteResult(ErrorCode.NONE, errors), tuple(records))
+
+    def _consumer_offset_delete(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> Result[OffsetDeleteResult]:
+        subscribed = self.consumer.groups[group_id].subscribed_topics()
+        records: list[Record] = []
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for tp in partitions:
+            if tp[0] in subscribed:
                 errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 continue
             errors[tp] = ErrorCode.NONE
@@ -575,7 +696,24 @@ class GroupCoordinatorMachine:
             expired += len(tombstones)
             if all_gone and group.is_in(_S.EMPTY) and not self.offsets.has_open_transactions(group.group_id):
                 records.append((encode_group_metadata_key(group.group_id), None))
+        for group_id in [g for g, c in self.consumer.groups.items() if not c.members and self._is_live(g)]:
+            tombstones = self._expired_consumer_offsets(group_id, now_ms, retention)
+            records.extend(tombstones)
+            expired += len(tombstones)
+            left = len(self.offsets.offsets_of(group_id)) - len(tombstones)
+            if left == 0 and not self.offsets.has_open_transactions(group_id):
+                records.extend(self.consumer.delete_records(group_id))
         return Result(expired, tuple(records))
+
+    def _expired_consumer_offsets(self, group_id: str, now_ms: int, retention_ms: int) -> list[Record]:
+        """Kafka's ConsumerGroup.offsetExpirationCondition: an Empty group's offsets expire by their
+        commit timestamp (a group with members keeps them)."""
+        return [
+            _offset_tombstone(group_id, tp)
+            for tp, offset in sorted(self.offsets.offsets_of(group_id).items())
+            if is_expired(offset, offset.commit_timestamp_ms, now_ms, retention_ms)
+            and not self.offsets.has_pending(group_id, tp)
+        ]
 
     def _expired_offsets(
         self, group: ClassicGroup, now_ms: int, retention_ms: int

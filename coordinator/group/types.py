@@ -16,6 +16,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
+from coordinator.group.consumer_types import ConsumerConfig
 from protocol.errors import ErrorCode
 from protocol.types import TopicPartition
 
@@ -140,6 +141,7 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,3 +196,4 @@ class GroupConfig:
     max_group_size: int = 0x7FFFFFFF  # group.max.size
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)  # group.consumer.*

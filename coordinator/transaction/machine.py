@@ -41,7 +41,7 @@ from protocol.transaction_log import (
     encode_value,
     known_versions,
 )
-from protocol.types import TV2, ProducerId, TopicPartition
+from protocol.types import TV2, ProducerEpoch, ProducerId, TopicPartition
 
 _NO_ERRORS: Mapping[TopicPartition, ErrorCode] = MappingProxyType({})
 Record = tuple[bytes, bytes | None]
@@ -52,8 +52,8 @@ class MarkerIntent:
     """WriteTxnMarkers to send for one transaction once its Prepare* record is durable."""
 
     transactional_id: str
-    producer_id: int
-    producer_epoch: int
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
     commit: bool
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
@@ -69,8 +69,8 @@ class Outcome:
     error: ErrorCode
     record: Record | None = None
     markers: MarkerIntent | None = None
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
+    producer_id: ProducerId = NO_PRODUCER_ID
+    producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
     partition_errors: Mapping[TopicPartition, ErrorCode] = field(default_factory=lambda: _NO_ERRORS)
     transit: TxnMetadata | None = None  # the metadata ``record`` encodes
 
@@ -340,8 +340,8 @@ class TransactionStateMachine:
         self,
         transactional_id: str,
         timeout_ms: int,
-        expected_producer_id: int,
-        expected_epoch: int,
+        expected_producer_id: ProducerId,
+        expected_epoch: ProducerEpoch,
         now_ms: int,
     ) -> Outcome:
         tid = transactional_id
@@ -456,8 +456,8 @@ class TransactionStateMachine:
     def add_partitions(
         self,
         transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
         partitions: Iterable[TopicPartition],
         now_ms: int,
         verify_only: bool = False,
@@ -490,7 +490,8 @@ class TransactionStateMachine:
         )
 
     def _add_partitions_error(
-        self, tid: str, producer_id: int, producer_epoch: int, wanted: frozenset[TopicPartition]
+        self, tid: str, producer_id: ProducerId, producer_epoch: ProducerEpoch,
+        wanted: frozenset[TopicPartition]
     ) -> ErrorCode | None:
         if not tid:
             return ErrorCode.INVALID_REQUEST
@@ -508,7 +509,8 @@ class TransactionStateMachine:
         return None
 
     def _verify_partitions(
-        self, tid: str, producer_id: int, producer_epoch: int, wanted: frozenset[TopicPartition]
+        self, tid: str, producer_id: ProducerId, producer_epoch: ProducerEpoch,
+        wanted: frozenset[TopicPartition]
     ) -> Outcome:
         """KIP-890 part 1 (AddPartitionsToTxn v4+ verifyOnly): no record, no pending check."""
         error: ErrorCode | None = ErrorCode.INVALID_REQUEST if not tid else self._ownership_error(tid)
@@ -532,8 +534,8 @@ class TransactionStateMachine:
     def add_offsets(
         self,
         transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
         group_partition: TopicPartition,
         now_ms: int,
         client_transaction_version: int = 0,
@@ -558,8 +560,8 @@ class TransactionStateMachine:
     def end_txn(
         self,
         transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
+        producer_id: ProducerId,
+        producer_epoch: ProducerEpoch,
         commit: bool,
         now_ms: int,
         client_transaction_version: int = 0,
@@ -579,7 +581,8 @@ class TransactionStateMachine:
         return self._end_txn_v1(current, producer_id, producer_epoch, commit, now_ms)
 
     def _end_txn_v1(
-        self, current: TxnMetadata, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+        self, current: TxnMetadata, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,
+        now_ms: int
     ) -> Outcome:
         tid = current.transactional_id
         if current.producer_id != producer_id:
@@ -594,7 +597,8 @@ class TransactionStateMachine:
         return Outcome(tid, _settled_answer(state, commit, is_retry=True))
 
     def _end_txn_v2(
-        self, current: TxnMetadata, producer_id: int, producer_epoch: int, commit: bool, now_ms: int, tv: int
+        self, current: TxnMetadata, producer_id: ProducerId, producer_epoch: ProducerEpoch, commit: bool,
+        now_ms: int, tv: int
     ) -> Outcome:
         """KIP-890 part 2: every EndTxn bumps the epoch; a retry carries the epoch before the bump."""
         tid, state = current.transactional_id, current.state
@@ -665,11 +669,11 @@ class TransactionStateMachine:
             last_update_ms=now_ms,
             client_transaction_version=tv,
         )
-        answer_id: int = NO_PRODUCER_ID
-        answer_epoch: int = NO_PRODUCER_EPOCH
+        answer_id, answer_epoch = ProducerId(NO_PRODUCER_ID), ProducerEpoch(NO_PRODUCER_EPOCH)
         if retry_ids:  # TV2 answers with the id/epoch the producer uses next
             answer_id, answer_epoch = (
-                (next_pid, 0) if next_pid != NO_PRODUCER_ID else (transit.producer_id, epoch)
+                (ProducerId(next_pid), ProducerEpoch(0)) if next_pid != NO_PRODUCER_ID
+                else (ProducerId(transit.producer_id), ProducerEpoch(epoch))
             )
         return Outcome(
             current.transactional_id,
@@ -809,7 +813,7 @@ def _all(partitions: frozenset[TopicPartition], error: ErrorCode) -> Mapping[Top
     return MappingProxyType(dict.fromkeys(partitions, error))
 
 
-def _is_valid_producer_id(current: TxnMetadata, producer_id: int, epoch: int) -> bool:
+def _is_valid_producer_id(current: TxnMetadata, producer_id: ProducerId, epoch: ProducerEpoch) -> bool:
     """KIP-360: a request naming an id may go on if the metadata was just created, the id is
     the current one, or it is the previous one and its epoch was exhausted (a retried rotation)."""
     return (
@@ -819,7 +823,7 @@ def _is_valid_producer_id(current: TxnMetadata, producer_id: int, epoch: int) ->
     )
 
 
-def _incremented_epochs(current: TxnMetadata, expected_epoch: int | None) -> tuple[int, int] | None:
+def _incremented_epochs(current: TxnMetadata, expected_epoch: ProducerEpoch | None) -> tuple[int, int] | None:
     """(new epoch, last epoch) for InitProducerId on an idle id, or None if the caller is fenced."""
     bumped = current.producer_epoch + 1
     if expected_epoch is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from protocol.types import ProducerId
 from storage.index import AbortedTxn
 from storage.segment import LogSegment
 
@@ -43,7 +44,7 @@ class CleanJob:
     first_dirty_offset: int
     end_offset: int
     aborted: tuple[AbortedTxn, ...]
-    producers: dict[int, LastRecord]
+    producers: dict[ProducerId, LastRecord]
     delete_retention_ms: int
     segment_bytes: int
     index_interval_bytes: int

@@ -23,6 +23,7 @@ SHARED = {
     "transaction.state.log.num.partitions": 1,
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 1000,  # the EOS processor's session is 2 s
+    "group.consumer.assignment.interval.ms": 0,  # each group epoch's target at once (KIP-1263)
     "auto.create.topics.enable": True,
     "num.partitions": 1,
 }

@@ -19,6 +19,8 @@ from tests.differential.conftest import SHARED, _warm_coordinators, _warm_produc
 from tests.differential.runner import Action, Side, Step, Tree, run_case
 from tests.differential.steps import WAIT_S, batch, init_producer, new_topic, produce, topic
 from tests.differential.test_admin import describe_configs, incremental
+from tests.differential.test_consumer_groups import describe as consumer_describe
+from tests.differential.test_consumer_groups import join as consumer_join
 from tests.differential.test_groups import (
     commit,
     delete_groups,
@@ -259,6 +261,18 @@ CASES: Cases = {
         fetch_offsets(9),
         describe(5),
         delete_groups(2),
+    ],
+    "consumer-group-acl-for-someone-else": [
+        *new_topic(),
+        *bob_only(GROUP, "-cg"),
+        consumer_join(1),
+        consumer_describe(1),
+    ],
+    "consumer-group-topic-denied": [
+        *new_topic(),
+        *bob_only(TOPIC),
+        consumer_join(1),
+        consumer_describe(1),
     ],
     "transactional-id-acl-for-someone-else": [
         *new_topic(),

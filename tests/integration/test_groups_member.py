@@ -86,17 +86,20 @@ def batch_offsets(recs: list[list[Any]]) -> dict[int, int]:
 
 
 def run_confluent(
-    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None,
+    protocol: str = "classic",
 ) -> None:
+    """``protocol`` "consumer": KIP-848's group protocol, the broker's session timeout and
+    heartbeat interval (librdkafka refuses its own with it)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    timeouts = {"session.timeout.ms": session_ms, "heartbeat.interval.ms": hb_ms}
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": session_ms,
-        "heartbeat.interval.ms": hb_ms,
+        **(timeouts if protocol == "classic" else {"group.protocol": "consumer"}),
         "max.poll.interval.ms": max(MAX_POLL_INTERVAL_MS, session_ms),
         "reconnect.backoff.ms": 50,
         "reconnect.backoff.max.ms": 500,
@@ -108,7 +111,10 @@ def run_confluent(
     c = Consumer(conf)
 
     def on_assign(_c: Any, tps: list[Any]) -> None:  # librdkafka does not expose the generation
-        emit("assigned", tps=sorted(tp.partition for tp in tps), gen=None, member=c.memberid())
+        added = {tp.partition for tp in tps}
+        if protocol == "consumer":  # incremental: the callback names only the partitions added
+            added |= {tp.partition for tp in c.assignment()}
+        emit("assigned", tps=sorted(added), gen=None, member=c.memberid())
 
     def on_revoke(_c: Any, tps: list[Any]) -> None:
         emit("revoked", tps=sorted(tp.partition for tp in tps))
@@ -262,8 +268,15 @@ async def _aiokafka_main(
     emit("closed")
 
 
+def run_confluent_consumer_protocol(
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+) -> None:
+    run_confluent(bootstrap, group, topic, session_ms, hb_ms, inst, protocol="consumer")
+
+
 RUNNERS: dict[str, Callable[..., None]] = {
     "confluent": run_confluent,
+    "confluent-consumer": run_confluent_consumer_protocol,
     "kafka-python": run_kafka_python,
     "aiokafka": run_aiokafka,
 }
@@ -283,16 +296,21 @@ def main(argv: list[str]) -> None:
 
 
 def member_command(lib: str, java_classes: Path | None) -> list[str]:
-    if lib == "java":
-        from tests.integration.harness import JAVA_DEPS
+    """"java": GroupMember with the 3.9 client; "java-consumer": with the 4.3 client and KIP-848's
+    group protocol (compile it with `compile_group_member("4.3")`)."""
+    if lib in ("java", "java-consumer"):
+        from tests.integration.harness import JAVA_CLIENTS
 
         assert java_classes is not None, "compile java/GroupMember.java first (the java_classes fixture)"
+        consumer = lib == "java-consumer"
+        jars = JAVA_CLIENTS["4.3" if consumer else "3.9"]
         return [
             "java",
             "-XX:TieredStopAtLevel=1",
             "-XX:+UseSerialGC",
+            *(["-Dgroup.protocol=consumer"] if consumer else []),
             "-cp",
-            f"{java_classes}{os.pathsep}{JAVA_DEPS}/*",
+            f"{java_classes}{os.pathsep}{jars}/*",
             "GroupMember",
         ]
     return [sys.executable, "-m", "tests.integration.test_groups_member", lib]
@@ -443,12 +461,12 @@ class Member:
 # -- the test side: topics, records, offsets, a set of members ----------------------------------
 
 
-def compile_group_member() -> Path:
+def compile_group_member(client: str = "3.9") -> Path:
     """java/GroupMember.java compiled once, so each member JVM starts without compiling."""
     from tests.integration.harness import JAVA_DIR, java_classes, require_java
 
-    require_java()
-    return java_classes(JAVA_DIR / "GroupMember.java")
+    require_java(client)
+    return java_classes(JAVA_DIR / "GroupMember.java", client)
 
 
 def create_topic(bootstrap_port: int, topic: str, partitions: int) -> None:

@@ -21,6 +21,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from scramp import ScramClient
 from broker.store.local_store import STORE_FILE
 from protocol.messages import REQUESTS
 from tests.integration.certs import Pki, make_pki
+from tests.integration.console_process import ConsoleProcess, console_running, shown
 from tests.integration.harness import (
     BrokerFactory,
     BrokerProcess,
@@ -545,6 +547,34 @@ def test_tools_take_kafkas_command_config(secured: Secured, tmp_path: Path) -> N
     props.write_text(props.read_text().replace("alice-tools", "wrong"))
     done = subprocess.run([*command, "--timeout-ms", "5000"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def _console_topics(console: ConsoleProcess, wanted: str) -> set[str]:
+    """The topics the console's partitions page lists once `wanted` is among them."""
+    answer = console.get("/api/partitions?per_page=1000")
+    found = {p["topic"] for p in answer.json()["partitions"]} if answer.status == 200 else set()
+    return found if wanted in found else set()
+
+
+def test_console_takes_kafkas_command_config(secured: Secured, tmp_path: Path) -> None:
+    """`gregor console --command-config`: SCRAM over TLS as alice, whose console reads only
+    what she may (her topics, not bob's) and names on its pages what she may not (the
+    brokers' configs, DescribeConfigs on the cluster)."""
+    add_scram_user(secured, "alice", "alice-console", ScramMechanism.SCRAM_SHA_512)
+    mine, other = new_topic(secured, "alice-console"), new_topic(secured, "bob-console")
+    props = tmp_path / "alice.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="alice" password="alice-console";\n'
+        f"ssl.truststore.location={secured.pki.ca}\n"
+    )
+    bootstrap = secured.at(secured.sasl_ssl)
+    with console_running(tmp_path / "console", bootstrap, "--command-config", str(props)) as console:
+        topics = shown(console, partial(_console_topics, console, mine), f"{mine} on the console")
+        assert other not in topics
+        page = console.get("/partitions").body
+        assert "could not read DescribeConfigs: no transaction.max.timeout.ms" in page, page
 
 
 def test_storage_format_bootstraps_scram_users_before_the_first_start(tmp_path: Path) -> None:

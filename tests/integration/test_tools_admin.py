@@ -203,6 +203,31 @@ def test_groups_describe_with_lag_and_members(module_broker: BrokerProcess) -> N
     assert _committed(module_broker, group, topic, 2) == [2, 5]
 
 
+def test_groups_describe_a_consumer_protocol_group(module_broker: BrokerProcess) -> None:
+    """KIP-848: the tool describes it through ConsumerGroupDescribe, as Kafka's admin client."""
+    topic, group = unique_topic("tools-848"), unique_topic("tools-848-group")
+    ok(module_broker, "topics", "--create", "--topic", topic, "--partitions", "2")
+    _produce(module_broker, topic, 3, 2)
+    consumer = Consumer({"bootstrap.servers": module_broker.bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "client.id": "tools-848-member",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        wait_until(lambda: consumer.poll(0.2) is not None and len(consumer.assignment()) == 2, timeout=30,
+                   msg="the member gets both partitions")
+        offsets = [CTopicPartition(topic, 0, 1), CTopicPartition(topic, 1, 3)]
+        consumer.commit(offsets=offsets, asynchronous=False)
+        rows = _table(ok(module_broker, "groups", "--describe", "--group", group))[1:]
+        assert [(r[2], r[3], r[4], r[5], r[8]) for r in rows] == [("0", "1", "3", "2", "tools-848-member"),
+                                                                  ("1", "3", "3", "0", "tools-848-member")]
+        state = _table(ok(module_broker, "groups", "--describe", "--group", group, "--state"))[1]
+        assert state == [group, "uniform", "Stable", "1"]
+        members = _table(ok(module_broker, "groups", "--describe", "--group", group, "--members"))[1:]
+        assert [(m[0], m[3], m[4]) for m in members] == [(group, "tools-848-member", "2")]
+    finally:
+        consumer.close()
+
+
 def test_groups_reset_offsets(module_broker: BrokerProcess) -> None:
     topic, group = unique_topic("tools-reset"), unique_topic("tools-reset-group")
     ok(module_broker, "topics", "--create", "--topic", topic, "--partitions", "3")

@@ -127,14 +127,30 @@ def test_bad_keys_and_values_say_what_was_expected(raw: dict[str, object], messa
 INTEGER_KEYS = [key for key, spec in KEYS.items() if isinstance(spec.parse, Integer)]
 
 
+CONSUMER_LOWEST = {
+    "group.consumer.min.heartbeat.interval.ms": "1", "group.consumer.heartbeat.interval.ms": "1",
+    "group.consumer.max.heartbeat.interval.ms": "1", "group.consumer.min.session.timeout.ms": "1",
+    "group.consumer.assignment.interval.ms": "0",
+}
+SESSION_ABOVE_INTERVAL = {"group.consumer.session.timeout.ms", "group.consumer.max.session.timeout.ms"}
+
+
 @pytest.mark.parametrize("key", INTEGER_KEYS)
 def test_every_integer_key_has_kafkas_range(key: str) -> None:
     kind = KEYS[key].parse
     assert isinstance(kind, Integer)
     assert kind.minimum >= -1, f"{key} accepts any integer"
-    # the cross-key rules hold: group max >= min, replica fetch wait <= lag
-    lowest = {"group.min.session.timeout.ms": 0, "replica.fetch.wait.max.ms": 0, key: str(kind.minimum)}
-    assert build_config(lowest).values[key] == kind.minimum
+    # the cross-key rules hold: group max >= min, replica fetch wait <= lag, the consumer-protocol
+    # heartbeat interval and session timeout within their bounds, the interval below the timeout
+    lowest = {"group.min.session.timeout.ms": 0, "replica.fetch.wait.max.ms": 0, **CONSUMER_LOWEST,
+              key: str(kind.minimum)}
+    if key in SESSION_ABOVE_INTERVAL:  # a 1 ms session timeout leaves no room for the 1 ms interval
+        with pytest.raises(ConfigError, match="session.timeout.ms"):
+            build_config(lowest)
+        lowest.update({"group.consumer.session.timeout.ms": "2", key: "2"})
+        assert build_config(lowest).values[key] == 2
+    else:
+        assert build_config(lowest).values[key] == kind.minimum
     with pytest.raises(ConfigError, match=f"^{key} must be an integer"):
         build_config({key: kind.minimum - 1})
     with pytest.raises(ConfigError, match=f"^{key} must be an integer"):

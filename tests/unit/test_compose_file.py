@@ -160,3 +160,21 @@ def test_entrypoint_turns_variables_into_overrides(fake_gregor: Path) -> None:
         "node.id=7", "advertised.listeners=PLAINTEXT://host name:9092", "some_underscore-dash=a b",
     }
     assert env_key("SOME__UNDERSCORE___DASH") == "some_underscore-dash"  # the healthcheck agrees
+
+
+@pytest.mark.parametrize(("file", "port"), [("docker-compose.yml", 9080),
+                                           ("docker-compose.secure.yml", 9081)])
+def test_the_console_is_a_service_of_its_own_profile(file: str, port: int) -> None:
+    """`--profile console` adds `gregor console` pointed at the three brokers, published on the
+    host's loopback only; without the profile (`up --wait` of the tests) it is not there."""
+    assert "console" not in compose_config(file)["services"]
+    console = compose_config(file, COMPOSE_PROFILES="console")["services"]["console"]
+    command = " ".join(console["entrypoint"])
+    assert "gregor console" in command and "--no-login" in command and "--port 9080" in command
+    bootstrap = ",".join(f"{b}:19092" for b in BROKERS)
+    assert bootstrap in command or console["environment"]["BOOTSTRAP"] == bootstrap
+    assert published(console) == {("127.0.0.1", port, 9080)}
+    metrics = {"docker-compose.yml": 9193, "docker-compose.secure.yml": 9195}[file]
+    assert f"--metrics-url http://broker-1:{metrics}/metrics" in command.replace('"', "")
+    moved = compose_config(file, COMPOSE_PROFILES="console", GREGOR_CONSOLE_PORT="19080")
+    assert published(moved["services"]["console"]) == {("127.0.0.1", 19080, 9080)}

@@ -23,6 +23,7 @@ PAGES = sorted([ROOT / "README.md", ROOT / "ARCHITECTURE.md", *DOCS.glob("*.md")
 # Markdown elsewhere in the repository whose links and references are checked too.
 OTHER_MARKDOWN = [ROOT / "tests" / "chaos" / "RUNS.md"]
 EXPECTED_PAGES = {
+    "console.md",
     "benchmarks.md", "broker.md", "cluster.md", "configuration.md", "development.md",
     "differences.md", "fault-testing.md", "kafka-streams.md", "operations.md", "pyspark.md", "security.md",
     "storage.md",

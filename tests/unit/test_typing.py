@@ -11,7 +11,7 @@ from pathlib import Path
 import kafka
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["protocol", "storage", "coordinator", "broker", "gregor_spark"]
+PACKAGES = ["protocol", "storage", "coordinator", "broker", "gregor_spark", "gregor_console"]
 
 
 def test_kafka_pythons_message_stubs_are_where_mypy_looks() -> None:

@@ -3,6 +3,7 @@
 //
 //   java -cp '.deps/java/*' EosProcessor.java --bootstrap B --group G --txn-id T \
 //        --purchases P --invoices I --shipments S [--batch 10] [--idle-exit 1.0] [--max-seconds 90]
+//        [--group-protocol classic|consumer]
 //
 // A read_committed KafkaConsumer in group G and a transactional KafkaProducer: each polled batch
 // of purchases `purchase-<id>` becomes `invoice-<id>` + `shipment-<id>` and the consumed positions
@@ -88,10 +89,15 @@ public class EosProcessor {
         c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(batch));
-        c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, String.valueOf(session));
-        c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, String.valueOf(Math.max(100, session / 5)));
+        if (args.getOrDefault("group-protocol", "classic").equals("consumer")) {
+            // KIP-848: the broker sets the session timeout and heartbeat interval and assigns
+            c.put("group.protocol", "consumer");
+        } else {
+            c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, String.valueOf(session));
+            c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, String.valueOf(Math.max(100, session / 5)));
+            c.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, RangeAssignor.class.getName());
+        }
         c.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
-        c.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, RangeAssignor.class.getName());
         c.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "50");
         c.put(ConsumerConfig.RETRY_BACKOFF_MS_CONFIG, "50");
         c.put(ConsumerConfig.RECONNECT_BACKOFF_MS_CONFIG, "50");

@@ -72,8 +72,14 @@ public class GroupMember {
         if (args.length > 5) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, args[5]);
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, String.valueOf(sessionMs));
-        p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, String.valueOf(heartbeatMs));
+        // -Dgroup.protocol=consumer: KIP-848, the broker's session timeout and heartbeat interval
+        boolean consumerProtocol = "consumer".equals(System.getProperty("group.protocol"));
+        if (consumerProtocol) {
+            p.put("group.protocol", "consumer");
+        } else {
+            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, String.valueOf(sessionMs));
+            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, String.valueOf(heartbeatMs));
+        }
         p.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, String.valueOf(Math.max(MAX_POLL_INTERVAL_MS, sessionMs)));
         p.put(ConsumerConfig.RETRY_BACKOFF_MS_CONFIG, "50");
         p.put(ConsumerConfig.RECONNECT_BACKOFF_MS_CONFIG, "50");
@@ -101,6 +107,13 @@ public class GroupMember {
 
             public void onPartitionsAssigned(Collection<TopicPartition> tps) {
                 ConsumerGroupMetadata md = c.groupMetadata();
+                if (consumerProtocol) {  // incremental: only the partitions added; no generation
+                    Set<TopicPartition> all = new HashSet<>(c.assignment());
+                    all.addAll(tps);
+                    emit("{\"ev\":\"assigned\",\"tps\":" + partitions(all) + ",\"gen\":null"
+                            + ",\"member\":" + q(md.memberId()) + "}");
+                    return;
+                }
                 emit("{\"ev\":\"assigned\",\"tps\":" + partitions(tps) + ",\"gen\":" + md.generationId()
                         + ",\"member\":" + q(md.memberId()) + "}");
             }
