@@ -26,14 +26,16 @@ EPart = E.OffsetForLeaderTopicResult.EpochEndOffset
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6  # tiered storage: Gregor has none, so no offset
 TIERED = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
-FIRST_VERSION_WITH_PENDING_UPLOAD = 11
+# The first version that knows each negative timestamp (Kafka's ReplicaManager): an older
+# request naming it, or any other negative timestamp, is answered UNSUPPORTED_VERSION.
+SPEC_MIN_VERSION = {
+    LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11,
+}
 
 
 def _unsupported(timestamp: int, version: int) -> bool:
     """Kafka answers UNSUPPORTED_VERSION for a negative timestamp it does not know at `version`."""
-    if timestamp >= 0 or timestamp in (LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED):
-        return False
-    return timestamp != EARLIEST_PENDING_UPLOAD or version < FIRST_VERSION_WITH_PENDING_UPLOAD
+    return timestamp < 0 and version < SPEC_MIN_VERSION.get(timestamp, 1 << 15)
 
 
 def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int, int]:
@@ -62,11 +64,11 @@ def _list_one(ctx: RequestContext, topic: Any, query: Any, isolation: IsolationL
     if not _may_describe(ctx, topic):
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return LPart(partition_index=index, error_code=denied, old_style_offsets=[])
+    if _unsupported(query.timestamp, ctx.version):  # Kafka asks before it looks for the partition
+        return LPart(partition_index=index, error_code=ErrorCode.UNSUPPORTED_VERSION, old_style_offsets=[])
     part, error = resolve_partition(ctx, topic, index)
     if part is not None:
         error = check_leader_epoch(part, query.current_leader_epoch)
-    if error == ErrorCode.NONE and _unsupported(query.timestamp, ctx.version):
-        error = ErrorCode.UNSUPPORTED_VERSION
     if part is None or error != ErrorCode.NONE:
         return LPart(partition_index=index, error_code=error, old_style_offsets=[])
     offset, ts, epoch = _lookup(part, query.timestamp, isolation)

@@ -71,6 +71,8 @@ def _records(side: Side, act: Act) -> bytes:
     if producer is None:
         return build_batch(values, keys=keys, base_timestamp=ts)
     got, epoch = pid(side, producer, act)
+    if got < 0:  # no id yet: a plain batch (a transactional one without a producer id is input no
+        return build_batch(values, keys=keys, base_timestamp=ts)  # client sends: docs/storage.md)
     return build_batch(
         values,
         keys=keys,
@@ -229,7 +231,9 @@ def markers(act: Act) -> Step:
                     "producer_id": got,
                     "producer_epoch": epoch,
                     "transaction_result": act["commit"],
-                    "topics": _txn_topics(side, act),
+                    "topics": [
+                        {"name": t["name"], "partition_indexes": t["partitions"]} for t in _txn_topics(side, act)
+                    ],
                     "coordinator_epoch": act.get("coordinator_epoch", 0),
                     "transaction_version": act.get("tv", 1),
                 }

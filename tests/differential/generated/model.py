@@ -161,10 +161,15 @@ def draw_add_offsets(w: World) -> Act:
     return act
 
 
+def _partitions(w: World) -> list[tuple[str, int]]:
+    """One or two partitions, each once (no client names a partition twice in a request)."""
+    return sorted({w.partition(0.02) for _ in range(w.rng.randint(1, 2))})
+
+
 def draw_txn_offset_commit(w: World) -> Act:
     p = w.live(transactional=True)
     group = w.rng.choice(sorted(p.groups)) if p.groups and w.chance(0.8) else w.rng.choice(GROUPS)
-    offsets = [(*where, w.offset(where)) for where in {w.partition(0.02) for _ in range(w.rng.randint(1, 2))}]
+    offsets = [(*where, w.offset(where)) for where in _partitions(w)]
     act: Act = {
         "op": "txn_offset_commit",
         "producer": p.name,
@@ -219,7 +224,9 @@ def draw_fetch(w: World) -> Act:
 def draw_list_offsets(w: World) -> Act:
     where = w.partition()
     spec = w.rng.choice(SPECS) if w.chance(0.5) else 1_700_000_000_000 + w.rng.randint(-1, TS_SPAN + 2)
-    act: Act = {"op": "list_offsets", "v": version(w, 0, 11), "topic": where[0], "partition": where[1]}
+    # Kafka 4 answers v0 as v1 (KIP-896): a spec v1 does not know is compared from v1 on only
+    low = 0 if spec >= -2 else 1
+    act: Act = {"op": "list_offsets", "v": version(w, low, 11), "topic": where[0], "partition": where[1]}
     return {**act, "spec": spec, "isolation": w.rng.randint(0, 1)}
 
 
@@ -249,12 +256,12 @@ def draw_list_txns(w: World) -> Act:
 
 
 def draw_offset_commit(w: World) -> Act:
-    offsets = sorted({(*w.partition(0.02), w.rng.randint(0, 5)) for _ in range(w.rng.randint(1, 2))})
+    offsets = [(*where, w.rng.randint(0, 5)) for where in _partitions(w)]
     return {"op": "offset_commit", "v": version(w, 0, 9), "group": w.rng.choice(GROUPS), "offsets": offsets}
 
 
 def draw_offset_fetch(w: World) -> Act:
-    parts = sorted({w.partition(0.02) for _ in range(w.rng.randint(1, 2))})
+    parts = _partitions(w)
     act: Act = {"op": "offset_fetch", "v": version(w, 0, 9), "group": w.rng.choice(GROUPS)}
     return {**act, "partitions": parts, "stable": act["v"] >= 7 and w.chance(0.7)}
 
