@@ -288,9 +288,7 @@ def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -
     if op not in (APPEND, SUBTRACT):
         return ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}"
     definition = DYNAMIC_BROKER_CONFIGS.get(name)
-    if definition is None:
-        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{name}]"
-    if definition.type != "list":
+    if definition is None or definition.type != "list":  # Kafka asks the type first: INVALID_CONFIG
         verb = "append" if op == APPEND else "subtract"
         return ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"
     _edit_list(configs, definition, op, value)

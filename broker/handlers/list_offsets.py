@@ -29,7 +29,8 @@ TIERED = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
 # The first version that knows each negative timestamp (Kafka's ReplicaManager): an older
 # request naming it, or any other negative timestamp, is answered UNSUPPORTED_VERSION.
 SPEC_MIN_VERSION = {
-    LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11,
+    LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+    EARLIEST_PENDING_UPLOAD: 11,
 }
 
 

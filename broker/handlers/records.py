@@ -29,6 +29,8 @@ def _delete_one(ctx: RequestContext, topic: Any, query: Any) -> Any:
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResult(partition_index=index, low_watermark=-1, error_code=error)
+    if "delete" not in part.log.config.cleanup_policy:  # Kafka's first check, before the offset's
+        return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.POLICY_VIOLATION)
     if query.offset < HIGH_WATERMARK:
         return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
     result = ctx.services.partitions.delete_records(part, query.offset)  # -1 on an error, as Kafka

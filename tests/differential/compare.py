@@ -92,7 +92,7 @@ def normalise(tree: Any, rename: Renamer, name: str = "") -> Any:
         return "<text>"
     if name in BLANKED:
         return "<set>" if tree not in (None, -1, "") or name == "throttle_time_ms" else tree
-    if name == "records" and isinstance(tree, bytes | bytearray):
+    if name == "records" and isinstance(tree, bytes | bytearray | memoryview):
         return batches(bytes(tree), rename)
     if isinstance(tree, bytes | bytearray):
         return bytes(tree).hex()
@@ -115,7 +115,12 @@ def batches(data: bytes, rename: Renamer) -> list[dict[str, Any]]:
                 "base_sequence": batch.base_sequence,
                 "is_transactional": batch.is_transactional,
                 "is_control": batch.is_control_batch,
-                "records": [[r.offset, r.timestamp, r.key, r.value, list(r.headers)] for r in batch],
+                # a control record's timestamp is the broker's clock when it wrote the marker
+                "records": [
+                    [r.offset, "<set>" if batch.is_control_batch else r.timestamp, r.key, r.value,
+                     list(r.headers)]
+                    for r in batch
+                ],
             }
         )
     return out

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.differential.generated.play import GENERATED
 from tests.differential.runner import COVERAGE, Side, advertised, api_name
 from tests.integration.harness import BrokerProcess, started_broker
 from tests.integration.kafka import KafkaNode, started_kafka
@@ -131,6 +132,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
     if not COVERAGE:
         return
     tr = terminalreporter
+    if GENERATED.sequences:
+        tr.section("differential coverage: generated sequences")
+        for line in GENERATED.summary():
+            tr.write_line(line)
     tr.section("differential coverage: API keys Gregor advertises")
     tr.write_line(f"{'key':>4}  {'API':<28} {'versions':<9} {'versions not exercised':<24} cases")
     for key, name, versions, missing, cases in coverage_rows():

@@ -232,7 +232,8 @@ def markers(act: Act) -> Step:
                     "producer_epoch": epoch,
                     "transaction_result": act["commit"],
                     "topics": [
-                        {"name": t["name"], "partition_indexes": t["partitions"]} for t in _txn_topics(side, act)
+                        {"name": t["name"], "partition_indexes": t["partitions"]}
+                        for t in _txn_topics(side, act)
                     ],
                     "coordinator_epoch": act.get("coordinator_epoch", 0),
                     "transaction_version": act.get("tv", 1),
@@ -368,7 +369,10 @@ def offset_commit(act: Act) -> Step:
 
 def offset_fetch(act: Act) -> Step:
     def request(side: Side) -> Tree:
-        topics = [{"name": topic(side, s), "partition_indexes": [p]} for s, p in act["partitions"]]
+        by_topic: dict[str, list[int]] = {}
+        for suffix, partition in act["partitions"]:
+            by_topic.setdefault(topic(side, suffix), []).append(partition)
+        topics = [{"name": name, "partition_indexes": parts} for name, parts in by_topic.items()]
         if act["v"] >= 8:
             group = {"group_id": group_id(side, act["group"]), "member_id": None, "member_epoch": -1}
             return {"groups": [{**group, "topics": topics}], "require_stable": act["stable"]}

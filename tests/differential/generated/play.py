@@ -6,7 +6,6 @@ removed while the same difference remains) and written as a case file that `repl
 from __future__ import annotations
 
 import json
-import socket
 import time
 import uuid
 from collections import Counter
@@ -22,7 +21,9 @@ from tests.differential.runner import COVERAGE, Side, Step, Tree, api_name, unac
 from tests.differential.steps import new_topic
 from tests.integration.wire import PeerClosed, WireClient
 
-TRANSACTIONAL = {"init", "add_partitions", "add_offsets", "txn_offset_commit", "end_txn", "markers", "produce"}
+TRANSACTIONAL = {
+    "init", "add_partitions", "add_offsets", "txn_offset_commit", "end_txn", "markers", "produce",
+}
 ERROR_FIELDS = ("error_code",)
 
 
@@ -84,6 +85,9 @@ class Coverage:
         return out
 
 
+GENERATED = Coverage()  # the suite's generated steps, summarised by conftest.py at the end
+
+
 def _leaves(tree: Any, name: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(tree, dict):
         for k, v in tree.items():
@@ -114,7 +118,7 @@ class Ports:
 def _send(step: Step, side: Side, port: int) -> Any:
     try:
         return step.send(side)
-    except (PeerClosed, TimeoutError, socket.timeout, ConnectionError) as exc:
+    except (PeerClosed, TimeoutError, ConnectionError) as exc:
         side.client.close()
         side.client = WireClient(port)
         return Closed("closed" if isinstance(exc, PeerClosed | ConnectionError) else "no answer")
@@ -226,12 +230,14 @@ def read_case(path: Path) -> list[Act]:
     return actions
 
 
-def sequences(seed: int, steps: int, length: int) -> Iterator[tuple[str, list[Act]]]:
+def sequences(
+    seed: int, steps: int, length: int, left_out: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, list[Act]]]:
     """The run `seed` of `steps` steps: sequences of `length` actions, each seeded `seed/i`."""
     i = 0
     while steps > 0:
         origin = f"{seed}/{i}"
-        yield origin, sequence(hash_seed(origin), min(length, steps))
+        yield origin, sequence(hash_seed(origin), min(length, steps), left_out)
         steps -= length
         i += 1
 
