@@ -13,7 +13,7 @@ from broker.api.authorize import authorize
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.replication.replica_manager import Partition, replicated
 from broker.security.acl import AclOperation, ResourceType
-from coordinator.transaction import TxnOperation
+from coordinator.transaction import produce_operation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 API_KEY = ApiKey.PRODUCE
-FIRST_TV2_PRODUCE = 12
 CHECK_ROUNDS = 2  # a guard voided while its check waited is taken and checked once more
 R = ProduceResponse
 PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
@@ -152,7 +151,7 @@ async def _check_round(
         found.guards[tp] = guard
         guarded.append((t, guard))
         by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)
-    operation = TxnOperation.ADD_PARTITION if ctx.version >= FIRST_TV2_PRODUCE else TxnOperation.DEFAULT_ERROR
+    operation = produce_operation(ctx.version)  # v11 knows TRANSACTION_ABORTABLE, v12+ adds the partition
     for (pid, epoch), tps in by_producer.items():
         answers = await ctx.services.transactions.check_writes(
             transactional_id, pid, epoch, tps, operation, wait_ms=timeout_ms

@@ -94,9 +94,28 @@ def normalise(tree: Any, rename: Renamer, name: str = "") -> Any:
         return "<set>" if tree not in (None, -1, "") or name == "throttle_time_ms" else tree
     if name == "records" and isinstance(tree, bytes | bytearray | memoryview):
         return batches(bytes(tree), rename)
+    if name == "records" and isinstance(tree, str) and tree:
+        return _text_batches(tree, rename)
     if isinstance(tree, bytes | bytearray):
         return bytes(tree).hex()
     return tree
+
+
+ESCAPED = re.compile(r"\\x([0-9a-f]{2})")
+
+
+def _text_batches(text: str, rename: Renamer) -> Any:
+    """The batches of a records field that kafka-python's `to_dict` gave as text (its bytes
+    decoded as UTF-8, an invalid byte as `\\xNN`); the text itself if it does not parse."""
+    raw, at = bytearray(), 0
+    for m in ESCAPED.finditer(text):
+        raw += text[at : m.start()].encode() + bytes([int(m[1], 16)])
+        at = m.end()
+    raw += text[at:].encode()
+    try:
+        return batches(bytes(raw), rename)
+    except Exception:  # not batches after all: compared as the text
+        return text
 
 
 def batches(data: bytes, rename: Renamer) -> list[dict[str, Any]]:

@@ -58,7 +58,7 @@ def add_partitions(v: int, pid_delta: int = 0) -> Step:
     return Step(24, request, version=v)
 
 
-def txn_produce(values: list[bytes], sequence: int = 0) -> Step:
+def txn_produce(values: list[bytes], sequence: int = 0, version: int | None = None) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
         data = batch(
@@ -77,7 +77,7 @@ def txn_produce(values: list[bytes], sequence: int = 0) -> Step:
             ],
         }
 
-    return Step(0, request)
+    return Step(0, request, version=version)
 
 
 def add_offsets(v: int) -> Step:
@@ -140,8 +140,6 @@ def end_txn(v: int, commit: bool, epoch_delta: int = 0) -> Step:
     return Step(26, request, version=v, learn=learn)
 
 
-# Not asked: an unknown transactional id. Kafka answers TRANSACTIONAL_ID_NOT_FOUND with producer id,
-# epoch and start time 0, Gregor with -1 (broker/handlers/transactions.py, left as it is here).
 def describe_txn() -> Step:
     return Step(65, lambda side: {"transactional_ids": [txn_id(side)]})
 
@@ -312,6 +310,61 @@ CASES["write-txn-markers-late-tv2-marker"] = [
     markers(2, commit=True, transaction_version=2),
     fetch(18, isolation=1),
     describe_producers(),
+]
+
+
+def txn_commit_elsewhere(v: int, suffix: str, partition: int, no_producer: bool = False) -> Step:
+    """TxnOffsetCommit of an offset of a partition that may not exist, or with no producer id."""
+
+    def request(side: Side) -> dict[str, Any]:
+        pid, epoch = (-1, -1) if no_producer else pid_of(side)
+        part = {"partition_index": partition, "committed_offset": 1, "committed_leader_epoch": -1,
+                "committed_metadata": ""}
+        return {
+            "transactional_id": txn_id(side),
+            "group_id": group(side),
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": topic(side, suffix), "partitions": [part]}],
+        }
+
+    return Step(28, request, version=v)
+
+
+# Once differences, found by the generated sequences (tests/differential/generated) and fixed:
+# DescribeTransactions of an id never seen answers 0s; TxnOffsetCommit answers a partition that
+# does not exist UNKNOWN_TOPIC_OR_PARTITION before the transaction check, and checks a request
+# without a producer id too; InitProducerId for an id whose transaction is ongoing is answered
+# CONCURRENT_TRANSACTIONS first (the abort goes on), the retry gets the twice-bumped epoch;
+# Produce v11 to a partition not added is TRANSACTION_ABORTABLE (v11 knows it), v10 INVALID_TXN_STATE.
+CASES["describe-transactions-unknown-id"] = [*new_topic(), describe_txn()]
+CASES["txn-offset-commit-unknown-partition"] = [
+    *new_topic(),
+    init_txn(),
+    add_offsets(4),
+    txn_commit_elsewhere(4, "", 7),
+    txn_commit_elsewhere(4, "-none", 0),
+    txn_commit_elsewhere(3, "", 0, no_producer=True),
+    end_txn(4, commit=False),
+]
+CASES["init-producer-id-ongoing"] = [
+    *new_topic(),
+    init_txn(),
+    add_partitions(3),
+    txn_produce([b"o"]),
+    init_txn(key="new"),
+    init_until_done("new"),
+    describe_txn(),
+]
+CASES["produce-partition-not-added"] = [
+    *new_topic(),
+    init_txn(3),
+    txn_produce([b"n"], version=11),
+    txn_produce([b"n"], version=10),
+    end_txn(4, commit=False),
 ]
 
 

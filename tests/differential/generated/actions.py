@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from tests.differential.runner import Action, Side, Step, Tree
-from tests.differential.steps import TS, WAIT_S, topic
+from tests.differential.steps import WAIT_S, topic
 from tests.integration.wire import build_batch
 
 Act = dict[str, Any]
@@ -20,6 +20,12 @@ PRODUCERS = ("i0", "i1", "x0", "x1")  # i*: idempotent, x*: transactional
 GROUPS = ("g0", "g1")
 TIMEOUT_MS = 5000
 TXN_TIMEOUT_MS = 60000
+
+
+def base_time(side: Side) -> int:
+    """The records' timestamps are this plus 0..50 ms: an hour before the sequence began, the
+    same on both brokers (recent enough for retention, old enough for message.timestamp.*)."""
+    return int(side.vars["ts0"])
 
 
 def txn_id(side: Side, producer: str) -> str | None:
@@ -66,7 +72,7 @@ def _records(side: Side, act: Act) -> bytes:
     n = act.get("n", 1)
     values: list[bytes | None] = [b"v%d" % i for i in range(n)]
     keys: list[bytes | None] = [b"k%d" % i for i in range(n)]
-    ts = TS + act.get("ts", 0)
+    ts = base_time(side) + act.get("ts", 0)
     producer = act.get("producer")
     if producer is None:
         return build_batch(values, keys=keys, base_timestamp=ts)
@@ -291,7 +297,7 @@ def list_offsets(act: Act) -> Step:
                     "partitions": [
                         {
                             "partition_index": act["partition"],
-                            "timestamp": act["spec"],
+                            "timestamp": act["spec"] if act["spec"] < 0 else base_time(side) + act["spec"],
                             "max_num_offsets": 1,
                             "current_leader_epoch": -1,
                         }
@@ -300,7 +306,17 @@ def list_offsets(act: Act) -> Step:
             ],
         }
 
-    return Step(2, request, version=act["v"])
+    return Step(2, request, version=act["v"], select=_marker_times)
+
+
+def _marker_times(side: Side, tree: Tree) -> Tree:
+    """A timestamp found later than every record's is a marker's: each broker's own clock."""
+    late = base_time(side) + 600_000
+    for t in tree["topics"]:
+        for p in t["partitions"]:
+            if p.get("timestamp", -1) >= late:
+                p["timestamp"] = "<marker's time>"
+    return tree
 
 
 def delete_records(act: Act) -> Step:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from tests.differential.generated.actions import GROUPS, PRODUCERS, TOPICS, UNKNOWN, Act
 
-TS_SPAN = 50  # record timestamps are TS + 0..TS_SPAN
+TS_SPAN = 50  # record timestamps are actions.base_time + 0..TS_SPAN
 # ListOffsets timestamp specs: latest, earliest, max timestamp, earliest local, latest tiered,
 # earliest pending upload; and times among (and beyond) the records'.
 SPECS = (-1, -2, -3, -4, -5, -6)
@@ -223,7 +223,7 @@ def draw_fetch(w: World) -> Act:
 
 def draw_list_offsets(w: World) -> Act:
     where = w.partition()
-    spec = w.rng.choice(SPECS) if w.chance(0.5) else 1_700_000_000_000 + w.rng.randint(-1, TS_SPAN + 2)
+    spec = w.rng.choice(SPECS) if w.chance(0.5) else w.rng.randint(0, TS_SPAN + 2)  # from base_time
     # Kafka 4 answers v0 as v1 (KIP-896): a spec v1 does not know is compared from v1 on only
     low = 0 if spec >= -2 else 1
     act: Act = {"op": "list_offsets", "v": version(w, low, 11), "topic": where[0], "partition": where[1]}

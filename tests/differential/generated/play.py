@@ -128,9 +128,10 @@ def _send(step: Step, side: Side, port: int) -> Any:
 def fresh_sides(ports: Ports) -> Iterator[tuple[Side, Side]]:
     """Connections to both brokers and a new topic name (so new transactional ids and groups)."""
     base = f"d-{uuid.uuid4().hex[:10]}"
+    ts0 = (int(time.time()) - 3600) * 1000
     with WireClient(ports.kafka, timeout=20) as k, WireClient(ports.gregor, timeout=20) as g:
-        yield Side("kafka", k, f"127.0.0.1:{ports.kafka}", vars={"t": base}), Side(
-            "gregor", g, f"127.0.0.1:{ports.gregor}", vars={"t": base}
+        yield Side("kafka", k, f"127.0.0.1:{ports.kafka}", vars={"t": base, "ts0": ts0}), Side(
+            "gregor", g, f"127.0.0.1:{ports.gregor}", vars={"t": base, "ts0": ts0}
         )
 
 
