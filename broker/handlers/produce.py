@@ -141,6 +141,7 @@ async def _check_round(
     """Guard and check `targets` (into `found`); the ones whose guard a marker voided meanwhile."""
     by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
     guarded: list[tuple[Target, Verification]] = []
+    operation = produce_operation(ctx.version)  # v11 knows TRANSACTION_ABORTABLE, v12+ adds the partition
     for t in targets:
         assert t.header is not None
         tp = (t.part.topic, t.part.index)
@@ -148,10 +149,10 @@ async def _check_round(
         if guard is None:  # its producer's transaction is open here now: nothing to check
             found.guards.pop(tp, None)
             continue
+        guard.supports_epoch_bump = operation.adds
         found.guards[tp] = guard
         guarded.append((t, guard))
         by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)
-    operation = produce_operation(ctx.version)  # v11 knows TRANSACTION_ABORTABLE, v12+ adds the partition
     for (pid, epoch), tps in by_producer.items():
         answers = await ctx.services.transactions.check_writes(
             transactional_id, pid, epoch, tps, operation, wait_ms=timeout_ms

@@ -289,6 +289,12 @@ CASES["list-offsets-spec-versions"] = [
     list_offsets(4, [-3], partition=5),
     list_offsets(6, [-5], partition=5, isolation=1),
 ]
+CASES["unknown-topic-id"] = [  # no topic id (the topic does not exist): UNKNOWN_TOPIC_ID
+    produce(suffix="-none-such", version=13),
+    produce(suffix="-none-such", version=12),
+    fetch(16, suffix="-none-such"),
+    fetch(12, suffix="-none-such"),
+]
 CASES["delete-records-compacted"] = [
     *new_topic(configs={"cleanup.policy": "compact"}),
     produce(compare=False),

@@ -367,6 +367,17 @@ CASES["produce-partition-not-added"] = [
     end_txn(4, commit=False),
 ]
 
+# Once a difference, found by the generated sequences and fixed: a transaction version 2 producer's
+# first batch on a partition where it has no state must start at sequence 0 (KIP-890).
+CASES["produce-tv2-first-sequence"] = [
+    *new_topic(),
+    init_txn(),
+    txn_produce([b"s"], sequence=3),
+    txn_produce([b"s"], sequence=0),
+    txn_produce([b"s"], sequence=1, version=11),
+    end_txn(5, commit=False),
+]
+
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_case(name: str, sides: tuple[Side, Side]) -> None:

@@ -68,21 +68,27 @@ class Coverage:
                 self.states[(side, value)] += 1
 
     def summary(self) -> list[str]:
+        """One line per API: steps per version; error codes as kafka/gregor answer counts (a code
+        only one broker gave marked `!`); transaction states likewise."""
         out = [f"generated: {sum(self.steps.values())} steps in {self.sequences} sequences, "
-               f"{self.findings} differing", "", "API (key) version: steps"]
-        for (key, v), n in sorted(self.steps.items()):
-            out.append(f"  {api_name(key)} ({key}) v{v}: {n}")
-        out += ["", "API: error code: kafka / gregor answers"]
-        for api, code in sorted({(a, c) for a, _s, c in self.errors}):
-            k, g = self.errors[(api, "kafka", code)], self.errors[(api, "gregor", code)]
-            flag = "   <- only kafka" if g == 0 else "   <- only gregor" if k == 0 else ""
-            out.append(f"  {api}: {code}: {k} / {g}{flag}")
-        out += ["", "transaction state (DescribeTransactions, ListTransactions): kafka / gregor"]
-        for state in sorted({s for _side, s in self.states}):
-            k, g = self.states[("kafka", state)], self.states[("gregor", state)]
-            flag = "   <- only kafka" if g == 0 else "   <- only gregor" if k == 0 else ""
-            out.append(f"  {state}: {k} / {g}{flag}")
+               f"{self.findings} differing", "steps per API and version:"]
+        for key in sorted({k for k, _v in self.steps}):
+            versions = " ".join(f"v{v}:{n}" for (k, v), n in sorted(self.steps.items()) if k == key)
+            out.append(f"  {api_name(key)} ({key}): {versions}")
+        out.append("error codes per API, kafka/gregor answers (! only one broker gave it):")
+        for api in sorted({a for a, _s, _c in self.errors}):
+            codes = sorted({c for a, _s, c in self.errors if a == api})
+            pairs = [self._pair(self.errors, (api, "kafka", c), (api, "gregor", c), c) for c in codes]
+            out.append(f"  {api}: " + " ".join(pairs))
+        states = sorted({s for _side, s in self.states})
+        out.append("transaction states (Describe/ListTransactions), kafka/gregor: " + " ".join(
+            self._pair(self.states, ("kafka", s), ("gregor", s), s or "<none>") for s in states))
         return out
+
+    @staticmethod
+    def _pair(counts: Counter[Any], kafka: Any, gregor: Any, label: object) -> str:
+        k, g = counts[kafka], counts[gregor]
+        return f"{label}={k}/{g}{'!' if (k == 0) != (g == 0) else ''}"
 
 
 GENERATED = Coverage()  # the suite's generated steps, summarised by conftest.py at the end
