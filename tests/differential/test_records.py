@@ -289,6 +289,15 @@ CASES["list-offsets-spec-versions"] = [
     list_offsets(4, [-3], partition=5),
     list_offsets(6, [-5], partition=5, isolation=1),
 ]
+CASES["list-offsets-by-time-after-delete-records"] = [  # the first batch matches only below the log start
+    *new_topic(),
+    produce(compare=False),
+    produce(compare=False),
+    delete_records(2, 3),
+    list_offsets(9, [TS]),
+    list_offsets(9, [TS + 2]),
+    list_offsets(9, [TS], isolation=1),
+]
 CASES["unknown-topic-id"] = [  # no topic id (the topic does not exist): UNKNOWN_TOPIC_ID
     produce(suffix="-none-such", version=13),
     produce(suffix="-none-such", version=12),

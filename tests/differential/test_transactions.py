@@ -367,6 +367,21 @@ CASES["produce-partition-not-added"] = [
     end_txn(4, commit=False),
 ]
 
+# Found by the generated sequences: Kafka lists a transaction's partitions in its hash set's
+# order (compared as a set).
+CASES["describe-transaction-two-partitions"] = [
+    *new_topic(2),
+    init_txn(),
+    Step(24, lambda side: {
+        "v3_and_below_transactional_id": txn_id(side),
+        "v3_and_below_producer_id": pid_of(side)[0],
+        "v3_and_below_producer_epoch": pid_of(side)[1],
+        "v3_and_below_topics": [{"name": topic(side), "partitions": [1, 0]}],
+    }, version=3),
+    describe_txn(),
+    end_txn(4, commit=False),
+]
+
 # Once a difference, found by the generated sequences and fixed: a transaction version 2 producer's
 # first batch on a partition where it has no state must start at sequence 0 (KIP-890).
 CASES["produce-tv2-first-sequence"] = [

@@ -70,8 +70,9 @@ def replay(ports: Ports, case: Path) -> int:
             if bad:
                 print("  DIFFERS:", *bad, sep="\n    ")
                 return 1
-            settle(kafka)
-            settle(gregor)
+            if settle(kafka) or settle(gregor):
+                print("  a transaction never completes:", settle(kafka, 0), settle(gregor, 0))
+                return 1
     print("no difference")
     return 0
 

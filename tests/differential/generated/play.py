@@ -162,10 +162,16 @@ def play(actions: list[Act], ports: Ports, coverage: Coverage | None = None) -> 
             if bad:
                 paths = tuple(sorted({d.path for d in bad}))
                 return Finding(n, api_name(step.api_key), step.at(), paths, k_tree, g_tree)
-            if act["op"] in TRANSACTIONAL:
-                settle(kafka)
-                settle(gregor)
+            if act["op"] in TRANSACTIONAL and (stuck := _unsettled(kafka, gregor)):
+                return Finding(n, "(completion)", 0, stuck, {"settling": settle(kafka, 0)},
+                               {"settling": settle(gregor, 0)})
     return None
+
+
+def _unsettled(kafka: Side, gregor: Side) -> tuple[str, ...]:
+    """Which broker (if any) did not complete its transactions within the wait."""
+    k, g = settle(kafka), settle(gregor)
+    return tuple(f"{name} never completes" for name, stuck in (("kafka", k), ("gregor", g)) if stuck)
 
 
 def _counted(coverage: Coverage, step: Step, k_tree: Tree, g_tree: Tree) -> None:
