@@ -590,7 +590,8 @@ class ProducerStateManager:
                 f"sequence {first} from producer {pid}, which has no state here: "
                 "a transaction version 2 producer starts at 0",
             )
-        if first > pending.lowest_seq:
+        if header.producer_epoch == pending.epoch and first > pending.lowest_seq:  # a stale epoch's check
+            # (refused by the coordinator, left behind) does not hold back the open transaction's batches
             return AppendError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"out of order sequence {first} from producer {pid}: "

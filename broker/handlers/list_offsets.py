@@ -50,7 +50,9 @@ def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple
     if timestamp in TIERED:
         return -1, -1, -1
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
-    if found is None:
+    # As Kafka, a record a consumer of this isolation level could not fetch yet is not found
+    fetchable = log.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else log.high_watermark
+    if found is None or found.offset >= fetchable:
         return -1, -1, -1
     return found.offset, found.timestamp, found.leader_epoch
 

@@ -14,9 +14,9 @@ import pytest
 
 from tests.differential.cases import Cases, capped
 from tests.differential.runner import Action, Side, Step, run_case
-from tests.differential.steps import WAIT_S, batch, new_topic, pid_of, topic, wait_lso
+from tests.differential.steps import TS, WAIT_S, batch, new_topic, pid_of, topic, wait_lso
 from tests.differential.test_groups import join, sync
-from tests.differential.test_records import fetch
+from tests.differential.test_records import fetch, list_offsets
 
 
 def txn_id(side: Side) -> str:
@@ -58,11 +58,17 @@ def add_partitions(v: int, pid_delta: int = 0) -> Step:
     return Step(24, request, version=v)
 
 
-def txn_produce(values: list[bytes], sequence: int = 0, version: int | None = None) -> Step:
+def txn_produce(
+    values: list[bytes], sequence: int = 0, version: int | None = None, epoch_delta: int = 0
+) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
         data = batch(
-            values, producer_id=pid, producer_epoch=epoch, base_sequence=sequence, transactional=True
+            values,
+            producer_id=pid,
+            producer_epoch=epoch + epoch_delta,
+            base_sequence=sequence,
+            transactional=True,
         )
         return {
             "transactional_id": txn_id(side),
@@ -367,6 +373,20 @@ CASES["produce-partition-not-added"] = [
     end_txn(4, commit=False),
 ]
 
+# Once a difference, found by the generated sequences and fixed: a read_committed ListOffsets by
+# timestamp (or max timestamp) does not reveal a record of an open transaction (past the LSO).
+CASES["list-offsets-by-time-in-open-transaction"] = [
+    *new_topic(),
+    init_txn(),
+    txn_produce([b"a", b"b"]),
+    list_offsets(9, [TS], isolation=1),
+    list_offsets(9, [-3], isolation=1),
+    list_offsets(9, [TS + 1], isolation=0),
+    end_txn(5, commit=True),
+    wait_lso(3),
+    list_offsets(9, [TS + 1], isolation=1),
+]
+
 # Found by the generated sequences: Kafka lists a transaction's partitions in its hash set's
 # order (compared as a set).
 CASES["describe-transaction-two-partitions"] = [
@@ -391,6 +411,18 @@ CASES["produce-tv2-first-sequence"] = [
     txn_produce([b"s"], sequence=0),
     txn_produce([b"s"], sequence=1, version=11),
     end_txn(5, commit=False),
+]
+# Once a difference, found by the generated sequences and fixed: a batch of a stale epoch, refused
+# by the coordinator, does not hold back the open transaction's next batch.
+CASES["produce-stale-epoch-in-open-transaction"] = [
+    *new_topic(),
+    init_txn(3),
+    txn_produce([b"a"]),
+    txn_produce([b"b"], sequence=0, epoch_delta=-1),
+    txn_produce([b"c"], sequence=1),
+    end_txn(5, commit=True),
+    wait_lso(3),
+    fetch(18, isolation=1),
 ]
 
 
