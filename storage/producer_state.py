@@ -590,8 +590,9 @@ class ProducerStateManager:
                 f"sequence {first} from producer {pid}, which has no state here: "
                 "a transaction version 2 producer starts at 0",
             )
-        if header.producer_epoch == pending.epoch and first > pending.lowest_seq:  # a stale epoch's check
-            # (refused by the coordinator, left behind) does not hold back the open transaction's batches
+        # a check of an older epoch (-1: none), refused by the coordinator and left behind, does
+        # not hold back the open transaction's batches; one of the same or a newer epoch does
+        if pending.epoch >= header.producer_epoch and first > pending.lowest_seq:
             return AppendError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"out of order sequence {first} from producer {pid}: "

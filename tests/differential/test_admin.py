@@ -239,6 +239,7 @@ CASES["broker-configs-validate-only"] = [
     incremental(1, [("transaction.max.timeout.ms", APPEND, "1")], kind=BROKER, name="1", validate_only=True),
     incremental(1, [("no.such.config", APPEND, "1")], kind=BROKER, name="", validate_only=True),
     alter_configs(2, {"no.such.config": "1"}, kind=BROKER, name="1", validate_only=True),
+    alter_configs(1, {"log.cleaner.threads": "0"}, kind=BROKER, name="1", validate_only=True),
     describe_configs(4, kind=BROKER, name="1", keys=["transaction.max.timeout.ms", "log.retention.ms"]),
 ]
 CASES["topic-configs-unknown-topic"] = [
@@ -250,6 +251,9 @@ CASES["topic-configs-unknown-topic"] = [
     alter_configs(1, {"message.timestamp.type": "Now"}, name="-none", validate_only=True),
     incremental(1, [("no.such.config", DELETE, None)]),
     incremental(0, [("retention.ms", DELETE, None)]),
+    incremental(1, [("cleanup.policy", SUBTRACT, "delete")], name="-none", validate_only=True),
+    incremental(1, [("cleanup.policy", SUBTRACT, "delete")], validate_only=True),
+    describe_configs(4),
 ]
 for v in versions(35):
     CASES[f"describe-log-dirs-v{v}"] = [

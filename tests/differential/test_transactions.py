@@ -424,6 +424,24 @@ CASES["produce-stale-epoch-in-open-transaction"] = [
     wait_lso(3),
     fetch(18, isolation=1),
 ]
+# ... while a check of a newer epoch does (Kafka's lowest sequence being verified).
+CASES["produce-newer-epoch-check-in-open-transaction"] = [
+    *new_topic(),
+    init_txn(3),
+    txn_produce([b"a"]),
+    txn_produce([b"b"], sequence=0, epoch_delta=1),
+    txn_produce([b"c"], sequence=1),
+    end_txn(5, commit=False),
+]
+# Found by the generated sequences and fixed: a marker for a partition that does not exist is
+# UNKNOWN_TOPIC_OR_PARTITION, asked before the producer id (-1: INVALID_REQUEST, an accepted row).
+CASES["write-txn-markers-unknown-partition"] = [
+    *new_topic(),
+    Step(27, lambda side: {"markers": [{
+        "producer_id": -1, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+        "transaction_version": 1, "topics": [{"name": topic(side), "partition_indexes": [7]}],
+    }]}, version=2),
+]
 
 
 @pytest.mark.parametrize("name", list(CASES))

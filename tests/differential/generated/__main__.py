@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tests.differential.conftest import started_pair
-from tests.differential.generated.actions import settle, to_step
+from tests.differential.generated.actions import pause_after, settle, to_step
 from tests.differential.generated.play import (
     Coverage,
     Finding,
@@ -70,6 +70,7 @@ def replay(ports: Ports, case: Path) -> int:
             if bad:
                 print("  DIFFERS:", *bad, sep="\n    ")
                 return 1
+            time.sleep(pause_after(act))
             if settle(kafka) or settle(gregor):
                 print("  a transaction never completes:", settle(kafka, 0), settle(gregor, 0))
                 return 1

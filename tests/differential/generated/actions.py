@@ -467,6 +467,13 @@ def settle(side: Side, wait_s: float = WAIT_S) -> list[str]:
         time.sleep(0.02)
 
 
+def pause_after(act: Act) -> float:
+    """Seconds to let pass after the action: Kafka applies a topic's new configs to its log a
+    moment after AlterConfigs answers (through its metadata log), Gregor before it answers."""
+    changes = act["op"] in ("alter_configs", "incremental_alter") and not act["validate_only"]
+    return 0.3 if changes and act["resource"] == "topic" else 0.0
+
+
 BUILDERS = {
     "init": init,
     "produce": produce,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.differential.generated.actions import TOPICS, Act, settle, to_step
+from tests.differential.generated.actions import TOPICS, Act, pause_after, settle, to_step
 from tests.differential.generated.model import sequence
 from tests.differential.runner import COVERAGE, Side, Step, Tree, api_name, unaccepted
 from tests.differential.steps import new_topic
@@ -162,6 +162,7 @@ def play(actions: list[Act], ports: Ports, coverage: Coverage | None = None) -> 
             if bad:
                 paths = tuple(sorted({d.path for d in bad}))
                 return Finding(n, api_name(step.api_key), step.at(), paths, k_tree, g_tree)
+            time.sleep(pause_after(act))
             if act["op"] in TRANSACTIONAL and (stuck := _unsettled(kafka, gregor)):
                 return Finding(n, "(completion)", 0, stuck, {"settling": settle(kafka, 0)},
                                {"settling": settle(gregor, 0)})
