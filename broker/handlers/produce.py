@@ -11,7 +11,7 @@ from kafka.protocol.producer import ProduceResponse
 from broker import metrics
 from broker.api.authorize import authorize
 from broker.handlers.resolve import resolve_partition, topic_name
-from broker.replication.replica_manager import Partition, replicated
+from broker.replication.replica_manager import Partition, effective_min_isr, replicated
 from broker.security.acl import AclOperation, ResourceType
 from coordinator.transaction import produce_operation
 from protocol.api_keys import ApiKey
@@ -145,6 +145,9 @@ async def _check_round(
     for t in targets:
         assert t.header is not None
         tp = (t.part.topic, t.part.index)
+        if _stale_epoch(t.part, t.header):  # KAFKA-18042: refused before any check
+            found.errors[tp] = ErrorCode.INVALID_PRODUCER_EPOCH
+            continue
         guard = ctx.services.partitions.start_verification(t.part, t.header, ctx.now_ms())
         if guard is None:  # its producer's transaction is open here now: nothing to check
             found.guards.pop(tp, None)
@@ -167,6 +170,12 @@ async def _check_round(
     ]
 
 
+def _stale_epoch(part: Partition, header: BatchHeader) -> bool:
+    """The partition knows the batch's producer at a newer epoch."""
+    entry = part.log.producer_state.last_entry(header.producer_id)
+    return entry is not None and header.producer_epoch < entry.producer_epoch
+
+
 def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending: Pending) -> Any:
     index, part = t.index, t.part
     tp = (part.topic, index)
@@ -175,7 +184,7 @@ def _append(ctx: RequestContext, t: Target, checked: Checked, acks: int, pending
         return _error(index, checked.errors[tp], "partition is not part of the ongoing transaction")
     if not part.is_leader:  # lost while the request waited for its checks or its turn
         return _error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no longer the partition's leader")
-    if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
+    if acks == -1 and _in_sync(part) < effective_min_isr(part):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
     result = ctx.services.partitions.append(part, t.records, ctx.now_ms(), header=t.header,
                                         verification=checked.guards.get(tp))

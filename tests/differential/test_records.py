@@ -298,6 +298,12 @@ CASES["list-offsets-by-time-after-delete-records"] = [  # the first batch matche
     list_offsets(9, [TS + 2]),
     list_offsets(9, [TS], isolation=1),
 ]
+CASES["min-insync-replicas-above-replicas"] = [  # Kafka's effective min ISR: at most the replicas
+    *new_topic(configs={"min.insync.replicas": "2"}),
+    produce(),
+    produce(acks=1),
+    list_offsets(9, [-1]),
+]
 CASES["unknown-topic-id"] = [  # no topic id (the topic does not exist): UNKNOWN_TOPIC_ID
     produce(suffix="-none-such", version=13),
     produce(suffix="-none-such", version=12),

@@ -14,9 +14,9 @@ import pytest
 
 from tests.differential.cases import Cases, capped
 from tests.differential.runner import Action, Side, Step, run_case
-from tests.differential.steps import TS, WAIT_S, batch, new_topic, pid_of, topic, wait_lso
+from tests.differential.steps import TS, WAIT_S, batch, init_producer, new_topic, pid_of, topic, wait_lso
 from tests.differential.test_groups import join, sync
-from tests.differential.test_records import fetch, list_offsets
+from tests.differential.test_records import fetch, idempotent, list_offsets
 
 
 def txn_id(side: Side) -> str:
@@ -431,6 +431,36 @@ CASES["produce-newer-epoch-check-in-open-transaction"] = [
     txn_produce([b"a"]),
     txn_produce([b"b"], sequence=0, epoch_delta=1),
     txn_produce([b"c"], sequence=1),
+    end_txn(5, commit=False),
+]
+
+
+def txn_produce_as(key: str, epoch: int, version: int | None = None) -> Step:
+    """A transactional batch of the producer `key` at `epoch`, sent with this case's transactional id."""
+
+    def request(side: Side) -> dict[str, Any]:
+        pid = pid_of(side, key)[0]
+        data = batch([b"x"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+        return {
+            "transactional_id": txn_id(side),
+            "acks": -1,
+            "timeout_ms": 10000,
+            "topic_data": [{"name": topic(side), "topic_id": side.vars.get("id"),
+                            "partition_data": [{"index": 0, "records": data}]}],
+        }
+
+    return Step(0, request, version=version)
+
+
+# Found by the generated sequences and fixed: a transactional batch of an epoch older than the
+# partition knows for its producer is INVALID_PRODUCER_EPOCH before any check (KAFKA-18042).
+CASES["produce-epoch-older-than-partition-knows"] = [
+    *new_topic(),
+    init_producer(key="i"),
+    idempotent(0, key="i", epoch_delta=1),
+    init_txn(),
+    txn_produce_as("i", 0),
+    txn_produce_as("i", 0, version=4),
     end_txn(5, commit=False),
 ]
 # Found by the generated sequences and fixed: a marker for a partition that does not exist is
