@@ -426,8 +426,10 @@ class Log:
     def _verified(
         self, header: BatchHeader, origin: AppendOrigin, verification: Verification | None
     ) -> AppendError | None:
-        if not self.verify_transactions or origin is not AppendOrigin.CLIENT or not header.is_transactional:
+        if not self.verify_transactions or origin is not AppendOrigin.CLIENT or not header.has_producer_id:
             return None
+        if not header.is_transactional:  # a check in progress for its producer id binds it too (Kafka)
+            return self.producer_state.check_pending_sequence(header)
         return self.producer_state.check_verified(header, verification)
 
     def start_verification(self, header: BatchHeader, now_ms: int) -> Verification | None:

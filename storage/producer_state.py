@@ -582,6 +582,12 @@ class ProducerStateManager:
                                f"producer {pid}: record was not part of an ongoing transaction")
         return None if pending is None else self._checked_sequence(header, pending)
 
+    def check_pending_sequence(self, header: BatchHeader) -> AppendError | None:
+        """An idempotent batch of a producer id a transactional check is in progress for (Kafka's
+        ProducerAppendInfo applies the verification's sequence rules to every batch)."""
+        pending = self._verifying.get(header.producer_id)
+        return None if pending is None else self._checked_sequence(header, pending)
+
     def _checked_sequence(self, header: BatchHeader, pending: Verification) -> AppendError | None:
         pid, first = header.producer_id, header.base_sequence
         if pending.supports_epoch_bump and first != 0 and self._stateless(pid):

@@ -463,6 +463,22 @@ CASES["produce-epoch-older-than-partition-knows"] = [
     txn_produce_as("i", 0, version=4),
     end_txn(5, commit=False),
 ]
+# Found by the generated sequences and fixed: a refused transaction version 2 check leaves its
+# sequence rules on the partition for that producer id, which an idempotent producer given the
+# id next then meets (the batch's producer id is this case's next one).
+CASES["produce-idempotent-after-refused-check"] = [
+    *new_topic(),
+    init_txn(),
+    Step(0, lambda side: {
+        "transactional_id": txn_id(side), "acks": -1, "timeout_ms": 10000,
+        "topic_data": [{"name": topic(side), "topic_id": side.vars.get("id"), "partition_data": [{
+            "index": 0, "records": batch([b"x"], producer_id=pid_of(side)[0] + 1, producer_epoch=0,
+                                         base_sequence=0, transactional=True)}]}],
+    }),
+    init_producer(key="i"),
+    idempotent(3, key="i"),
+    idempotent(0, key="i"),
+]
 # Found by the generated sequences and fixed: a marker for a partition that does not exist is
 # UNKNOWN_TOPIC_OR_PARTITION, asked before the producer id (-1: INVALID_REQUEST, an accepted row).
 CASES["write-txn-markers-unknown-partition"] = [

@@ -6,6 +6,7 @@ differential-replay) plays one case file and prints every step's answers."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -90,6 +91,8 @@ def main(argv: list[str]) -> int:
     r = sub.add_parser("replay")
     r.add_argument("case", type=Path)
     args = parser.parse_args(argv)
+    # a stopped run still stops its brokers (the context managers below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="difgen-") as tmp:
         base = Path(tmp)
         for d in ("kafka", "gregor"):
