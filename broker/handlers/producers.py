@@ -43,6 +43,9 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     denied = _init_denied(ctx, request.transactional_id)
     if denied != ErrorCode.NONE:
         return InitResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
+    if ctx.version >= 3 and (request.producer_id == -1) != (request.producer_epoch == -1):  # as KafkaApis
+        error = ErrorCode.INVALID_REQUEST
+        return InitResponse(throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         expected = (request.producer_id, request.producer_epoch) if ctx.version >= 3 else (-1, -1)
         error, pid, epoch = await ctx.services.transactions.init_producer_id(

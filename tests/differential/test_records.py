@@ -5,6 +5,7 @@ unknown topics, offsets out of range and compacted topics."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -201,6 +202,17 @@ for v in versions(23):
     ]
 for v in versions(22):
     CASES[f"init-producer-id-v{v}"] = [init_producer(version=v)]
+# Once a difference, found by the generated sequences and fixed: a producer id without an epoch (or
+# the reverse) is INVALID_REQUEST, for an idempotent producer too.
+CASES["init-producer-id-half-an-id"] = [
+    init_producer(key="i"),
+    Step(22, lambda side: {"transactional_id": None, "transaction_timeout_ms": 60000,
+                           "producer_id": pid_of(side, "i")[0], "producer_epoch": -1}, version=3),
+    Step(22, {"transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1,
+              "producer_epoch": 0}, version=4),
+    Step(22, {"transactional_id": "half-an-id", "transaction_timeout_ms": 60000, "producer_id": -1,
+              "producer_epoch": 0}, version=5),
+]
 # Once differences (fixed): a refused Produce carries the log start offset, a duplicate batch
 # its kept timestamp.
 CASES.update({
@@ -316,6 +328,23 @@ CASES["delete-records-compacted"] = [
     delete_records(2, 1),
     delete_records(2, -1),
     delete_records(1, -5),
+    list_offsets(8, [-2]),
+]
+
+
+
+def _no_cleanup_policy() -> Step:
+    from tests.differential.test_admin import SUBTRACT, incremental
+
+    return incremental(1, [("cleanup.policy", SUBTRACT, "compact")])
+
+
+CASES["delete-records-empty-cleanup-policy"] = [  # no policy at all: records may be deleted
+    *new_topic(configs={"cleanup.policy": "compact"}),
+    produce(compare=False),
+    _no_cleanup_policy(),
+    lambda side: time.sleep(1),  # Kafka applies the change through its metadata log
+    delete_records(2, 1),
     list_offsets(8, [-2]),
 ]
 CASES["empty-log-leader-epoch"] = [*new_topic(), leader_epoch(4, 0), leader_epoch(4, -3)]
