@@ -138,15 +138,19 @@ def batches(data: bytes, rename: Renamer) -> list[dict[str, Any]]:
                 "base_sequence": batch.base_sequence,
                 "is_transactional": batch.is_transactional,
                 "is_control": batch.is_control_batch,
-                # a control record's timestamp is the broker's clock when it wrote the marker
+                # a control record's timestamp, or any under LogAppendTime, is the broker's clock
                 "records": [
-                    [r.offset, "<set>" if batch.is_control_batch else r.timestamp, r.key, r.value,
+                    [r.offset, "<set>" if _clock_time(batch) else r.timestamp, r.key, r.value,
                      list(r.headers)]
                     for r in batch
                 ],
             }
         )
     return out
+
+
+def _clock_time(batch: Any) -> bool:
+    return bool(batch.is_control_batch or batch.timestamp_type == 1)  # 1: LogAppendTime
 
 
 def _sorted(items: list[Any]) -> list[Any]:
