@@ -16,7 +16,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -165,3 +165,13 @@ clean-data:
 		echo "a broker is using $(DATA)/ ($$(cat $(DATA)/.lock)); stop it first"; exit 1; fi
 	@echo "deleting the broker's data in $(DATA)/: all topics, records, consumer offsets and transactions"
 	rm -rf $(DATA)
+
+# Generated differential sequences (tests/differential/generated): SEED, N steps, against a fresh
+# Apache Kafka and Gregor; each difference shrunk and written to differential-cases/, then the
+# coverage summary. CASE=differential-cases/case-….json replays one case step by step.
+N ?= 5000
+differential-fuzz: $(STAMP) $(KAFKA_DEPS)
+	$(PY) -m tests.differential.generated fuzz --seed $(SEED) --steps $(N)
+
+differential-replay: $(STAMP) $(KAFKA_DEPS)
+	$(PY) -m tests.differential.generated replay $(CASE)

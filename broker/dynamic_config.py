@@ -71,9 +71,12 @@ class DynamicBrokerConfigs:
 
     def check(self, scope: str, configs: dict[str, str]) -> str | None:
         """Kafka's message for a set of dynamic configs it would refuse at ``scope``, else None."""
-        refused = sorted(set(configs) - set(DYNAMIC_BROKER_CONFIGS))
+        # Kafka's DynamicBrokerConfig refuses a config it knows is not dynamic; one it does not
+        # know at all (a custom config) passes, and Gregor then has nothing to apply
+        refused = sorted((set(configs) & set(KEYS)) - set(DYNAMIC_BROKER_CONFIGS))
         if refused:
             return f"Cannot update these configs dynamically: [{', '.join(refused)}]"
+        configs = _dynamic_only(configs)
         broker_only = sorted(set(configs) & PER_BROKER_ONLY) if scope == DEFAULT_SCOPE else []
         if broker_only:
             return ("Cannot update these configs at default cluster level, broker id must be specified: "
@@ -99,6 +102,7 @@ class DynamicBrokerConfigs:
         """Persist ``configs`` as the whole dynamic set at ``scope`` (already checked) and
         apply them to every log whose topic does not override them."""
         before = self.current(scope)
+        configs = _dynamic_only(configs)
         self.store.set_broker_configs(scope, configs)
         self.properties.set_dynamic(*self._layers_with(scope, configs))
         changes = [f"{k}={v}" for k, v in sorted(configs.items()) if before.get(k) != v]
@@ -106,3 +110,8 @@ class DynamicBrokerConfigs:
         if changes:
             log.info("dynamic broker config (%s): %s", _scope_label(scope), ", ".join(changes))
         self.on_change()
+
+
+def _dynamic_only(configs: dict[str, str]) -> dict[str, str]:
+    """The configs Gregor applies: custom ones (names no broker knows) are accepted and dropped."""
+    return {k: v for k, v in configs.items() if k in DYNAMIC_BROKER_CONFIGS}

@@ -426,8 +426,10 @@ class Log:
     def _verified(
         self, header: BatchHeader, origin: AppendOrigin, verification: Verification | None
     ) -> AppendError | None:
-        if not self.verify_transactions or origin is not AppendOrigin.CLIENT or not header.is_transactional:
+        if not self.verify_transactions or origin is not AppendOrigin.CLIENT or not header.has_producer_id:
             return None
+        if not header.is_transactional:  # a check in progress for its producer id binds it too (Kafka)
+            return self.producer_state.check_pending_sequence(header)
         return self.producer_state.check_verified(header, verification)
 
     def start_verification(self, header: BatchHeader, now_ms: int) -> Verification | None:
@@ -719,19 +721,16 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record at or after log start with timestamp >= ``timestamp``."""
+        start = self._log_start_offset
         for seg in self._segments:
-            if seg.max_timestamp < timestamp or seg.next_offset <= self._log_start_offset:
+            if seg.max_timestamp < timestamp or seg.next_offset <= start:
                 continue
-            found = seg.find_by_timestamp(timestamp)
-            if found is None:
-                continue
-            pos, header = found
-            batch = seg.read_at(pos, header.size_in_bytes)
-            hit = _first_record_at_or_after(
-                batch, header, lambda off, ts: ts >= timestamp and off >= self._log_start_offset
-            )
-            if hit is not None:
-                return hit
+            # a batch that matches only below the log start: on to the next batch (Kafka too)
+            for pos, header in seg.find_by_timestamp(timestamp, start):
+                batch = seg.read_at(pos, header.size_in_bytes)
+                hit = _first_record_at_or_after(batch, header, lambda o, ts: ts >= timestamp and o >= start)
+                if hit is not None:
+                    return hit
         return None
 
     def max_timestamp_offset(self) -> TimestampOffset | None:

@@ -45,7 +45,7 @@ def _list_of(*choices: str) -> Validator:
     def check(value: ConfigValue) -> str | None:
         items = [v.strip() for v in str(value).split(",") if v.strip()]
         bad = [v for v in items if v not in choices]
-        return f"must be a list of {', '.join(choices)}" if bad or not items else None
+        return f"must be a list of {', '.join(choices)}" if bad else None  # empty: none of them (Kafka too)
 
     return check
 
@@ -404,7 +404,7 @@ def _unused(name: str, kind: str, default: ConfigValue | None, minimum: int | No
 UNUSED_DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
     _unused("background.threads", "int", 10, 1),
     _unused("log.cleaner.io.buffer.size", "int", 524288, 0),
-    _unused("log.cleaner.threads", "int", 1, 0),
+    _unused("log.cleaner.threads", "int", 1, 1),  # Kafka's LogCleaner: "should be at least 1"
     _unused("max.connection.creation.rate", "int", INT_MAX, 0),
     _unused("max.connections", "int", INT_MAX, 0),
     _unused("max.connections.per.ip", "int", INT_MAX, 0),

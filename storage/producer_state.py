@@ -331,12 +331,15 @@ class Verification:
     It keeps the lowest sequence seen meanwhile: a later batch cannot be appended before an
     earlier one whose check failed with a retriable error and is being retried."""
 
-    __slots__ = ("epoch", "lowest_seq", "started_ms")
+    __slots__ = ("epoch", "lowest_seq", "started_ms", "supports_epoch_bump")
 
     def __init__(self, sequence: int, epoch: ProducerEpoch, now_ms: int) -> None:
         self.lowest_seq = sequence
         self.epoch = epoch
         self.started_ms = now_ms
+        # Checked for a transaction version 2 client (Produce v12+): a producer with no state
+        # here must start at sequence 0 (Kafka's VerificationStateEntry.supportsEpochBump)
+        self.supports_epoch_bump = False
 
     def saw(self, sequence: int, epoch: ProducerEpoch) -> None:
         """A lower sequence of the same epoch, or any sequence of a newer epoch."""
@@ -577,13 +580,35 @@ class ProducerStateManager:
         if not self._open_txn_at(pid, header.producer_epoch) and (pending is None or pending is not guard):
             return AppendError(ErrorCode.INVALID_TXN_STATE,
                                f"producer {pid}: record was not part of an ongoing transaction")
-        if pending is not None and header.base_sequence > pending.lowest_seq:
+        return None if pending is None else self._checked_sequence(header, pending)
+
+    def check_pending_sequence(self, header: BatchHeader) -> AppendError | None:
+        """An idempotent batch of a producer id a transactional check is in progress for (Kafka's
+        ProducerAppendInfo applies the verification's sequence rules to every batch)."""
+        pending = self._verifying.get(header.producer_id)
+        return None if pending is None else self._checked_sequence(header, pending)
+
+    def _checked_sequence(self, header: BatchHeader, pending: Verification) -> AppendError | None:
+        pid, first = header.producer_id, header.base_sequence
+        if pending.supports_epoch_bump and first != 0 and self._stateless(pid):
             return AppendError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"out of order sequence {header.base_sequence} from producer {pid}: "
+                f"sequence {first} from producer {pid}, which has no state here: "
+                "a transaction version 2 producer starts at 0",
+            )
+        # a check of an older epoch (-1: none), refused by the coordinator and left behind, does
+        # not hold back the open transaction's batches; one of the same or a newer epoch does
+        if pending.epoch >= header.producer_epoch and first > pending.lowest_seq:
+            return AppendError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"out of order sequence {first} from producer {pid}: "
                 f"sequence {pending.lowest_seq} is still being checked",
             )
         return None
+
+    def _stateless(self, producer_id: ProducerId) -> bool:
+        entry = self._producers.get(producer_id)
+        return entry is None or not entry.batches
 
     def end_verification(self, producer_id: ProducerId) -> None:
         """A transactional batch or marker of the producer was appended: the transaction

@@ -249,16 +249,14 @@ class LogSegment:
                 return pos, header
         return None
 
-    def find_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
-        """The first batch whose max timestamp >= ``timestamp``."""
+    def find_by_timestamp(self, timestamp: int, start_offset: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """The batches whose max timestamp >= ``timestamp``, in offset order, from the time index's
+        entry (or ``start_offset``, if later) on (Kafka's FileRecords.searchForTimestamp)."""
         entry = self.time_index.lookup_before(timestamp)
-        start = 0
-        if entry is not None:
-            _, start = self.offset_index.lookup(entry[1])
+        _, start = self.offset_index.lookup(max(entry[1] if entry is not None else 0, start_offset))
         for pos, header in self.iter_headers(start):
-            if header.max_timestamp >= timestamp:
-                return pos, header
-        return None
+            if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+                yield pos, header
 
     def largest_timestamp(self) -> int:
         """Max record timestamp, or the file's mtime when there is none (Kafka's rule)."""

@@ -60,6 +60,9 @@ def _write_one(
         hosted_elsewhere = known is not None and 0 <= index < known.partitions
         error = ErrorCode.NOT_LEADER_OR_FOLLOWER if hosted_elsewhere else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return error, None, -1
+    if (problem := _invalid(marker)) is not None:  # as Kafka, once the partition is known to be here
+        log.info("refused WriteTxnMarkers for %s-%d: %s", topic, index, problem)
+        return ErrorCode.INVALID_REQUEST, None, -1
     result = writer.partitions.append_txn_marker(
         part, ProducerId(marker.producer_id), ProducerEpoch(marker.producer_epoch), marker.transaction_result,
         CoordinatorEpoch(marker.coordinator_epoch), now_ms(), TransactionVersion(marker.transaction_version),
@@ -80,11 +83,6 @@ async def write_markers(writer: MarkerWriter, request: WriteTxnMarkersRequest) -
     results = []
     written: list[tuple[PartResult, Marker, Partition, int]] = []
     for marker in request.markers:
-        problem = _invalid(marker)
-        if problem is not None:
-            log.info("refused WriteTxnMarkers: %s", problem)
-            results.append(_refused(marker))
-            continue
         topics = []
         for t in marker.topics:
             partitions = []
@@ -103,14 +101,3 @@ async def write_markers(writer: MarkerWriter, request: WriteTxnMarkersRequest) -
             pid = ProducerId(marker.producer_id)
             writer.offsets.complete_transaction(part.index, pid, marker.transaction_result)
     return R(markers=results)
-
-
-def _refused(marker: Marker) -> MarkerResult:
-    topics = [
-        TopicResult(name=t.name, partitions=[
-            PartResult(partition_index=i, error_code=ErrorCode.INVALID_REQUEST) for i in t.partition_indexes
-        ])
-        for t in marker.topics
-    ]
-    return MarkerResult(producer_id=marker.producer_id, topics=topics)
-

@@ -237,18 +237,15 @@ class TransactionCoordinator:
     async def init_producer_id(
         self, tid: str, timeout_ms: int, producer_id: ProducerId, epoch: ProducerEpoch
     ) -> tuple[ErrorCode, int, int]:
-        """An id whose transaction is ongoing is fenced and its transaction aborted (Kafka then
-        answers CONCURRENT_TRANSACTIONS for the client to retry); here the request waits for
-        the abort to complete and is served then, as the retry would be."""
-        deadline = self._deadline()
-        while True:
-            outcome = await self._decide(
-                tid, lambda: self.machine.init_producer_id(tid, timeout_ms, producer_id, epoch, now_ms()),
-                deadline,
-            )
-            error = await self._persist(outcome)
-            if error is not ErrorCode.CONCURRENT_TRANSACTIONS or outcome.record is None:
-                return error, outcome.producer_id, outcome.producer_epoch
+        """An id whose transaction is ongoing is fenced and its transaction aborted; as in Kafka,
+        the first answer is then CONCURRENT_TRANSACTIONS (no id, no epoch), and the client's
+        retry is served once the abort completes (parked meanwhile)."""
+        outcome = await self._decide(
+            tid, lambda: self.machine.init_producer_id(tid, timeout_ms, producer_id, epoch, now_ms()),
+            self._deadline(),
+        )
+        error = await self._persist(outcome)
+        return error, outcome.producer_id, outcome.producer_epoch
 
     async def add_partitions(
         self, tid: str, producer_id: ProducerId, epoch: ProducerEpoch, partitions: Iterable[TopicPartition],

@@ -14,6 +14,7 @@ from kafka.protocol.admin import (
 
 from broker.api.authorize import authorize, authorize_cluster
 from broker.api.registry import Handlers
+from broker.config import KEYS, LONG_MAX, Boolean, Choice, ChoiceList, Dirs, Double, Integer, Listeners, Text
 from broker.dynamic_config import DEFAULT_SCOPE
 from broker.security.acl import AclOperation, ResourceType
 from broker.store.local_store import TopicMetadata
@@ -74,6 +75,16 @@ def _properties(ctx: RequestContext) -> BrokerProperties:
     return props
 
 
+def _static_type(key: str) -> str | None:
+    """The wire type of a static broker key, from how its value is parsed (Kafka names each)."""
+    parse = KEYS[key].parse if key in KEYS else None
+    if isinstance(parse, Integer):
+        return "long" if parse.maximum == LONG_MAX else "int"
+    kinds = ((Boolean, "boolean"), (Double, "double"), (Text | Choice, "string"),
+             (ChoiceList | Dirs | Listeners, "list"))
+    return next((name for cls, name in kinds if isinstance(parse, cls)), None)
+
+
 def _entry(
     name: str, value: str, synonyms: list[Synonym], read_only: bool, kind: str | None, with_synonyms: bool
 ) -> Any:
@@ -121,7 +132,7 @@ def _broker_entries(ctx: RequestContext, scope: str, with_synonyms: bool) -> lis
     for key in sorted(shown):
         value = props.get(key, shown[key])
         dynamic = DYNAMIC_BROKER_CONFIGS.get(key)
-        kind = dynamic.type if dynamic is not None else None
+        kind = dynamic.type if dynamic is not None else _static_type(key)
         text = format_config_value(value) if isinstance(value, bool | int | float | str) else str(value)
         entries.append(_entry(key, text, props.synonyms(key), dynamic is None, kind, with_synonyms))
     return entries
@@ -181,14 +192,14 @@ Outcome = tuple[ErrorCode, str | None]
 
 async def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only: bool) -> Outcome:
     topic = ctx.services.topics.get(name)
-    if topic is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
-    configs = dict(topic.configs)
+    configs = dict(topic.configs) if topic is not None else {}
     problem = edit(configs)
     if problem is None:
         problem = next(filter(None, (validate_topic_config(k, v) for k, v in configs.items())), None)
-    if problem is not None:
+    if problem is not None:  # Kafka's controller validates the configs first, then looks for the topic
         return ErrorCode.INVALID_CONFIG, problem
+    if topic is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist"
     if not validate_only:
         return await ctx.services.topics.set_configs(name, configs)
     return ErrorCode.NONE, None
@@ -218,12 +229,12 @@ def _incremental(resource: Any) -> Edit:
 
 
 def _apply_op(configs: dict[str, str], name: str, op: int, value: str | None) -> str | None:
+    if op == DELETE:  # as Kafka, deleting a config that is not set (even one it does not know) is no change
+        configs.pop(name, None)
+        return None
     definition = TOPIC_CONFIGS.get(name)
     if definition is None:
         return f"Unknown topic config name: {name}"
-    if op == DELETE:
-        configs.pop(name, None)
-        return None
     if value is None:
         return f"Null value not supported for config {name}"
     if op == SET:
@@ -289,9 +300,7 @@ def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -
     if op not in (APPEND, SUBTRACT):
         return ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}"
     definition = DYNAMIC_BROKER_CONFIGS.get(name)
-    if definition is None:
-        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: [{name}]"
-    if definition.type != "list":
+    if definition is None or definition.type != "list":  # Kafka asks the type first: INVALID_CONFIG
         verb = "append" if op == APPEND else "subtract"
         return ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"
     _edit_list(configs, definition, op, value)

@@ -34,14 +34,17 @@ ETopic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6  # tiered storage: Gregor has none, so no offset
 TIERED = (LATEST_TIERED, EARLIEST_PENDING_UPLOAD)
-FIRST_VERSION_WITH_PENDING_UPLOAD = 11
+# The first version that knows each negative timestamp (Kafka's ReplicaManager): an older
+# request naming it, or any other negative timestamp, is answered UNSUPPORTED_VERSION.
+SPEC_MIN_VERSION = {
+    LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+    EARLIEST_PENDING_UPLOAD: 11,
+}
 
 
 def _unsupported(timestamp: int, version: int) -> bool:
     """Kafka answers UNSUPPORTED_VERSION for a negative timestamp it does not know at `version`."""
-    if timestamp >= 0 or timestamp in (LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED):
-        return False
-    return timestamp != EARLIEST_PENDING_UPLOAD or version < FIRST_VERSION_WITH_PENDING_UPLOAD
+    return timestamp < 0 and version < SPEC_MIN_VERSION.get(timestamp, 1 << 15)
 
 
 def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int, int]:
@@ -55,7 +58,9 @@ def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple
     if timestamp in TIERED:
         return -1, -1, -1
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
-    if found is None:
+    # As Kafka, a record a consumer of this isolation level could not fetch yet is not found
+    fetchable = log.last_stable_offset if isolation is IsolationLevel.READ_COMMITTED else log.high_watermark
+    if found is None or found.offset >= fetchable:
         return -1, -1, -1
     return found.offset, found.timestamp, found.leader_epoch
 
@@ -72,11 +77,11 @@ def _list_one(
     if not _may_describe(ctx, topic):
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         return LPart(partition_index=index, error_code=denied, old_style_offsets=[])
+    if _unsupported(query.timestamp, ctx.version):  # Kafka asks before it looks for the partition
+        return LPart(partition_index=index, error_code=ErrorCode.UNSUPPORTED_VERSION, old_style_offsets=[])
     part, error = resolve_partition(ctx, topic, index)
     if part is not None:
         error = check_leader_epoch(part, query.current_leader_epoch)
-    if error == ErrorCode.NONE and _unsupported(query.timestamp, ctx.version):
-        error = ErrorCode.UNSUPPORTED_VERSION
     if part is None or error != ErrorCode.NONE:
         return LPart(partition_index=index, error_code=error, old_style_offsets=[])
     offset, ts, epoch = _lookup(part, query.timestamp, isolation)

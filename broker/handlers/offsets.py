@@ -197,8 +197,9 @@ async def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | 
     marker always reaches the offsets it completes."""
     if (error := _unready(ctx)) is not None:
         return error
-    if not request.group_id or not request.transactional_id or request.producer_id < 0:
+    if not request.group_id or not request.transactional_id:
         return None  # the group machine answers INVALID_GROUP_ID / INVALID_REQUEST
+    # As in Kafka, no producer id (-1) is checked too: the coordinator knows no such producer
     groups = ctx.services.groups
     tp = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
     found = await ctx.services.transactions.check_writes(
@@ -242,6 +243,8 @@ async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
         errors = dict.fromkeys(offsets, denied)
     else:
         refused = _denied_topics(ctx, AclOperation.READ, offsets)
+        unknown = _unknown_partitions(ctx, [tp for tp in offsets if tp not in refused])  # as Kafka, first
+        refused.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         allowed = {tp: o for tp, o in offsets.items() if tp not in refused}
         answered = await _txn_commit(ctx, request, allowed) if allowed or not offsets else {}
         errors = {tp: answered[tp] if tp in answered else refused[tp] for tp in offsets}

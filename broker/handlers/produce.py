@@ -12,9 +12,9 @@ from broker import metrics
 from broker.api.authorize import authorize
 from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition, topic_name
-from broker.replication.replica_manager import Partition, replicated
+from broker.replication.replica_manager import Partition, effective_min_isr, replicated
 from broker.security.acl import AclOperation, ResourceType
-from coordinator.transaction import TxnOperation
+from coordinator.transaction import TxnOperation, produce_operation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.record_batch import HEADER_SIZE, BatchHeader
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 API_KEY = ApiKey.PRODUCE
-FIRST_TV2_PRODUCE = 12
 CHECK_ROUNDS = 2  # a guard voided while its check waited is taken and checked once more
 R = ProduceResponse
 PartitionResponse = R.TopicProduceResponse.PartitionProduceResponse
@@ -45,7 +44,8 @@ PRODUCE_RETRIABLE = {
 
 def produce_error(error: ErrorCode, version: int) -> tuple[ErrorCode, str | None]:
     """A transaction check's error as Produce `version` answers it, with Kafka's message."""
-    if error == ErrorCode.CONCURRENT_TRANSACTIONS and version >= FIRST_TV2_PRODUCE:
+    bumps = produce_operation(version) is TxnOperation.ADD_PARTITION  # v12+, transaction version 2
+    if error == ErrorCode.CONCURRENT_TRANSACTIONS and bumps:
         return error, None
     if error in PRODUCE_RETRIABLE:
         return ErrorCode.NOT_ENOUGH_REPLICAS, ("Unable to verify the partition has been added to the "
@@ -156,17 +156,21 @@ async def _check_round(
     """Guard and check `targets` (into `found`); the ones whose guard a marker voided meanwhile."""
     by_producer: dict[tuple[ProducerId, ProducerEpoch], list[TopicPartition]] = {}
     guarded: list[tuple[Target, Verification]] = []
+    operation = produce_operation(ctx.version)  # v11 knows TRANSACTION_ABORTABLE, v12+ adds the partition
     for t in targets:
         assert t.header is not None
         tp = (t.part.topic, t.part.index)
+        if _stale_epoch(t.part, t.header):  # KAFKA-18042: refused before any check
+            found.errors[tp] = (ErrorCode.INVALID_PRODUCER_EPOCH, None)
+            continue
         guard = ctx.services.partitions.start_verification(t.part, t.header, ctx.now_ms())
         if guard is None:  # its producer's transaction is open here now: nothing to check
             found.guards.pop(tp, None)
             continue
+        guard.supports_epoch_bump = operation.adds
         found.guards[tp] = guard
         guarded.append((t, guard))
         by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)
-    operation = TxnOperation.ADD_PARTITION if ctx.version >= FIRST_TV2_PRODUCE else TxnOperation.DEFAULT_ERROR
     for (pid, epoch), tps in by_producer.items():
         answers = await ctx.services.transactions.check_writes(
             transactional_id, pid, epoch, tps, operation, wait_ms=timeout_ms
@@ -181,6 +185,12 @@ async def _check_round(
     ]
 
 
+def _stale_epoch(part: Partition, header: BatchHeader) -> bool:
+    """The partition knows the batch's producer at a newer epoch."""
+    entry = part.log.producer_state.last_entry(header.producer_id)
+    return entry is not None and header.producer_epoch < entry.producer_epoch
+
+
 def _append(
     ctx: RequestContext, t: Target, checked: Checked, acks: int, pending: Pending
 ) -> PartitionResponse:
@@ -191,7 +201,7 @@ def _append(
         return _error(index, *checked.errors[tp])
     if not part.is_leader:  # lost while the request waited for its checks or its turn
         return _error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, "no longer the partition's leader")
-    if acks == -1 and _in_sync(part) < part.log.config.min_insync_replicas:
+    if acks == -1 and _in_sync(part) < effective_min_isr(part):
         return _error(index, ErrorCode.NOT_ENOUGH_REPLICAS, "fewer in-sync replicas than min.insync.replicas")
     result = ctx.services.partitions.append(part, t.records, ctx.now_ms(), header=t.header,
                                         verification=checked.guards.get(tp))

@@ -47,6 +47,9 @@ async def handle_init_producer_id(
     denied = _init_denied(ctx, request.transactional_id)
     if denied != ErrorCode.NONE:
         return InitResponse(throttle_time_ms=0, error_code=denied, producer_id=-1, producer_epoch=-1)
+    if ctx.version >= 3 and (request.producer_id == -1) != (request.producer_epoch == -1):  # as KafkaApis
+        error = ErrorCode.INVALID_REQUEST
+        return InitResponse(throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         error, pid, epoch = await ctx.services.transactions.init_producer_id(  # -1, -1 below v3
             request.transactional_id, request.transaction_timeout_ms,

@@ -32,10 +32,18 @@ def _delete_one(ctx: RequestContext, topic: Topic, query: Query) -> PartResult:
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResult(partition_index=index, low_watermark=-1, error_code=error)
+    if _deletes_refused(part.log.config.cleanup_policy):  # Kafka's first check, before the offset's
+        return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.POLICY_VIOLATION)
     if query.offset < HIGH_WATERMARK:
         return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
     result = ctx.services.partitions.delete_records(part, query.offset)  # -1 on an error, as Kafka
     return PartResult(partition_index=index, low_watermark=result.low_watermark, error_code=result.error)
+
+
+def _deletes_refused(cleanup_policy: str) -> bool:
+    """A policy without `delete` refuses DeleteRecords; an empty one (no cleanup) does not (Kafka 4)."""
+    policy = {p.strip() for p in cleanup_policy.split(",") if p.strip()}
+    return bool(policy) and "delete" not in policy
 
 
 async def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:

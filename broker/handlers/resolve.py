@@ -6,12 +6,15 @@ import uuid
 from typing import TYPE_CHECKING
 
 from broker.replication.replica_manager import Partition
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
 ZERO_UUID = uuid.UUID(int=0)
+# The versions whose entries name a topic by its id only (Produce v13+, Fetch v13+)
+BY_ID_ONLY = {int(ApiKey.PRODUCE): 13, int(ApiKey.FETCH): 13}
 
 
 def topic_name(ctx: RequestContext, named: object) -> tuple[str | None, ErrorCode]:
@@ -24,6 +27,8 @@ def topic_name(ctx: RequestContext, named: object) -> tuple[str | None, ErrorCod
         found = ctx.services.topics.by_id(topic_id)
         if found is not None:
             return found.name, ErrorCode.NONE
+        return None, ErrorCode.UNKNOWN_TOPIC_ID
+    if ctx.version >= BY_ID_ONLY.get(int(ctx.header.api_key), 1 << 15):  # no id at all: Kafka knows none
         return None, ErrorCode.UNKNOWN_TOPIC_ID
     return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 

@@ -207,10 +207,10 @@ async def handle_describe_transactions(
         else:
             error, md = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if md is None:
-            unset = 0 if error == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED else -1  # Kafka's defaults
+            # Kafka answers an id it does not describe with the schema's defaults, 0, whatever the error
             states.append(D.TransactionState(error_code=error, transactional_id=tid, transaction_state="",
-                                             transaction_timeout_ms=0, transaction_start_time_ms=unset,
-                                             producer_id=unset, producer_epoch=unset, topics=[]))
+                                             transaction_timeout_ms=0, transaction_start_time_ms=0,
+                                             producer_id=0, producer_epoch=0, topics=[]))
             continue
         topics: dict[str, list[int]] = {}
         for topic, index in sorted(md.partitions):

@@ -140,6 +140,13 @@ async def replicated(waits: list[tuple[Partition, int]], timeout_s: float) -> li
     return [_replication_error(part, future) for (part, _), future in zip(waits, futures, strict=True)]
 
 
+def effective_min_isr(part: Partition) -> int:
+    """Kafka's effectiveMinIsr: min.insync.replicas, but never more than the partition's replicas."""
+    if part.leader is not None:
+        return part.leader.min_isr
+    return part.log.config.min_insync_replicas
+
+
 def _replication_error(part: Partition, future: asyncio.Future[None]) -> ErrorCode:
     if not future.done():
         future.cancel()
@@ -147,7 +154,7 @@ def _replication_error(part: Partition, future: asyncio.Future[None]) -> ErrorCo
     if future.exception() is not None:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     in_sync = len(part.leader.isr) if part.leader is not None else 0
-    if in_sync < part.log.config.min_insync_replicas:
+    if in_sync < effective_min_isr(part):
         return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     return ErrorCode.NONE
 

@@ -38,6 +38,8 @@ BLANKED = {
     "client_host",
     "message",
 }
+# Lists of numbers that are sets: DescribeTransactions' partitions come in Kafka's hash order.
+UNORDERED = {"partitions"}
 # The values that mean "none" for each renamed field (kept as they are).
 NO_ID: dict[str, set[Any]] = {
     "producer_id": {-1},
@@ -84,6 +86,8 @@ class Renamer:
 def normalise(tree: Any, rename: Renamer, name: str = "") -> Any:
     if isinstance(tree, dict):
         return {k: normalise(v, rename, k) for k, v in tree.items()}
+    if isinstance(tree, list) and name in UNORDERED and all(isinstance(v, int) for v in tree):
+        return sorted(tree)
     if isinstance(tree, list):
         return _sorted([normalise(v, rename, name) for v in tree])
     if name in RENAMED:
@@ -92,11 +96,30 @@ def normalise(tree: Any, rename: Renamer, name: str = "") -> Any:
         return "<text>"
     if name in BLANKED:
         return "<set>" if tree not in (None, -1, "") or name == "throttle_time_ms" else tree
-    if name == "records" and isinstance(tree, bytes | bytearray):
+    if name == "records" and isinstance(tree, bytes | bytearray | memoryview):
         return batches(bytes(tree), rename)
+    if name == "records" and isinstance(tree, str) and tree:
+        return _text_batches(tree, rename)
     if isinstance(tree, bytes | bytearray):
         return bytes(tree).hex()
     return tree
+
+
+ESCAPED = re.compile(r"\\x([0-9a-f]{2})")
+
+
+def _text_batches(text: str, rename: Renamer) -> Any:
+    """The batches of a records field that kafka-python's `to_dict` gave as text (its bytes
+    decoded as UTF-8, an invalid byte as `\\xNN`); the text itself if it does not parse."""
+    raw, at = bytearray(), 0
+    for m in ESCAPED.finditer(text):
+        raw += text[at : m.start()].encode() + bytes([int(m[1], 16)])
+        at = m.end()
+    raw += text[at:].encode()
+    try:
+        return batches(bytes(raw), rename)
+    except Exception:  # not batches after all: compared as the text
+        return text
 
 
 def batches(data: bytes, rename: Renamer) -> list[dict[str, Any]]:
@@ -115,10 +138,19 @@ def batches(data: bytes, rename: Renamer) -> list[dict[str, Any]]:
                 "base_sequence": batch.base_sequence,
                 "is_transactional": batch.is_transactional,
                 "is_control": batch.is_control_batch,
-                "records": [[r.offset, r.timestamp, r.key, r.value, list(r.headers)] for r in batch],
+                # a control record's timestamp, or any under LogAppendTime, is the broker's clock
+                "records": [
+                    [r.offset, "<set>" if _clock_time(batch) else r.timestamp, r.key, r.value,
+                     list(r.headers)]
+                    for r in batch
+                ],
             }
         )
     return out
+
+
+def _clock_time(batch: Any) -> bool:
+    return bool(batch.is_control_batch or batch.timestamp_type == 1)  # 1: LogAppendTime
 
 
 def _sorted(items: list[Any]) -> list[Any]:
@@ -193,28 +225,42 @@ def _join(path: str, name: str) -> str:
 
 
 @cache
-def accepted_table() -> list[tuple[str, str, str]]:
-    """(API name, path pattern, why) of every row of docs/differences.md's accepted-differences table."""
+def accepted_rows() -> list[tuple[str, str, str, str, str]]:
+    """(API name, path pattern, Kafka's cell, Gregor's cell, why) of every row of
+    docs/differences.md's accepted-differences table."""
     text = DIFFERENCES_PAGE.read_text()
     start = text.index(DIFFERENCES_SECTION)
-    rows: list[tuple[str, str, str]] = []
+    rows: list[tuple[str, str, str, str, str]] = []
     for line in text[start:].splitlines()[1:]:
         if line.startswith("## "):
             break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[1].startswith("`"):
-            rows.append((cells[0], cells[1].strip("`"), cells[-1]))
+        if len(cells) >= 5 and cells[1].startswith("`"):
+            rows.append((cells[0], cells[1].strip("`"), cells[2], cells[3], cells[-1]))
     return rows
 
 
+def accepted_table() -> list[tuple[str, str, str]]:
+    """(API name, path pattern, why) of every row."""
+    return [(api, pattern, why) for api, pattern, _k, _g, why in accepted_rows()]
+
+
+ONLY = re.compile(r"only `([^`]*)`")  # a cell "only `48` ...": the row accepts that value alone
+
+
 def accepted(api_name: str, version: int, diff: Difference) -> bool:
-    for api, pattern, _why in accepted_table():
+    for api, pattern, kafka, gregor, _why in accepted_rows():
         wanted, _, versions = api.partition(" v")
         if wanted != api_name or (versions and not _in_range(version, versions)):
             continue
-        if fnmatch.fnmatchcase(diff.path, _literal_brackets(pattern)):
+        if fnmatch.fnmatchcase(diff.path, _literal_brackets(pattern)) and _values_fit(kafka, gregor, diff):
             return True
     return False
+
+
+def _values_fit(kafka: str, gregor: str, diff: Difference) -> bool:
+    k, g = ONLY.match(kafka), ONLY.match(gregor)
+    return (k is None or k[1] == str(diff.kafka)) and (g is None or g[1] == str(diff.gregor))
 
 
 def _literal_brackets(pattern: str) -> str:

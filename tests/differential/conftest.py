@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.differential.generated.play import GENERATED
 from tests.differential.runner import COVERAGE, Side, advertised, api_name
 from tests.integration.harness import BrokerProcess, started_broker
 from tests.integration.kafka import KafkaNode, started_kafka
@@ -36,16 +38,20 @@ class Pair:
     gregor: BrokerProcess
 
 
-@pytest.fixture(scope="package")  # stopped after the last differential test, not at session end
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    with (
-        started_kafka(tmp_path_factory.mktemp("kafka"), SHARED) as kafka,
-        started_broker(tmp_path_factory.mktemp("gregor"), SHARED) as gregor,
-    ):
+@contextmanager
+def started_pair(kafka_dir: Path, gregor_dir: Path) -> Iterator[Pair]:
+    """Kafka and Gregor with the shared settings, both coordinators and producer ids ready."""
+    with started_kafka(kafka_dir, SHARED) as kafka, started_broker(gregor_dir, SHARED) as gregor:
         for port in (kafka.port, gregor.port):
             _warm_coordinators(port)
             _warm_producer_ids(port)
         yield Pair(kafka, gregor)
+
+
+@pytest.fixture(scope="package")  # stopped after the last differential test, not at session end
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    with started_pair(tmp_path_factory.mktemp("kafka"), tmp_path_factory.mktemp("gregor")) as both:
+        yield both
 
 
 def _warm_coordinators(port: int, timeout: float = 30.0) -> None:
@@ -127,6 +133,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # ty
     if not COVERAGE:
         return
     tr = terminalreporter
+    if GENERATED.sequences:
+        tr.section("differential coverage: generated sequences")
+        for line in GENERATED.summary():
+            tr.write_line(line)
     tr.section("differential coverage: API keys Gregor advertises")
     tr.write_line(f"{'key':>4}  {'API':<28} {'versions':<9} {'versions not exercised':<24} cases")
     for key, name, versions, missing, cases in coverage_rows():

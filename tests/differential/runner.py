@@ -75,8 +75,10 @@ class CaseFailure(AssertionError):
     pass
 
 
-def compare_step(step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any, n: int = 0) -> list[str]:
-    """The unaccepted differences of one step's answers (empty when they agree)."""
+def unaccepted(
+    step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any
+) -> tuple[list[Difference], Tree, Tree]:
+    """The differences of one step's answers no accepted row names, and both normalised answers."""
     k_raw, g_raw = as_tree(k_resp), as_tree(g_resp)
     if step.select is not None:
         k_raw, g_raw = step.select(kafka, k_raw), step.select(gregor, g_raw)
@@ -86,7 +88,12 @@ def compare_step(step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any
         g_tree = {f: g_tree.get(f) for f in step.fields}
     common_only = step.at() < KAFKA_MIN_VERSION.get(step.api_key, 0)
     found: list[Difference] = differences(k_tree, g_tree, common_only=common_only)
-    bad = [d for d in found if not accepted(api_name(step.api_key), step.at(), d)]
+    return [d for d in found if not accepted(api_name(step.api_key), step.at(), d)], k_tree, g_tree
+
+
+def compare_step(step: Step, kafka: Side, gregor: Side, k_resp: Any, g_resp: Any, n: int = 0) -> list[str]:
+    """The unaccepted differences of one step's answers (empty when they agree)."""
+    bad, k_tree, g_tree = unaccepted(step, kafka, gregor, k_resp, g_resp)
     if not bad:
         return []
     return [

@@ -228,6 +228,33 @@ CASES["broker-configs-kafka-uses"] = [
     applied("leader.replication.throttled.rate"),
     describe_configs(4, kind=BROKER, name="1", keys=UNUSED_KEYS),
 ]
+# Once differences, found by the generated sequences (tests/differential/generated) and fixed:
+# a broker config Kafka does not know is a custom one (accepted, validate-only or not); APPEND
+# to a broker config that is not a list is INVALID_CONFIG, asked first; a static key's type is
+# described; a topic's configs are validated before the topic is looked for; deleting a topic
+# config that is not set (or not known) is no change.
+CASES["broker-configs-validate-only"] = [
+    incremental(1, [("no.such.config", SET, "1")], kind=BROKER, name="1", validate_only=True),
+    incremental(0, [("no.such.config", SET, "1")], kind=BROKER, name="", validate_only=True),
+    incremental(1, [("transaction.max.timeout.ms", APPEND, "1")], kind=BROKER, name="1", validate_only=True),
+    incremental(1, [("no.such.config", APPEND, "1")], kind=BROKER, name="", validate_only=True),
+    alter_configs(2, {"no.such.config": "1"}, kind=BROKER, name="1", validate_only=True),
+    alter_configs(1, {"log.cleaner.threads": "0"}, kind=BROKER, name="1", validate_only=True),
+    describe_configs(4, kind=BROKER, name="1", keys=["transaction.max.timeout.ms", "log.retention.ms"]),
+]
+CASES["topic-configs-unknown-topic"] = [
+    *new_topic(),
+    incremental(1, [("retention.ms", APPEND, "1")], name="-none"),
+    incremental(1, [("retention.ms", SET, "x")], name="-none"),
+    incremental(1, [("retention.ms", SET, "1000")], name="-none"),
+    alter_configs(2, {"min.insync.replicas": "0"}, name="-none"),
+    alter_configs(1, {"message.timestamp.type": "Now"}, name="-none", validate_only=True),
+    incremental(1, [("no.such.config", DELETE, None)]),
+    incremental(0, [("retention.ms", DELETE, None)]),
+    incremental(1, [("cleanup.policy", SUBTRACT, "delete")], name="-none", validate_only=True),
+    incremental(1, [("cleanup.policy", SUBTRACT, "delete")], validate_only=True),
+    describe_configs(4),
+]
 for v in versions(35):
     CASES[f"describe-log-dirs-v{v}"] = [
         *new_topic(),

@@ -5,6 +5,7 @@ unknown topics, offsets out of range and compacted topics."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -201,6 +202,17 @@ for v in versions(23):
     ]
 for v in versions(22):
     CASES[f"init-producer-id-v{v}"] = [init_producer(version=v)]
+# Once a difference, found by the generated sequences and fixed: a producer id without an epoch (or
+# the reverse) is INVALID_REQUEST, for an idempotent producer too.
+CASES["init-producer-id-half-an-id"] = [
+    init_producer(key="i"),
+    Step(22, lambda side: {"transactional_id": None, "transaction_timeout_ms": 60000,
+                           "producer_id": pid_of(side, "i")[0], "producer_epoch": -1}, version=3),
+    Step(22, {"transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1,
+              "producer_epoch": 0}, version=4),
+    Step(22, {"transactional_id": "half-an-id", "transaction_timeout_ms": 60000, "producer_id": -1,
+              "producer_epoch": 0}, version=5),
+]
 # Once differences (fixed): a refused Produce carries the log start offset, a duplicate batch
 # its kept timestamp.
 CASES.update({
@@ -278,6 +290,62 @@ CASES["negative-ids"] = [
         },
     ),
     describe_producers([-1]),
+]
+# Once differences, found by the generated sequences (tests/differential/generated) and fixed:
+# a timestamp spec the version does not know is UNSUPPORTED_VERSION, asked before the partition
+# is looked for; DeleteRecords on a topic without the delete policy is POLICY_VIOLATION.
+CASES["list-offsets-spec-versions"] = [
+    *new_topic(),
+    produce(compare=False),
+    *[list_offsets(v, [spec]) for v, spec in ((1, -3), (6, -3), (7, -3), (7, -4), (8, -4), (8, -5), (9, -5))],
+    list_offsets(4, [-3], partition=5),
+    list_offsets(6, [-5], partition=5, isolation=1),
+]
+CASES["list-offsets-by-time-after-delete-records"] = [  # the first batch matches only below the log start
+    *new_topic(),
+    produce(compare=False),
+    produce(compare=False),
+    delete_records(2, 3),
+    list_offsets(9, [TS]),
+    list_offsets(9, [TS + 2]),
+    list_offsets(9, [TS], isolation=1),
+]
+CASES["min-insync-replicas-above-replicas"] = [  # Kafka's effective min ISR: at most the replicas
+    *new_topic(configs={"min.insync.replicas": "2"}),
+    produce(),
+    produce(acks=1),
+    list_offsets(9, [-1]),
+]
+CASES["unknown-topic-id"] = [  # no topic id (the topic does not exist): UNKNOWN_TOPIC_ID
+    produce(suffix="-none-such", version=13),
+    produce(suffix="-none-such", version=12),
+    fetch(16, suffix="-none-such"),
+    fetch(12, suffix="-none-such"),
+]
+CASES["delete-records-compacted"] = [
+    *new_topic(configs={"cleanup.policy": "compact"}),
+    produce(compare=False),
+    delete_records(2, 1),
+    delete_records(2, -1),
+    delete_records(1, -5),
+    list_offsets(8, [-2]),
+]
+
+
+
+def _no_cleanup_policy() -> Step:
+    from tests.differential.test_admin import SUBTRACT, incremental
+
+    return incremental(1, [("cleanup.policy", SUBTRACT, "compact")])
+
+
+CASES["delete-records-empty-cleanup-policy"] = [  # no policy at all: records may be deleted
+    *new_topic(configs={"cleanup.policy": "compact"}),
+    produce(compare=False),
+    _no_cleanup_policy(),
+    lambda side: time.sleep(1),  # Kafka applies the change through its metadata log
+    delete_records(2, 1),
+    list_offsets(8, [-2]),
 ]
 CASES["empty-log-leader-epoch"] = [*new_topic(), leader_epoch(4, 0), leader_epoch(4, -3)]
 

@@ -14,9 +14,9 @@ import pytest
 
 from tests.differential.cases import Cases, capped
 from tests.differential.runner import Action, Side, Step, run_case
-from tests.differential.steps import WAIT_S, batch, new_topic, pid_of, topic, wait_lso
+from tests.differential.steps import TS, WAIT_S, batch, init_producer, new_topic, pid_of, topic, wait_lso
 from tests.differential.test_groups import join, sync
-from tests.differential.test_records import fetch
+from tests.differential.test_records import fetch, idempotent, list_offsets
 
 
 def txn_id(side: Side) -> str:
@@ -58,11 +58,17 @@ def add_partitions(v: int, pid_delta: int = 0) -> Step:
     return Step(24, request, version=v)
 
 
-def txn_produce(values: list[bytes], sequence: int = 0) -> Step:
+def txn_produce(
+    values: list[bytes], sequence: int = 0, version: int | None = None, epoch_delta: int = 0
+) -> Step:
     def request(side: Side) -> dict[str, Any]:
         pid, epoch = pid_of(side)
         data = batch(
-            values, producer_id=pid, producer_epoch=epoch, base_sequence=sequence, transactional=True
+            values,
+            producer_id=pid,
+            producer_epoch=epoch + epoch_delta,
+            base_sequence=sequence,
+            transactional=True,
         )
         return {
             "transactional_id": txn_id(side),
@@ -77,7 +83,7 @@ def txn_produce(values: list[bytes], sequence: int = 0) -> Step:
             ],
         }
 
-    return Step(0, request)
+    return Step(0, request, version=version)
 
 
 def add_offsets(v: int) -> Step:
@@ -140,8 +146,6 @@ def end_txn(v: int, commit: bool, epoch_delta: int = 0) -> Step:
     return Step(26, request, version=v, learn=learn)
 
 
-# Not asked: an unknown transactional id. Kafka answers TRANSACTIONAL_ID_NOT_FOUND with producer id,
-# epoch and start time 0, Gregor with -1 (broker/handlers/transactions.py, left as it is here).
 def describe_txn() -> Step:
     return Step(65, lambda side: {"transactional_ids": [txn_id(side)]})
 
@@ -312,6 +316,177 @@ CASES["write-txn-markers-late-tv2-marker"] = [
     markers(2, commit=True, transaction_version=2),
     fetch(18, isolation=1),
     describe_producers(),
+]
+
+
+def txn_commit_elsewhere(v: int, suffix: str, partition: int, no_producer: bool = False) -> Step:
+    """TxnOffsetCommit of an offset of a partition that may not exist, or with no producer id."""
+
+    def request(side: Side) -> dict[str, Any]:
+        pid, epoch = (-1, -1) if no_producer else pid_of(side)
+        part = {"partition_index": partition, "committed_offset": 1, "committed_leader_epoch": -1,
+                "committed_metadata": ""}
+        return {
+            "transactional_id": txn_id(side),
+            "group_id": group(side),
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": topic(side, suffix), "partitions": [part]}],
+        }
+
+    return Step(28, request, version=v)
+
+
+# Once differences, found by the generated sequences (tests/differential/generated) and fixed:
+# DescribeTransactions of an id never seen answers 0s; TxnOffsetCommit answers a partition that
+# does not exist UNKNOWN_TOPIC_OR_PARTITION before the transaction check, and checks a request
+# without a producer id too; InitProducerId for an id whose transaction is ongoing is answered
+# CONCURRENT_TRANSACTIONS first (the abort goes on), the retry gets the twice-bumped epoch;
+# Produce v11 to a partition not added is TRANSACTION_ABORTABLE (v11 knows it), v10 INVALID_TXN_STATE.
+CASES["describe-transactions-unknown-id"] = [*new_topic(), describe_txn()]
+CASES["txn-offset-commit-unknown-partition"] = [
+    *new_topic(),
+    init_txn(),
+    add_offsets(4),
+    txn_commit_elsewhere(4, "", 7),
+    txn_commit_elsewhere(4, "-none", 0),
+    txn_commit_elsewhere(3, "", 0, no_producer=True),
+    end_txn(4, commit=False),
+]
+CASES["init-producer-id-ongoing"] = [
+    *new_topic(),
+    init_txn(),
+    add_partitions(3),
+    txn_produce([b"o"]),
+    init_txn(key="new"),
+    init_until_done("new"),
+    describe_txn(),
+]
+CASES["produce-partition-not-added"] = [
+    *new_topic(),
+    init_txn(3),
+    txn_produce([b"n"], version=11),
+    txn_produce([b"n"], version=10),
+    end_txn(4, commit=False),
+]
+
+# Once a difference, found by the generated sequences and fixed: a read_committed ListOffsets by
+# timestamp (or max timestamp) does not reveal a record of an open transaction (past the LSO).
+CASES["list-offsets-by-time-in-open-transaction"] = [
+    *new_topic(),
+    init_txn(),
+    txn_produce([b"a", b"b"]),
+    list_offsets(9, [TS], isolation=1),
+    list_offsets(9, [-3], isolation=1),
+    list_offsets(9, [TS + 1], isolation=0),
+    end_txn(5, commit=True),
+    wait_lso(3),
+    list_offsets(9, [TS + 1], isolation=1),
+]
+
+# Found by the generated sequences: Kafka lists a transaction's partitions in its hash set's
+# order (compared as a set).
+CASES["describe-transaction-two-partitions"] = [
+    *new_topic(2),
+    init_txn(),
+    Step(24, lambda side: {
+        "v3_and_below_transactional_id": txn_id(side),
+        "v3_and_below_producer_id": pid_of(side)[0],
+        "v3_and_below_producer_epoch": pid_of(side)[1],
+        "v3_and_below_topics": [{"name": topic(side), "partitions": [1, 0]}],
+    }, version=3),
+    describe_txn(),
+    end_txn(4, commit=False),
+]
+
+# Once a difference, found by the generated sequences and fixed: a transaction version 2 producer's
+# first batch on a partition where it has no state must start at sequence 0 (KIP-890).
+CASES["produce-tv2-first-sequence"] = [
+    *new_topic(),
+    init_txn(),
+    txn_produce([b"s"], sequence=3),
+    txn_produce([b"s"], sequence=0),
+    txn_produce([b"s"], sequence=1, version=11),
+    end_txn(5, commit=False),
+]
+# Once a difference, found by the generated sequences and fixed: a batch of a stale epoch, refused
+# by the coordinator, does not hold back the open transaction's next batch.
+CASES["produce-stale-epoch-in-open-transaction"] = [
+    *new_topic(),
+    init_txn(3),
+    txn_produce([b"a"]),
+    txn_produce([b"b"], sequence=0, epoch_delta=-1),
+    txn_produce([b"c"], sequence=1),
+    end_txn(5, commit=True),
+    wait_lso(3),
+    fetch(18, isolation=1),
+]
+# ... while a check of a newer epoch does (Kafka's lowest sequence being verified).
+CASES["produce-newer-epoch-check-in-open-transaction"] = [
+    *new_topic(),
+    init_txn(3),
+    txn_produce([b"a"]),
+    txn_produce([b"b"], sequence=0, epoch_delta=1),
+    txn_produce([b"c"], sequence=1),
+    end_txn(5, commit=False),
+]
+
+
+def txn_produce_as(key: str, epoch: int, version: int | None = None) -> Step:
+    """A transactional batch of the producer `key` at `epoch`, sent with this case's transactional id."""
+
+    def request(side: Side) -> dict[str, Any]:
+        pid = pid_of(side, key)[0]
+        data = batch([b"x"], producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+        return {
+            "transactional_id": txn_id(side),
+            "acks": -1,
+            "timeout_ms": 10000,
+            "topic_data": [{"name": topic(side), "topic_id": side.vars.get("id"),
+                            "partition_data": [{"index": 0, "records": data}]}],
+        }
+
+    return Step(0, request, version=version)
+
+
+# Found by the generated sequences and fixed: a transactional batch of an epoch older than the
+# partition knows for its producer is INVALID_PRODUCER_EPOCH before any check (KAFKA-18042).
+CASES["produce-epoch-older-than-partition-knows"] = [
+    *new_topic(),
+    init_producer(key="i"),
+    idempotent(0, key="i", epoch_delta=1),
+    init_txn(),
+    txn_produce_as("i", 0),
+    txn_produce_as("i", 0, version=4),
+    end_txn(5, commit=False),
+]
+# Found by the generated sequences and fixed: a refused transaction version 2 check leaves its
+# sequence rules on the partition for that producer id, which an idempotent producer given the
+# id next then meets (the batch's producer id is this case's next one).
+CASES["produce-idempotent-after-refused-check"] = [
+    *new_topic(),
+    init_txn(),
+    Step(0, lambda side: {
+        "transactional_id": txn_id(side), "acks": -1, "timeout_ms": 10000,
+        "topic_data": [{"name": topic(side), "topic_id": side.vars.get("id"), "partition_data": [{
+            "index": 0, "records": batch([b"x"], producer_id=pid_of(side)[0] + 1, producer_epoch=0,
+                                         base_sequence=0, transactional=True)}]}],
+    }),
+    init_producer(key="i"),
+    idempotent(3, key="i"),
+    idempotent(0, key="i"),
+]
+# Found by the generated sequences and fixed: a marker for a partition that does not exist is
+# UNKNOWN_TOPIC_OR_PARTITION, asked before the producer id (-1: INVALID_REQUEST, an accepted row).
+CASES["write-txn-markers-unknown-partition"] = [
+    *new_topic(),
+    Step(27, lambda side: {"markers": [{
+        "producer_id": -1, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+        "transaction_version": 1, "topics": [{"name": topic(side), "partition_indexes": [7]}],
+    }]}, version=2),
 ]
 
 
