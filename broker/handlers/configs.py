@@ -3,12 +3,16 @@ configs, KIP-226: see broker/dynamic_config.py), with Kafka's sources and synony
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
     AlterConfigsResponse,
+    DescribeConfigsRequest,
     DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
 
@@ -87,7 +91,7 @@ def _static_type(key: str) -> str | None:
 
 def _entry(
     name: str, value: str, synonyms: list[Synonym], read_only: bool, kind: str | None, with_synonyms: bool
-) -> Any:
+) -> Entry:
     """One described config; its source is its most important synonym's (Kafka's ConfigHelper)."""
     source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
     S = Entry.DescribeConfigsSynonym
@@ -100,7 +104,7 @@ def _entry(
     )
 
 
-def _topic_entries(ctx: RequestContext, name: str, with_synonyms: bool) -> list[Any]:
+def _topic_entries(ctx: RequestContext, name: str, with_synonyms: bool) -> list[Entry]:
     topic = ctx.services.topics.get(name)
     assert topic is not None
     props = _properties(ctx)
@@ -115,7 +119,7 @@ def _topic_entries(ctx: RequestContext, name: str, with_synonyms: bool) -> list[
     return entries
 
 
-def _broker_entries(ctx: RequestContext, scope: str, with_synonyms: bool) -> list[Any]:
+def _broker_entries(ctx: RequestContext, scope: str, with_synonyms: bool) -> list[Entry]:
     """A node's every key; the cluster-wide default ("") lists only its dynamic keys (as Kafka)."""
     props = _properties(ctx)
     if scope == DEFAULT_SCOPE:
@@ -154,7 +158,9 @@ def _broker_scope(ctx: RequestContext, name: str, describing: bool) -> tuple[str
     return str(node_id), None
 
 
-def _describe_one(ctx: RequestContext, resource: Any, with_synonyms: bool) -> Any:
+def _describe_one(
+    ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConfigsResource, with_synonyms: bool
+) -> D.DescribeConfigsResult:
     kind, name = resource.resource_type, resource.resource_name
     error, message, entries = ErrorCode.NONE, None, []
     if (denied := _config_denied(ctx, kind, name, AclOperation.DESCRIBE_CONFIGS)) is not None:
@@ -179,7 +185,7 @@ def _describe_one(ctx: RequestContext, resource: Any, with_synonyms: bool) -> An
                                    resource_type=kind, resource_name=name, configs=entries)
 
 
-async def handle_describe(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe(ctx: RequestContext, request: DescribeConfigsRequest) -> D:
     with_synonyms = bool(request.include_synonyms)  # false below v1, as the schema's default
     return D(throttle_time_ms=0, results=[_describe_one(ctx, r, with_synonyms) for r in request.resources])
 
@@ -205,10 +211,29 @@ async def _alter_topic(ctx: RequestContext, name: str, edit: Edit, validate_only
     return ErrorCode.NONE, None
 
 
-def _replace_all(resource: Any) -> Edit:
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One config of an alter request: AlterConfigs' are all SET (of the whole new set)."""
+
+    name: str
+    op: int
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterResource:
+    kind: int
+    name: str
+    ops: tuple[ConfigOp, ...]
+
+
+def _replace_all(resource: AlterResource) -> Edit:
     def edit(configs: dict[str, str]) -> str | None:
         configs.clear()
-        for c in resource.configs:
+        for c in resource.ops:
             if c.value is None:
                 return f"Null value not supported for config {c.name}"
             configs[c.name] = c.value
@@ -217,10 +242,10 @@ def _replace_all(resource: Any) -> Edit:
     return edit
 
 
-def _incremental(resource: Any) -> Edit:
+def _incremental(resource: AlterResource) -> Edit:
     def edit(configs: dict[str, str]) -> str | None:
-        for c in resource.configs:
-            problem = _apply_op(configs, c.name, c.config_operation, c.value)
+        for c in resource.ops:
+            problem = _apply_op(configs, c.name, c.op, c.value)
             if problem:
                 return problem
         return None
@@ -264,21 +289,22 @@ def _edit_list(configs: dict[str, str], definition: TopicConfigDef, op: int, val
 # -- BROKER resources: dynamic broker configs, validated as Kafka's ConfigAdminManager does ------
 
 
-def _alter_broker(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> Outcome:
-    scope, problem = _broker_scope(ctx, resource.resource_name, describing=False)
+def _alter_broker(ctx: RequestContext, resource: AlterResource, incremental: bool,
+validate_only: bool) -> Outcome:
+    scope, problem = _broker_scope(ctx, resource.name, describing=False)
     if scope is None:
         return ErrorCode.INVALID_REQUEST, problem
-    names = [c.name for c in resource.configs]
+    names = [c.name for c in resource.ops]
     if len(set(names)) != len(names):
         return ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys"
-    deleting = {c.name for c in resource.configs if incremental and c.config_operation == DELETE}
-    nulls = [c.name for c in resource.configs if c.value is None and c.name not in deleting]
+    deleting = {c.name for c in resource.ops if c.op == DELETE}
+    nulls = [c.name for c in resource.ops if c.value is None and c.name not in deleting]
     if nulls:
         return ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
     dynamic = ctx.services.configs
     configs = dynamic.current(scope) if incremental else {}
-    for c in resource.configs:
-        outcome = _broker_op(configs, c.name, c.config_operation if incremental else SET, c.value)
+    for c in resource.ops:
+        outcome = _broker_op(configs, c.name, c.op, c.value)
         if outcome is not None:
             return outcome
     problem = dynamic.check(scope, configs)
@@ -307,34 +333,54 @@ def _broker_op(configs: dict[str, str], name: str, op: int, value: str | None) -
     return None
 
 
-async def _alter_one(ctx: RequestContext, resource: Any, incremental: bool, validate_only: bool) -> Outcome:
-    kind = resource.resource_type
-    if (denied := _config_denied(ctx, kind, resource.resource_name, AclOperation.ALTER_CONFIGS)) is not None:
+async def _alter_one(
+    ctx: RequestContext, resource: AlterResource, incremental: bool, validate_only: bool
+) -> Outcome:
+    kind = resource.kind
+    if (denied := _config_denied(ctx, kind, resource.name, AclOperation.ALTER_CONFIGS)) is not None:
         return denied, None
     if kind == TOPIC:
         edit = _incremental(resource) if incremental else _replace_all(resource)
-        return await _alter_topic(ctx, resource.resource_name, edit, validate_only)
+        return await _alter_topic(ctx, resource.name, edit, validate_only)
     if kind == BROKER:
         return _alter_broker(ctx, resource, incremental, validate_only)
     return ErrorCode.INVALID_REQUEST, f"Unsupported resource type {kind}"
 
 
-async def _alter_all(ctx: RequestContext, request: Any, response: Any, incremental: bool) -> Any:
-    out = []
-    for resource in request.resources:
-        error, message = await _alter_one(ctx, resource, incremental, request.validate_only)
-        out.append(response.AlterConfigsResourceResponse(
-            error_code=error, error_message=message, resource_type=resource.resource_type,
-            resource_name=resource.resource_name))
-    return response(throttle_time_ms=0, responses=out)
+async def _alter_all(
+    ctx: RequestContext, resources: Iterable[AlterResource], incremental: bool, validate_only: bool
+) -> list[tuple[AlterResource, Outcome]]:
+    return [(r, await _alter_one(ctx, r, incremental, validate_only)) for r in resources]
 
 
-async def handle_alter(ctx: RequestContext, request: Any) -> Any:
-    return await _alter_all(ctx, request, AlterConfigsResponse, incremental=False)
+def _results(done: list[tuple[AlterResource, Outcome]], make: Callable[..., Result]) -> list[Result]:
+    """Each resource's answer, as the response's own result class (`make`)."""
+    return [make(error_code=e, error_message=m, resource_type=r.kind, resource_name=r.name)
+            for r, (e, m) in done]
 
 
-async def handle_incremental_alter(ctx: RequestContext, request: Any) -> Any:
-    return await _alter_all(ctx, request, IncrementalAlterConfigsResponse, incremental=True)
+async def handle_alter(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    R = AlterConfigsResponse
+    resources = [
+        AlterResource(r.resource_type, r.resource_name, tuple(ConfigOp(c.name, SET,
+        c.value) for c in r.configs))
+        for r in request.resources
+    ]
+    done = await _alter_all(ctx, resources, False, request.validate_only)
+    return R(throttle_time_ms=0, responses=_results(done, R.AlterConfigsResourceResponse))
+
+
+async def handle_incremental_alter(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    R = IncrementalAlterConfigsResponse
+    resources = [
+        AlterResource(r.resource_type, r.resource_name,
+                      tuple(ConfigOp(c.name, c.config_operation, c.value) for c in r.configs))
+        for r in request.resources
+    ]
+    done = await _alter_all(ctx, resources, True, request.validate_only)
+    return R(throttle_time_ms=0, responses=_results(done, R.AlterConfigsResourceResponse))
 
 
 VERSIONS = {DESCRIBE: (0, 4), ALTER: (0, 2), INCREMENTAL_ALTER: (0, 1)}

@@ -3,8 +3,18 @@ TxnOffsetCommit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+from kafka.protocol.consumer import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 from broker.api.authorize import authorize
 from broker.api.registry import Handlers
@@ -16,8 +26,7 @@ from coordinator.transaction import txn_offset_commit_operation
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.internal_topics import OFFSETS_TOPIC
-from protocol.messages import RESPONSES
-from protocol.types import TopicPartition
+from protocol.types import ProducerEpoch, ProducerId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -31,20 +40,34 @@ def _unready(ctx: RequestContext) -> ErrorCode | None:
     return None if error == ErrorCode.NONE else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def _inputs(ctx: RequestContext, topics: Any) -> dict[TopicPartition, OffsetCommitInput]:
+CommitTopics = (
+    list[OffsetCommitRequest.OffsetCommitRequestTopic]
+    | list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
+)
+FetchTopics = (
+    list[OffsetFetchRequest.OffsetFetchRequestTopic]
+    | list[OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics]
+)
+TopicT = TypeVar("TopicT")
+PartT = TypeVar("PartT")
+
+
+def _inputs(ctx: RequestContext, topics: CommitTopics) -> dict[TopicPartition, OffsetCommitInput]:
     offsets = {}
     for topic in topics:
         name, _ = topic_name(ctx, topic)
         for p in topic.partitions:
-            epoch = getattr(p, "committed_leader_epoch", -1)
+            epoch = p.committed_leader_epoch  # -1 before its version: the schema's default
             offsets[(name or "", p.partition_index)] = OffsetCommitInput(
                 p.committed_offset, -1 if epoch is None else epoch, p.committed_metadata
             )
     return offsets
 
 
-def _by_topic(errors: dict[TopicPartition, ErrorCode], topic_cls: Any, part_cls: Any) -> list[Any]:
-    topics: dict[str, list[Any]] = {}
+def _by_topic(
+    errors: dict[TopicPartition, ErrorCode], topic_cls: Callable[..., TopicT], part_cls: Callable[..., PartT]
+) -> list[TopicT]:
+    topics: dict[str, list[PartT]] = {}
     for (topic, index), error in errors.items():
         topics.setdefault(topic, []).append(part_cls(partition_index=index, error_code=error))
     return [topic_cls(name=t, partitions=p) for t, p in topics.items()]
@@ -76,8 +99,8 @@ def _unknown_partitions(ctx: RequestContext, partitions: Iterable[TopicPartition
     return unknown
 
 
-async def handle_commit(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[COMMIT]
+async def handle_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    R = OffsetCommitResponse
     T = R.OffsetCommitResponseTopic
     requested = _inputs(ctx, request.topics)
     if not _may(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -93,23 +116,25 @@ async def handle_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _commit_known(
-    ctx: RequestContext, request: Any, offsets: dict[TopicPartition, OffsetCommitInput]
+    ctx: RequestContext, request: OffsetCommitRequest, offsets: dict[TopicPartition, OffsetCommitInput]
 ) -> dict[TopicPartition, ErrorCode]:
     if (error := _unready(ctx)) is not None:
         return dict.fromkeys(offsets, error)
-    return await ctx.services.groups.offset_commit(
+    return await ctx.services.groups.offset_commit(  # a field before its version: the schema's default
         request.group_id,
-        request.generation_id_or_member_epoch if ctx.version >= 1 else -1,
-        request.member_id if ctx.version >= 1 else "",
+        request.generation_id_or_member_epoch,
+        request.member_id,
         offsets,
-        instance_id=request.group_instance_id if ctx.version >= 7 else None,
+        instance_id=request.group_instance_id,
         api_version=ctx.version,
-        retention_ms=request.retention_time_ms if 2 <= ctx.version <= 4 else -1,
+        retention_ms=request.retention_time_ms,
     )
 
 
 def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool,
+    ctx: RequestContext, group_id: str,
+    topics: FetchTopics | None,
+    require_stable: bool,
     member: tuple[str | None, int] = (None, -1),
 ) -> OffsetFetchResult:
     """Kafka: Read on the group (GROUP_AUTHORIZATION_FAILED); topics the caller may not
@@ -130,8 +155,10 @@ def _fetch_group(
     return OffsetFetchResult(result.group_id, result.error, result.partitions + hidden)
 
 
-def _fetched_topics(result: Any, topic_cls: Any, part_cls: Any) -> list[Any]:
-    topics: dict[str, list[Any]] = {}
+def _fetched_topics(
+    result: OffsetFetchResult, topic_cls: Callable[..., TopicT], part_cls: Callable[..., PartT]
+) -> list[TopicT]:
+    topics: dict[str, list[PartT]] = {}
     for f in result.partitions:
         topics.setdefault(f.topic, []).append(
             part_cls(
@@ -145,10 +172,10 @@ def _fetched_topics(result: Any, topic_cls: Any, part_cls: Any) -> list[Any]:
     return [topic_cls(name=t, partitions=p) for t, p in topics.items()]
 
 
-async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[FETCH]
+async def handle_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    R = OffsetFetchResponse
     unready = _unready(ctx)
-    stable = bool(request.require_stable) if ctx.version >= 7 else False
+    stable = bool(request.require_stable)  # false before v7, the schema's default
     if ctx.version >= 8:
         G = R.OffsetFetchResponseGroup
         groups = []
@@ -171,8 +198,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     return R(throttle_time_ms=0, topics=topics, error_code=result.error)
 
 
-async def handle_delete(ctx: RequestContext, request: Any) -> Any:
-    R = RESPONSES[DELETE]
+async def handle_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    R = OffsetDeleteResponse
     T = R.OffsetDeleteResponseTopic
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     if not _may(ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
@@ -190,7 +217,7 @@ async def handle_delete(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | None:
+async def _txn_commit_unready(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode | None:
     """Before the offsets are written, the group's `__consumer_offsets` partition must be in the
     transaction: v5+ (transaction version 2) adds it, as AddOffsetsToTxn did before; older
     versions only verify that AddOffsetsToTxn added it (KIP-890), so that the COMMIT or ABORT
@@ -203,14 +230,15 @@ async def _txn_commit_unready(ctx: RequestContext, request: Any) -> ErrorCode | 
     groups = ctx.services.groups
     tp = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
     found = await ctx.services.transactions.check_writes(
-        request.transactional_id, request.producer_id, request.producer_epoch, [tp],
+        request.transactional_id, ProducerId(request.producer_id), ProducerEpoch(request.producer_epoch),
+        [tp],
         txn_offset_commit_operation(ctx.version),
     )
     error = found[tp]
     return None if error == ErrorCode.NONE else error
 
 
-def _txn_commit_denied(ctx: RequestContext, request: Any) -> ErrorCode | None:
+def _txn_commit_denied(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode | None:
     """Kafka: Write on the transactional id, then Read on the group."""
     if not _may(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -220,7 +248,7 @@ def _txn_commit_denied(ctx: RequestContext, request: Any) -> ErrorCode | None:
 
 
 async def _txn_commit(
-    ctx: RequestContext, request: Any, offsets: dict[TopicPartition, OffsetCommitInput]
+    ctx: RequestContext, request: TxnOffsetCommitRequest, offsets: dict[TopicPartition, OffsetCommitInput]
 ) -> dict[TopicPartition, ErrorCode]:
     if (error := await _txn_commit_unready(ctx, request)) is not None:
         return dict.fromkeys(offsets, error)
@@ -229,15 +257,15 @@ async def _txn_commit(
         request.group_id,
         (request.producer_id, request.producer_epoch),
         offsets,
-        generation=request.generation_id if ctx.version >= 3 else -1,
-        member_id=request.member_id if ctx.version >= 3 else "",
-        instance_id=request.group_instance_id if ctx.version >= 3 else None,
+        generation=request.generation_id,  # these three: the schema's defaults before v3
+        member_id=request.member_id,
+        instance_id=request.group_instance_id,
     )
 
 
-async def handle_txn_commit(ctx: RequestContext, request: Any) -> Any:
+async def handle_txn_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     """Topics the caller may not Read are TOPIC_AUTHORIZATION_FAILED; the others are committed."""
-    R = RESPONSES[TXN_COMMIT]
+    R = TxnOffsetCommitResponse
     offsets = _inputs(ctx, request.topics)
     if (denied := _txn_commit_denied(ctx, request)) is not None:
         errors = dict.fromkeys(offsets, denied)
