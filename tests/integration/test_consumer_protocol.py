@@ -45,6 +45,7 @@ from tests.integration.shop import Shop, kill_processors
 from tests.integration.test_groups_member import (
     Member,
     Members,
+    balanced,
     committed_offsets,
     compile_group_member,
     create_topic,
@@ -52,7 +53,6 @@ from tests.integration.test_groups_member import (
     end_offsets,
     phase_values,
     produce,
-    wait_balanced,
     wait_consumed,
     wait_for,
 )
@@ -150,6 +150,21 @@ def wait_committed_to_end(broker: Server, group: str, topic: str, ms: list[Membe
     ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
     wait_for(lambda: committed_offsets(broker.bootstrap, group, topic, PARTITIONS) == ends, 15,
              "the committed offsets at the end of every partition", ms)
+
+
+def wait_balanced(members: list[Member], partitions: int, timeout: float = 30) -> dict[str, list[int]]:
+    """The group's target reached: every partition owned once, spread evenly (the uniform
+    assignor's target). A consumer-protocol group reconciles a partition at a time, so a moment
+    where all are owned but not yet spread (the new member holding one, an old one three) is not
+    the end; a CI run caught Kafka's group there."""
+
+    def even() -> dict[str, list[int]] | None:
+        current = balanced(members, partitions)
+        sizes = [len(ps) for ps in (current or {}).values()]
+        return current if current and max(sizes) - min(sizes) <= 1 else None
+
+    return dict(wait_for(even, timeout, f"{partitions} partitions spread over {[m.name for m in members]}",
+                         members))
 
 
 def describe(broker: Server, group: str) -> Any:

@@ -28,6 +28,7 @@ from tests.integration.test_consumer_protocol import (
     SESSION_MS,
     assert_once_and_committed,
     describe,
+    wait_balanced,
 )
 from tests.integration.test_coordinator_failover import (
     INTERNAL_PARTITIONS,
@@ -40,7 +41,6 @@ from tests.integration.test_groups_member import (
     Members,
     phase_values,
     produce,
-    wait_balanced,
     wait_consumed,
 )
 
