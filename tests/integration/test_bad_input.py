@@ -38,6 +38,7 @@ from tests.integration.harness import (
     iter_batches,
     started_broker,
     unique_topic,
+    wait_until,
 )
 from tests.integration.wire import (
     CRC_POS,
@@ -806,7 +807,8 @@ def test_pipelined_requests_are_all_answered_in_order(failing_broker: BrokerProc
 
 @pytest.mark.parametrize("pid", [-1, -2, INT64_MIN])
 def test_txn_offset_commit_without_a_producer(scene: Scene, pid: int) -> None:
-    """A transactional offset commit needs a producer id: INVALID_REQUEST, nothing stored."""
+    """A transactional offset commit needs a producer id: the coordinator knows no such producer
+    (INVALID_PRODUCER_ID_MAPPING, as Kafka 4.3 answers), nothing stored."""
     cls = REQUESTS[28]
     topic = cls.TxnOffsetCommitRequestTopic
     part = topic.TxnOffsetCommitRequestPartition(
@@ -816,8 +818,15 @@ def test_txn_offset_commit_without_a_producer(scene: Scene, pid: int) -> None:
               generation_id=-1, member_id="", group_instance_id=None,
               topics=[topic(name=scene.topic, partitions=[part])])
     with scene.bad() as c:
+        wait_until(lambda: _transaction_coordinator_ready(c, "t-none"), timeout=30, msg="its coordinator")
         resp = c.call(msg, 3)
-    assert [p.error_code for t in resp.topics for p in t.partitions] == [ErrorCode.INVALID_REQUEST]
+    errors = [p.error_code for t in resp.topics for p in t.partitions]
+    assert errors == [ErrorCode.INVALID_PRODUCER_ID_MAPPING]
+
+
+def _transaction_coordinator_ready(c: WireClient, transactional_id: str) -> bool:
+    answer = c.call(REQUESTS[10](key_type=1, coordinator_keys=[transactional_id]), 4)
+    return bool(answer.coordinators[0].error_code == ErrorCode.NONE)
 
 
 def test_acks0_produce_error_closes_the_connection(scene: Scene) -> None:
