@@ -43,7 +43,7 @@ from tests.integration.docker_engine import (
     local_ca_certs,
     running_engine,
 )
-from tests.integration.harness import free_port, wait_until
+from tests.integration.harness import wait_until
 from tests.integration.wire import WireClient
 
 pytestmark = pytest.mark.integration
@@ -94,16 +94,39 @@ class ComposeCluster:
 
     def up(self, *services: str) -> None:
         """`up -d --wait`; if it fails, the failure names what `services` logged and their last
-        health checks' output."""
+        health checks' output, then compose's own message (last: a CI log keeps the tail)."""
         try:
             self.compose("up", "-d", "--wait", "--wait-timeout", "120", timeout=180)
         except AssertionError as exc:
-            raise AssertionError("\n".join([str(exc), *map(self.explain, services)])) from None
+            raise AssertionError("\n".join([*map(self.explain, services), str(exc)])) from None
 
     def explain(self, service: str) -> str:
         health = self.state(service).get("Health") or {}
         checks = [f"{c.get('ExitCode')}: {c.get('Output', '').strip()}" for c in health.get("Log", [])]
         return "\n".join([f"{service}'s log:", self.logs(service), f"{service}'s health checks:", *checks])
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (ip_local_port_range)."""
+    return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+
+
+def host_ports(count: int) -> list[int]:
+    """`count` loopback ports free now, taken below the kernel's ephemeral range: Docker binds
+    them only when the containers start, and a port inside that range can be taken meanwhile by
+    any test's outgoing connection (each gets a local port from it) or by a bind to port 0."""
+    span = range(20000, ephemeral_low())
+    found: list[int] = []
+    for port in random.sample(span, len(span)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    pytest.fail(f"no {count} free ports in {span}")
 
 
 def override_file(path: Path) -> Path:
@@ -130,8 +153,9 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 @pytest.fixture(scope="module")
 def cluster(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeCluster]:
     tmp = tmp_path_factory.mktemp("compose")
-    ports = {n: free_port() for n in BROKERS}
-    metrics_ports = {n: free_port() for n in BROKERS}
+    chosen = host_ports(2 * len(BROKERS))
+    ports = dict(zip(BROKERS, chosen[:3], strict=True))
+    metrics_ports = dict(zip(BROKERS, chosen[3:], strict=True))
     env = compose_env(
         **images,
         **{f"GREGOR_BROKER_{n}_PORT": str(p) for n, p in ports.items()},
@@ -339,7 +363,6 @@ def test_sigterm_stops_a_broker_cleanly(cluster: ComposeCluster) -> None:
 
 # -- the secured variant: docker-compose.secure.yml ----------------------------------------------
 
-SECURE_PORTS = range(47000, 48000)  # its host ports: a range of its own, away from the ephemeral ones
 ADMIN_PASSWORD = f"admin-{uuid.uuid4().hex[:8]}"  # through GREGOR_ADMIN_PASSWORD, not the default
 
 
@@ -355,25 +378,11 @@ class SecureCluster:
                 "ssl.ca.location": str(self.ca), **conf}
 
 
-def free_ports_in(ports: range, count: int) -> list[int]:
-    found: list[int] = []
-    for port in random.sample(ports, len(ports)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        found.append(port)
-        if len(found) == count:
-            return found
-    pytest.fail(f"no {count} free ports in {ports}")
-
-
 @pytest.fixture(scope="module")
 def secure(images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
     """docker-compose.secure.yml up (its own project, ports and volumes), the images of `images`."""
     tmp = tmp_path_factory.mktemp("compose-secure")
-    chosen = free_ports_in(SECURE_PORTS, 2 * len(BROKERS))
+    chosen = host_ports(2 * len(BROKERS))
     ports = dict(zip(BROKERS, chosen[:3], strict=True))
     metrics_ports = dict(zip(BROKERS, chosen[3:], strict=True))
     env = compose_env(
