@@ -192,7 +192,7 @@ class Broker:
             part = self.replicas.partition(topic, index)
             return part.leader_epoch if part is not None else 0
 
-        return SingleNodeView(me, epoch_of, self.cluster_id)
+        return SingleNodeView(me, epoch_of, self.replicas.topic_change, self.cluster_id)
 
     def _endpoints(self) -> tuple[tuple[str, str, int], ...]:
         return tuple((name, at.host, at.port) for name, at in self.config.advertised_listeners.items())

@@ -10,20 +10,22 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.api.answers import TopicAnswers
 from protocol.messages import Request, Response
 from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
 if TYPE_CHECKING:
+    from kafka.protocol.metadata import MetadataResponse
     from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
     from broker.api.registry import ApiHandler
     from broker.base.caller import Caller
     from broker.cluster.placement import Refused
     from broker.cluster.topic_manager import NewTopic, TopicResult
-    from broker.cluster.view import BrokerInfo, PartitionInfo
+    from broker.cluster.view import BrokerInfo, PartitionInfo, Token
     from broker.config import BrokerConfig
     from broker.replication.fetch_sessions import FetchSessionCache
     from broker.replication.replica_manager import DeleteRecordsResult, Partition
@@ -142,6 +144,10 @@ class Cluster(Protocol):
     def controller_id(self) -> int: ...
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None: ...
+
+    def topic_token(self, topic: str) -> Token | None:
+        """Equal tokens of a topic promise equal `partition` answers for it; None promises nothing."""
+        ...
 
 
 class Controller(Protocol):
@@ -307,6 +313,10 @@ class ProducerIds(Protocol):
     def generate(self) -> int: ...
 
 
+if TYPE_CHECKING:
+    MetadataPartition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+
+
 @dataclass(frozen=True, slots=True)
 class Services:
     """Everything a handler is handed besides its request."""
@@ -326,3 +336,5 @@ class Services:
     fetch_sessions: FetchSessionCache  # followers' incremental fetches (KIP-227)
     acls: Acls | None = None  # the ACL store; None when no authorizer is configured
     scram: ScramCredentials | None = None
+    # Metadata's partitions of each topic, kept while the topic does not change
+    metadata_partitions: TopicAnswers[list[MetadataPartition]] = field(default_factory=TopicAnswers)

@@ -55,6 +55,14 @@ class ImageSource(Protocol):
     def __call__(self) -> ClusterImage: ...
 
 
+class ChangeLookup(Protocol):
+    def __call__(self, topic: str) -> int | None: ...
+
+
+# What `topic_token` returns: equal tokens of one topic, equal `partition` answers for it
+Token = tuple[int, ...]
+
+
 def on_listener(brokers: list[BrokerInfo], listener: str) -> list[BrokerInfo]:
     """The brokers at the addresses of `listener` (Metadata, DescribeCluster, FindCoordinator
     answer a client with the addresses of the listener it connected to)."""
@@ -64,9 +72,12 @@ def on_listener(brokers: list[BrokerInfo], listener: str) -> list[BrokerInfo]:
 class SingleNodeView:
     """The `Cluster` port of a single broker."""
 
-    def __init__(self, me: BrokerInfo, epoch_of: EpochLookup, cluster_id: str) -> None:
+    def __init__(
+        self, me: BrokerInfo, epoch_of: EpochLookup, change_of: ChangeLookup, cluster_id: str
+    ) -> None:
         self.me = me
         self._epoch_of = epoch_of
+        self._change_of = change_of
         self.node_id = me.node_id
         self.cluster_id = cluster_id
 
@@ -82,6 +93,12 @@ class SingleNodeView:
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         nodes = (self.me.node_id,)
         return PartitionInfo(self.me.node_id, self._epoch_of(topic, index), nodes, nodes, ())
+
+    def topic_token(self, topic: str) -> Token | None:
+        """A partition's epoch is set when it is created here: the topic's partitions added or
+        removed are its only changes."""
+        change = self._change_of(topic)
+        return None if change is None else (change,)
 
 
 class ClusterView:
@@ -127,3 +144,10 @@ class ClusterView:
         offline = tuple(n for n in state.replicas if n not in image.brokers)
         leader = state.leader if state.leader in image.brokers else NO_LEADER
         return PartitionInfo(leader, state.leader_epoch, state.replicas, state.isr, offline)
+
+    def topic_token(self, topic: str) -> Token | None:
+        """A partition's answer reads its state and the registered brokers: the image numbers
+        the last change of each."""
+        image = self._image()
+        change = image.topic_changes.get(topic)
+        return None if change is None else (change, image.brokers_change)

@@ -52,9 +52,15 @@ def _partitions(services: Services, topic: TopicMetadata) -> list[Topic.Metadata
 
 
 def _topic(services: Services, topic: TopicMetadata) -> Topic:
+    """The topic's partitions are built once per change of the topic (`topic_token`), not per
+    request: a full Metadata costs what changed since the last, not what the cluster holds."""
+    key = services.cluster.topic_token(topic.name)
+    partitions = services.metadata_partitions.get(
+        topic.name, None if key is None else (key, topic.partitions), lambda: _partitions(services, topic)
+    )
     return M.MetadataResponseTopic(
         error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
-        is_internal=topic.internal, partitions=_partitions(services, topic),
+        is_internal=topic.internal, partitions=partitions,
     )
 
 
@@ -108,7 +114,9 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> M:
     services = ctx.services
     named = request.topics
     if named is None or (ctx.version == 0 and not named):  # every topic
-        topics = [_topic(services, t) for t in services.topics.all().values() if _may_describe(ctx, t.name)]
+        every = services.topics.all()
+        services.metadata_partitions.retain(every)
+        topics = [_topic(services, t) for t in every.values() if _may_describe(ctx, t.name)]
     else:
         auto = bool(request.allow_auto_topic_creation)  # true below v4, the schema's default
         topics = [_lookup(ctx, wanted, auto) for wanted in named]

@@ -29,7 +29,7 @@ __all__ = [
     "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked",
     "txn_transition",
 ]
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, METADATA = 0, 1, 3
 MS = 1000.0
 
 
@@ -56,6 +56,12 @@ def _count_errors(api_key: int, response: Response) -> None:
     elif api_key == FETCH:
         errors[(api_key, response.error_code)] += 1
         for t in response.responses:
+            for p in t.partitions:
+                errors[(api_key, p.error_code)] += 1
+    elif api_key == METADATA:  # every topic and partition, without walking each field of each
+        errors[(api_key, response.error_code)] += 1
+        for t in response.topics:
+            errors[(api_key, t.error_code)] += 1
             for p in t.partitions:
                 errors[(api_key, p.error_code)] += 1
     else:

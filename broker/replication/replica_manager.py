@@ -11,6 +11,7 @@ futures resolved when the HW passes their last offset, never on sleeping loops.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -165,6 +166,8 @@ class ReplicaManager:
         self.node_id = node_id
         self.verify_transactions = verify_transactions
         self._partitions: dict[TopicPartition, Partition] = {}
+        self._topic_changes: dict[str, int] = {}  # topic -> the number of its last partition added or removed
+        self._changes = itertools.count(1)
         # Cluster mode: where ISR proposals go (an AlterPartition to the metadata store).
         self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
         self.replica_lag_ms = 30_000
@@ -191,6 +194,13 @@ class ReplicaManager:
         for listener in self.leadership_listeners:
             listener(part, leading)
 
+    def topic_change(self, topic: str) -> int | None:
+        """The number of the last change of the topic's partitions here (one added or removed)."""
+        return self._topic_changes.get(topic)
+
+    def _changed(self, topic: str) -> None:
+        self._topic_changes[topic] = next(self._changes)
+
     def partitions_of(self, topic: str) -> list[Partition]:
         return [p for (t, _), p in self._partitions.items() if t == topic]
 
@@ -210,6 +220,7 @@ class ReplicaManager:
         part = Partition(topic, index, log_, epoch, leader=self._sole_replica(epoch, log_))
         part.advance_high_watermark()
         self._partitions[(topic, index)] = part
+        self._changed(topic)
         self._leadership(part, True)
         return part
 
@@ -225,6 +236,7 @@ class ReplicaManager:
         part = Partition(topic, index, log_, -1)
         part.set_high_watermark(self._checkpointed_hw.get((topic, index), 0))
         self._partitions[(topic, index)] = part
+        self._changed(topic)
         return part
 
     def become_leader(
@@ -274,10 +286,12 @@ class ReplicaManager:
         removed = [k for k in self._partitions if k[0] == topic]
         for key in removed:
             self._partitions.pop(key).fail_waiters(NotLeader(f"{topic} was deleted"))
+        self._changed(topic)
         return sorted(index for _, index in removed)
 
     def remove_partition(self, topic: str, index: int) -> None:
         part = self._partitions.pop((topic, index), None)
+        self._changed(topic)
         if part is not None:
             part.fail_waiters(NotLeader(f"{topic}-{index} is no longer hosted here"))
             if part.leader is not None:

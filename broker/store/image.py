@@ -17,6 +17,7 @@ it synchronously. Every record is JSON under a key of the store's layout:
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,9 @@ from protocol.types import LeaderEpoch, NodeId
 PartitionEpoch = NewType("PartitionEpoch", int)
 
 NO_LEADER = NodeId(-1)
+# Numbers for changes, never repeated, across images too: a number read from an image that
+# was since replaced never matches one of its successor's
+_CHANGES = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +203,10 @@ class ClusterImage:
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
     acls: dict[str, list[Any]] = field(default_factory=dict)  # digest -> AclBinding.to_json()
     scram: dict[str, list[Any]] = field(default_factory=dict)  # "<mechanism>/<user>" -> credential
+    # The number of each topic's last change (its record or a partition's state), and of the
+    # brokers' last: what a reader caching an answer per topic compares (Metadata)
+    topic_changes: dict[str, int] = field(default_factory=dict)
+    brokers_change: int = field(default_factory=lambda: next(_CHANGES))
 
     def apply(self, key: str, value: bytes | None) -> None:
         """One record (None = deleted), its key relative to the store's root."""
@@ -209,12 +217,15 @@ class ClusterImage:
             self.cluster_id = value.decode() if value is not None else None
         elif kind == "brokers" and len(parts) == 2:
             self._put(self.brokers, NodeId(int(parts[1])), data, BrokerRegistration.from_json)
+            self.brokers_change = next(_CHANGES)
         elif kind == "controller":
             self.controller = ControllerRecord.from_json(data) if data is not None else None
         elif kind == "topics" and len(parts) == 2:
             self._put(self.topics, parts[1], data, lambda d: TopicRecord.from_json(parts[1], d))
+            self.topic_changes[parts[1]] = next(_CHANGES)
         elif kind == "partitions" and len(parts) == 3:
             self._put(self.partitions, (parts[1], int(parts[2])), data, PartitionState.from_json)
+            self.topic_changes[parts[1]] = next(_CHANGES)
         elif kind == "acls" and len(parts) == 2:
             self._put(self.acls, parts[1], data, list)
         elif kind == "scram" and len(parts) >= 3:
