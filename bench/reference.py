@@ -70,6 +70,10 @@ class Server:
     def restart(self, node_id: int) -> None:
         raise NotImplementedError
 
+    def bounce(self, kill9: bool) -> None:
+        """A single server stopped (cleanly, or by kill -9) and started again, until it answers."""
+        raise NotImplementedError
+
     def create_topic(self, name: str, partitions: int, rf: int, config: dict[str, str] | None = None) -> str:
         """A new topic, once every partition has a leader and an ISR of `rf` on every node."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2})
@@ -130,6 +134,13 @@ class GregorBroker(Server):
     def log_text(self) -> str:
         return self.broker.log_text()
 
+    def bounce(self, kill9: bool) -> None:
+        if kill9:
+            self.broker.kill9()
+        else:
+            self.broker.stop()
+        self.broker.start()
+
 
 @dataclass
 class KafkaBroker(Server):
@@ -146,6 +157,13 @@ class KafkaBroker(Server):
 
     def log_text(self) -> str:
         return self.node.log_path.read_text(errors="replace")
+
+    def bounce(self, kill9: bool) -> None:
+        if kill9:
+            self.node.kill9()
+        else:
+            self.node.stop()
+        self.node.start()
 
 
 @dataclass
