@@ -37,7 +37,7 @@ class Integer:
             return f"an integer \u2265 {self.minimum}"
         return f"an integer from {self.minimum} to {self.maximum}"
 
-    def __call__(self, value: Any) -> int:
+    def __call__(self, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(self.expected)
         try:
@@ -64,7 +64,7 @@ class Double:
             return f"a number \u2265 {self.minimum:g}"
         return f"a number from {self.minimum:g} to {self.maximum:g}"
 
-    def __call__(self, value: Any) -> float:
+    def __call__(self, value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError(self.expected)
         try:
@@ -80,7 +80,7 @@ class Double:
 class Boolean:
     expected: str = "true or false"
 
-    def __call__(self, value: Any) -> bool:
+    def __call__(self, value: object) -> bool:
         if isinstance(value, bool):
             return value
         text = str(value).strip().lower()
@@ -93,7 +93,7 @@ class Boolean:
 class Text:
     expected: str = "a string"
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         if isinstance(value, (list, dict)) or value is None:
             raise ValueError(self.expected)
         return str(value)
@@ -107,13 +107,13 @@ class Choice:
     def expected(self) -> str:
         return "one of " + ", ".join(self.choices)
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         if str(value) not in self.choices or isinstance(value, bool):
             raise ValueError(self.expected)
         return str(value)
 
 
-def _items(value: Any) -> list[str] | None:
+def _items(value: object) -> list[str] | None:
     """The items of a Kafka LIST value: a comma-separated string or a YAML list of
     strings; None when it is neither."""
     if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
@@ -131,7 +131,7 @@ class ChoiceList:
     def expected(self) -> str:
         return "a comma-separated list of " + ", ".join(self.choices)
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         items = _items(value)
         if not items or any(v not in self.choices for v in items):
             raise ValueError(self.expected)
@@ -142,7 +142,7 @@ class ChoiceList:
 class Dirs:
     expected: str = "one or more directories (comma-separated, or a YAML list)"
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         items = _items(value)
         if not items:
             raise ValueError(self.expected)
@@ -157,7 +157,7 @@ class Listeners:
     optional: bool = False
     expected: str = "listeners of the form NAME://host:port, e.g. PLAINTEXT://127.0.0.1:9092"
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         items = _items(value)
         if items is None or (not items and not self.optional):
             raise ValueError(self.expected)
@@ -183,7 +183,7 @@ class ProtocolMap:
 
     expected: str = "NAME:PROTOCOL pairs, comma-separated (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         items = _items(value)
         if not items:
             raise ValueError(self.expected)
@@ -202,7 +202,7 @@ class HttpListener:
 
     expected: str = "empty (no endpoint) or http://host:port"
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         text = Text()(value).strip()
         if not text:
             return ""
@@ -216,7 +216,7 @@ class HttpListener:
 class StoreAddress:
     expected: str = "local or etcd://host:port[,host:port...][/root]"
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         text = Text()(value)
         if text == "local":
             return text
@@ -229,8 +229,8 @@ class StoreAddress:
 
 @dataclass(frozen=True)
 class Key:
-    parse: Callable[[Any], Any]
-    default: Any
+    parse: Callable[[object], object]  # a raw value (YAML, properties, a client's string) to its typed one
+    default: object
     doc: str = ""
 
 
@@ -709,7 +709,7 @@ def listener_key(key: str) -> tuple[str, str] | None:
     return None
 
 
-def _coerce(key: str, value: Any) -> Any:
+def _coerce(key: str, value: object) -> object:
     if (per_listener := listener_key(key)) is not None:
         inner = per_listener[1]
         return _coerce(inner, value) if inner in KEYS else Text()(value)
@@ -725,7 +725,7 @@ def _coerce(key: str, value: Any) -> Any:
         raise ConfigError(f"{key} must be {exc.args[0]}, got {_shown(value)}{detail}") from None
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, list):
         return f"a YAML list {value!r}"
     if isinstance(value, dict):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from broker.security.acl import CLUSTER_NAME, AclOperation, PatternType, Permission, ResourceType
-from broker.tools.common import ToolError, add_connection_args, call, run_command
+from broker.tools.common import Subcommands, ToolError, add_connection_args, call, run_command
 
 ACTIONS = ("add", "remove", "list")
 OPERATION_NAMES = {op.name.replace("_", "").lower(): op for op in AclOperation if op > AclOperation.ANY}
@@ -262,7 +262,7 @@ def _command(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     COMMANDS[action](admin, args, out)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("acls", help="add, remove and list ACLs (kafka-acls.sh)")
     add_connection_args(p)
     for action in ACTIONS:

@@ -9,7 +9,7 @@ import argparse
 import re
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeAlias, TypeVar
 
 from kafka.errors import KafkaError, for_code
 
@@ -18,6 +18,9 @@ RETRY_FOR_S = 15.0
 RETRY_BACKOFF_S = 0.2
 
 Command = Callable[[Any, argparse.Namespace, TextIO], None]
+
+# What `add_subparsers` returns: each tool adds its command (and theirs) to it
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class ToolError(Exception):

@@ -19,7 +19,7 @@ import re
 import sys
 from typing import Any, TextIO
 
-from broker.tools.common import ToolError, add_connection_args, call, run_command
+from broker.tools.common import Subcommands, ToolError, add_connection_args, call, run_command
 
 DEFAULT_ITERATIONS = 4096
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -110,7 +110,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ToolError("--alter needs --add-config or --delete-config")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("configs", help="users' SCRAM credentials (kafka-configs.sh)")
     add_connection_args(p)
     p.add_argument("--entity-type", required=True, help="users")

@@ -12,12 +12,12 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from broker.tools.common import ToolError, add_connection_args, client_security
+from broker.tools.common import Subcommands, ToolError, add_connection_args, client_security
 
 DEFAULT_PORT = 9080
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "console", help="serve the transaction console in the browser",
         description="A web console of a cluster's transactions, last stable offsets and consumer "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from broker.tools.common import Subcommands
 from protocol import consumer_group_log, group_log, transaction_log
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from protocol.record_batch import (
@@ -576,7 +577,7 @@ def as_json(dump: FileDump) -> Entry:
 # -- command line ------------------------------------------------------------------------
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "dump", help="print the contents of data dirs and log files (like kafka-dump-log.sh)",
         description="Print segments, indexes, snapshots and checkpoints, read-only "

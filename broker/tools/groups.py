@@ -29,7 +29,15 @@ from typing import Any, TextIO
 
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
-from broker.tools.common import Command, ToolError, add_connection_args, call, progress, run_command
+from broker.tools.common import (
+    Command,
+    Subcommands,
+    ToolError,
+    add_connection_args,
+    call,
+    progress,
+    run_command,
+)
 from broker.tools.transactions import format_table
 from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
@@ -364,7 +372,7 @@ COMMANDS: dict[str, Command] = {
 # -- command line ---------------------------------------------------------------------------
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "groups", help="list, describe, reset offsets of and delete consumer groups "
                        "(like kafka-consumer-groups.sh)",

@@ -17,10 +17,10 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from broker.config import BrokerConfig, ConfigError, load_config
 from broker.security.scram import MIN_ITERATIONS, ScramCredential, ScramMechanism, credential_problem
+from broker.tools.common import Subcommands
 
 _SPEC = re.compile(r"\s*([A-Za-z0-9-]+)\s*=\s*\[(.*)\]\s*")
 Entry = tuple[ScramMechanism, str, ScramCredential]
@@ -30,7 +30,7 @@ class FormatError(Exception):
     """A bad --add-scram or an unusable store: one line on stderr, exit code 1."""
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
     storage = sub.add_parser("storage", help="prepare a broker's metadata before its first start")
     actions = storage.add_subparsers(dest="action", required=True)
     fmt = actions.add_parser("format", help="store SCRAM credentials (as kafka-storage format --add-scram)")

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from broker.tools.common import (
     Command,
+    Subcommands,
     ToolError,
     add_connection_args,
     call,
@@ -195,7 +196,7 @@ COMMANDS: dict[str, Command] = {
 # -- command line -----------------------------------------------------------------------
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "topics", help="create, list, describe, alter and delete topics (like kafka-topics.sh)",
         description="Create, list, describe, alter and delete topics.",

@@ -33,7 +33,7 @@ from typing import Any, TextIO, TypeVar
 from kafka.errors import KafkaError, TransactionalIdNotFoundError, for_code
 from kafka.structs import TopicPartition
 
-from broker.tools.common import Command, ToolError, add_connection_args, run_command
+from broker.tools.common import Command, Subcommands, ToolError, add_connection_args, run_command
 from coordinator.transaction.hanging import OpenTransaction, candidate_open_transactions, hanging_transactions
 from protocol.types import Offset, ProducerEpoch, ProducerId
 
@@ -294,7 +294,7 @@ COMMANDS: dict[str, Command] = {
 # -- command line -------------------------------------------------------------------
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Subcommands) -> argparse.ArgumentParser:
     """Add `transactions` (with its own sub-commands) to the `gregor` parser."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "transactions", help="list, describe and abort transactions (like kafka-transactions.sh)",
@@ -314,7 +314,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _add_find_hanging(sub: Any) -> None:
+def _add_find_hanging(sub: Subcommands) -> None:
     p = sub.add_parser("find-hanging", help="find hanging transactions")
     p.add_argument("--broker-id", type=int, help="broker id to search for hanging transactions")
     p.add_argument("--max-transaction-timeout", type=int, default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN,
@@ -325,7 +325,7 @@ def _add_find_hanging(sub: Any) -> None:
     p.add_argument("--partition", type=int, help="partition number (needs --topic)")
 
 
-def _add_abort(sub: Any) -> None:
+def _add_abort(sub: Subcommands) -> None:
     p = sub.add_parser("abort", help="abort a hanging transaction (writes an ABORT marker)")
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, required=True)
