@@ -15,11 +15,21 @@ log = logging.getLogger(__name__)
 
 
 class LeaderEpochCache:
-    """Entries strictly increasing in both epoch and start offset."""
+    """Entries strictly increasing in both epoch and start offset.
+
+    The file is written (with an fsync) only when the entries differ from what it holds. A
+    truncation made while a log is opened (`persist=False`) is written by the next `assign`,
+    which every append makes, so the file never holds an entry past an offset appended since;
+    until then a crash leaves it as it was, and the next open truncates it the same way. A
+    restart then writes nothing: an empty partition's (epoch, 0) entry, cut at its log end 0
+    and assigned again as it is led, leaves the file as it was (Kafka flushes that truncation
+    in the background)."""
 
     def __init__(self, directory: Path) -> None:
         self._file = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
         self._entries: list[EpochEntry] = self._file.read()
+        # What the file holds; every change makes a new list, so `is` says "unchanged"
+        self._written: list[EpochEntry] = self._entries
         self._check()
 
     def _check(self) -> None:
@@ -38,10 +48,12 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (no-op when already known)."""
         if epoch < 0:
+            self._flush()
             return
         if self._entries:
             last = self._entries[-1]
             if last.epoch == epoch and last.start_offset <= start_offset:
+                self._flush()  # a truncation made at open is on disk before the append it precedes
                 return
         # Remove entries that would break monotonicity (Kafka does the same).
         self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
@@ -71,22 +83,21 @@ class LeaderEpochCache:
             epoch = e.epoch
         return epoch
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop entries starting at or after ``end_offset`` (log truncated there)."""
-        kept = [e for e in self._entries if e.start_offset < end_offset]
-        if kept != self._entries:
-            self._entries = kept
+    def truncate_from_end(self, end_offset: int, persist: bool = True) -> None:
+        """Drop entries starting at or after ``end_offset`` (log truncated there); written now,
+        or (`persist=False`, at open) by the next `assign`."""
+        self._entries = [e for e in self._entries if e.start_offset < end_offset]
+        if persist:
             self._flush()
 
-    def truncate_from_start(self, start_offset: int) -> None:
+    def truncate_from_start(self, start_offset: int, persist: bool = True) -> None:
         """Drop entries wholly before ``start_offset``; the one covering it moves up."""
         before = [e for e in self._entries if e.start_offset <= start_offset]
         if not before:
             return
         after = self._entries[len(before) :]
-        kept = [EpochEntry(before[-1].epoch, start_offset), *after]
-        if kept != self._entries:
-            self._entries = kept
+        self._entries = [EpochEntry(before[-1].epoch, start_offset), *after]
+        if persist:
             self._flush()
 
     def clear(self) -> None:
@@ -94,4 +105,8 @@ class LeaderEpochCache:
         self._flush()
 
     def _flush(self) -> None:
-        self._file.write(self._entries)
+        if self._entries is self._written:  # every append asks: one comparison of identity
+            return
+        if self._entries != self._written:
+            self._file.write(self._entries)
+        self._written = self._entries

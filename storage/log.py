@@ -209,8 +209,8 @@ class Log:
         start = first if log_start_offset is None else max(log_start_offset, first)
         start = min(start, segments[-1].next_offset)
         opened = cls(directory, config, segments, start, recovery_point, now_ms)
-        opened.epoch_cache.truncate_from_end(opened.log_end_offset)
-        opened.epoch_cache.truncate_from_start(start)
+        opened.epoch_cache.truncate_from_end(opened.log_end_offset, persist=False)
+        opened.epoch_cache.truncate_from_start(start, persist=False)
         bases = [s.base_offset for s in segments]
         opened.producer_state.remove_stray_snapshots(bases, opened.log_end_offset)
         opened._rebuild_txn_indexes(recovered)

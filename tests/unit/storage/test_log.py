@@ -299,3 +299,32 @@ def test_roll_schedules_a_flush_of_the_old_segment(tmp_path: Path) -> None:
     assert log.flush_due(NOW)
     assert log.recovery_point == log.segments[-1].base_offset == 2
     assert not log.flush_due(NOW)
+
+
+def test_a_reopened_log_rewrites_its_leader_epochs_only_when_they_change(tmp_path: Path) -> None:
+    """Opening cuts entries past the log end in memory; the file follows at the next append
+    (each append assigns its epoch first), and not at all when the entry comes back as it was:
+    an empty partition's (0, 0), cut at log end 0 and assigned again as it is led."""
+    log = open_log(tmp_path)
+    log.epoch_cache.assign(0, 0)
+    log.close()
+    checkpoint = tmp_path / "topic-0" / "leader-epoch-checkpoint"
+    written = checkpoint.stat().st_ino
+    again = open_log(tmp_path)
+    assert again.epoch_cache.entries == []  # (0, 0) starts at the log end: cut
+    again.epoch_cache.assign(0, 0)
+    assert checkpoint.stat().st_ino == written, "the same entries: the file was not rewritten"
+    again.append_as_leader(make_batch([b"a", b"b"]), leader_epoch=0, now_ms=NOW)
+    again.epoch_cache.assign(3, 2)
+    again.close()
+    with (tmp_path / "topic-0" / "00000000000000000000.log").open("r+b") as segment:
+        segment.truncate(0)  # the records lost
+    third = open_log(tmp_path)
+    assert third.epoch_cache.entries == []
+    assert checkpoint.read_text().splitlines()[2:] == ["0 0", "3 2"], "still on disk: cut in memory only"
+    third.append_as_leader(make_batch([b"c"]), leader_epoch=4, now_ms=NOW)
+    assert checkpoint.read_text().splitlines()[2:] == ["4 0"]
+    third.close()
+    fourth = open_log(tmp_path)
+    assert [(e.epoch, e.start_offset) for e in fourth.epoch_cache.entries] == [(4, 0)]
+    fourth.close()
