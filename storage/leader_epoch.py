@@ -45,20 +45,23 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` (no-op when already known)."""
+    def assign(self, epoch: int, start_offset: int, persist: bool = True) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (no-op when already known); written
+        now, or (`persist=False`: a sole replica's epoch at its log end, which it assigns again
+        at every start) by the next `assign`, the first append's."""
         if epoch < 0:
             self._flush()
             return
         if self._entries:
             last = self._entries[-1]
             if last.epoch == epoch and last.start_offset <= start_offset:
-                self._flush()  # a truncation made at open is on disk before the append it precedes
+                self._flush()  # what was kept in memory is on disk before the append it precedes
                 return
         # Remove entries that would break monotonicity (Kafka does the same).
         self._entries = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
         self._entries.append(EpochEntry(epoch, start_offset))
-        self._flush()
+        if persist:
+            self._flush()
 
     def end_offset_for_epoch(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) as Kafka's endOffsetFor: the start offset of the first

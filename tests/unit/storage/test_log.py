@@ -328,3 +328,14 @@ def test_a_reopened_log_rewrites_its_leader_epochs_only_when_they_change(tmp_pat
     fourth = open_log(tmp_path)
     assert [(e.epoch, e.start_offset) for e in fourth.epoch_cache.entries] == [(4, 0)]
     fourth.close()
+
+
+def test_an_epoch_kept_in_memory_is_written_before_the_first_append(tmp_path: Path) -> None:
+    """A sole replica's epoch at its log end (`persist=False`) costs no write until an append."""
+    log = open_log(tmp_path)
+    checkpoint = tmp_path / "topic-0" / "leader-epoch-checkpoint"
+    log.epoch_cache.assign(0, 0, persist=False)
+    assert log.latest_epoch == 0 and not checkpoint.exists()
+    log.append_as_leader(make_batch([b"a"]), leader_epoch=0, now_ms=NOW)
+    assert checkpoint.read_text().splitlines()[2:] == ["0 0"]
+    log.close()
