@@ -3,9 +3,11 @@
 
 Each index keeps its entries in memory and appends them to a file holding
 exactly those entries (no preallocation); a ``.txnindex`` file is created by its
-first entry, as in Kafka. Files are opened through the bounded handle cache
-(storage/handles.py). A failed sanity check raises
-CorruptIndexError; the log then rebuilds the index from its segment.
+first entry, as in Kafka, and a new segment's ``.index`` and ``.timeindex`` by its
+first batch (Kafka's LazyIndex: a partition that never gets a record has none).
+Files are opened through the bounded handle cache (storage/handles.py). A failed
+sanity check raises CorruptIndexError; the log then rebuilds the index from its
+segment.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class _IndexFile:
         self._file: CachedFile | None = None
         if not lazy or path.exists():
             self._file = CachedFile(path)
+
+    def create(self) -> None:
+        """The file exists from now on (a lazy one is created now)."""
+        self._opened()
 
     def _opened(self) -> CachedFile:
         if self._file is None:
@@ -81,9 +87,9 @@ class _IndexFile:
 class OffsetIndex:
     """Sparse map from batch last offset to the batch's file position."""
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, lazy: bool = False) -> None:
         self.base_offset = base_offset
-        self._file = _IndexFile(path, OFFSET_ENTRY.size)
+        self._file = _IndexFile(path, OFFSET_ENTRY.size, lazy)
         self._offsets: list[int] = []
         self._positions: list[int] = []
         data = self._file.read_all()
@@ -94,6 +100,10 @@ class OffsetIndex:
     @property
     def path(self) -> Path:
         return self._file.path
+
+    def create_file(self) -> None:
+        """Its file exists from now on (a lazy index is created now)."""
+        self._file.create()
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -164,9 +174,9 @@ class OffsetIndex:
 class TimeIndex:
     """Sparse map from (monotonic) max timestamp to the offset holding it."""
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, lazy: bool = False) -> None:
         self.base_offset = base_offset
-        self._file = _IndexFile(path, TIME_ENTRY.size)
+        self._file = _IndexFile(path, TIME_ENTRY.size, lazy)
         self._timestamps: list[int] = []
         self._offsets: list[int] = []
         for ts, rel in TIME_ENTRY.iter_unpack(self._file.read_all()):
@@ -176,6 +186,10 @@ class TimeIndex:
     @property
     def path(self) -> Path:
         return self._file.path
+
+    def create_file(self) -> None:
+        """Its file exists from now on (a lazy index is created now)."""
+        self._file.create()
 
     def __len__(self) -> int:
         return len(self._timestamps)

@@ -38,9 +38,10 @@ class LogSegment:
         self.size = self._file.size()
         missing = not self.path_for(INDEX_SUFFIX).exists() or not self.path_for(TIME_INDEX_SUFFIX).exists()
         self.needs_recovery = missing and self.size > 0
+        empty = self.size == 0  # its index files are created with its first batch (`append`)
         try:
-            self.offset_index = OffsetIndex(self.path_for(INDEX_SUFFIX), base_offset)
-            self.time_index = TimeIndex(self.path_for(TIME_INDEX_SUFFIX), base_offset)
+            self.offset_index = OffsetIndex(self.path_for(INDEX_SUFFIX), base_offset, lazy=empty)
+            self.time_index = TimeIndex(self.path_for(TIME_INDEX_SUFFIX), base_offset, lazy=empty)
         except CorruptIndexError:
             # A torn index file: start empty; recover() rebuilds it from the log.
             self.path_for(INDEX_SUFFIX).unlink(missing_ok=True)
@@ -126,6 +127,9 @@ class LogSegment:
         if header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
             raise ValueError(f"offset {header.last_offset} overflows segment {self.base_offset}")
         position = self.size
+        if position == 0:  # a segment with data has both index files, entries or not
+            self.offset_index.create_file()
+            self.time_index.create_file()
         try:
             self._file.pwrite_all(batch, position)
         except OSError:

@@ -339,3 +339,21 @@ def test_an_epoch_kept_in_memory_is_written_before_the_first_append(tmp_path: Pa
     log.append_as_leader(make_batch([b"a"]), leader_epoch=0, now_ms=NOW)
     assert checkpoint.read_text().splitlines()[2:] == ["0 0"]
     log.close()
+
+
+def test_a_new_segment_has_no_index_files_until_its_first_batch(tmp_path: Path) -> None:
+    """As Kafka's LazyIndex: a partition that never gets a record holds only its `.log`; the
+    first batch creates both index files, so a segment with data always has them."""
+    log = open_log(tmp_path)
+    directory = tmp_path / "topic-0"
+    assert sorted(p.suffix for p in directory.glob("00000000000000000000.*")) == [".log"]
+    log.close()
+    again = open_log(tmp_path)  # reopened empty: no recovery, still no index files
+    assert not any(s.needs_recovery for s in again._segments)
+    again.append_as_leader(make_batch([b"a"]), leader_epoch=0, now_ms=NOW)
+    made = sorted(p.suffix for p in directory.glob("00000000000000000000.*"))
+    assert made == [".index", ".log", ".timeindex"]
+    again.close()
+    third = open_log(tmp_path)
+    assert not any(s.needs_recovery for s in third._segments) and third.log_end_offset == 1
+    third.close()
