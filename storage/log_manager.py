@@ -184,11 +184,13 @@ class LogManager:
         return self._logs[tp]
 
     def create_logs(
-        self, topic: str, partitions: Iterable[int], config: LogConfig, created: list[int], now_ms: int = 0
+        self, topic: str, partitions: Iterable[int], config: LogConfig, created: list[int], now_ms: int = 0,
+        sync: bool = True,
     ) -> None:
-        """Create new logs of ``topic`` (many at once: one directory fsync per log dir),
-        appending each partition to ``created`` as soon as its log exists, so that a
-        caller can remove them after a failure half-way."""
+        """Create new logs of ``topic`` (many at once: one directory fsync per log dir, or none
+        with ``sync=False`` for a caller that creates in chunks and calls `sync_log_dirs` once),
+        appending each partition to ``created`` as soon as its log exists, so that a caller can
+        remove them after a failure half-way."""
         touched: set[Path] = set()
         try:
             for partition in partitions:
@@ -196,8 +198,13 @@ class LogManager:
                     touched.add(self._open_new(topic, partition, config, now_ms))
                 created.append(partition)
         finally:
-            for directory in touched:
+            for directory in touched if sync else ():
                 fsync_dir(directory)
+
+    def sync_log_dirs(self) -> None:
+        """Every log dir's entries on disk (the new logs' directories)."""
+        for directory in self.log_dirs:
+            fsync_dir(directory)
 
     def _open_new(self, topic: str, partition: int, config: LogConfig, now_ms: int) -> Path:
         """Create one log in the least-loaded dir; returns that dir (not yet fsynced)."""

@@ -240,9 +240,10 @@ class TopicManager:
         try:
             for start in range(first, topic.partitions, CREATE_CHUNK):
                 chunk = range(start, min(start + CREATE_CHUNK, topic.partitions))
-                manager.create_logs(topic.name, chunk, config, created)
+                manager.create_logs(topic.name, chunk, config, created, sync=False)
                 crash_point("topic-create-chunk")
                 yield
+            manager.sync_log_dirs()  # once for the topic, before the metadata names its logs
         except BaseException:
             log.warning("removing %d new log(s) of topic %s after a failure", len(created), topic.name)
             manager.delete_logs(topic.name, created)
