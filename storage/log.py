@@ -177,6 +177,16 @@ class Log:
     # -- opening and recovery ----------------------------------------------
 
     @classmethod
+    def create(cls, directory: Path, config: LogConfig, now_ms: int) -> Log:
+        """A new empty log in a directory made now (FileExistsError when it exists): nothing
+        on disk to list, recover or reload, so none of `open`'s scans."""
+        directory.mkdir(parents=True)
+        segment = LogSegment(directory, 0, config.index_interval_bytes, now_ms)
+        made = cls(directory, config, [segment], 0, 0, now_ms)
+        made.producer_state_load = ProducerStateLoad(None, 0, 0)
+        return made
+
+    @classmethod
     def open(
         cls,
         directory: Path,

@@ -218,7 +218,7 @@ class LogManager:
         self._topic_configs[topic] = config
         path = directory / f"{topic}-{partition}"
         try:
-            self._logs[tp] = Log.open(path, config, 0, None, True, now_ms)
+            self._logs[tp] = _new_log(path, config, now_ms)
             self._logs[tp].on_flush = self._on_flush
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
@@ -308,3 +308,11 @@ def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
     except (CorruptCheckpointError, OSError) as exc:
         log.warning("ignoring unreadable checkpoint %s: %s", path, exc)
         return {}
+
+
+def _new_log(path: Path, config: LogConfig, now_ms: int) -> Log:
+    """A new partition's log; a directory left there (a creation cut short) is opened as it is."""
+    try:
+        return Log.create(path, config, now_ms)
+    except FileExistsError:
+        return Log.open(path, config, 0, None, True, now_ms)
