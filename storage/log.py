@@ -960,7 +960,8 @@ def _recover_from(
             del segments[i + 1 :]
             seg.flush()
             break
-        seg.flush()
+        if seg.size:  # an empty segment has nothing to make durable (a partition never written)
+            seg.flush()
         i += 1
     return segments[-1].next_offset
 
