@@ -1,0 +1,461 @@
+"""Kafka Connect 4.3.1 with exactly-once source support (KIP-618) running MirrorMaker 2's
+MirrorSourceConnector under kill -9, on Gregor's three brokers and on Apache Kafka's three nodes:
+the same worker, the same faults, the same checks.
+
+A transactional producer fills `orders` (two partitions) with committed and aborted transactions
+mixed; each value is a unique id. One distributed worker (`ConnectDistributed`, jars from `make
+connect-deps`, `exactly.once.source.support=enabled`, its config/offset/status topics on the
+cluster) runs the connector with `exactly.once.support=required` and a read_committed source
+consumer, mirroring alias `src` to alias `dst` of the same cluster (MM2 does not ask that two
+aliases be two clusters: `orders` is copied to `src.orders`). The worker is killed with kill -9
+while it copies, a few times, and restarted; each start fences the tasks of the one before
+(Admin.fenceProducers: InitProducerId of the tasks' transactional ids) before they run. Then,
+read back read_committed:
+
+- `src.orders` partition by partition equals `orders` (MM2 keeps partitions and order): every
+  committed record once, none aborted (the producer's own list of committed and aborted ids);
+
+and what Connect asked of the broker: its internal topics compacted, one partition of the config
+topic (DescribeConfigs / Metadata, the same on both brokers), a transactional id per task and the
+leader's own for the config topic (ListTransactions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+
+from tests.integration.cluster import LAG_MS, SESSION_MS, running_cluster
+from tests.integration.harness import REPO_ROOT, free_port, wait_until
+from tests.integration.kafka import KafkaCluster, properties_text, require_kafka
+from tests.integration.wire import WireClient
+
+CONNECT_DEPS = REPO_ROOT / ".deps" / "connect"  # scripts/kafka/connect-pom.xml
+GROUP = "connect-eos"  # the workers' group.id
+CONNECTOR = "mirror-source"
+SOURCE = "orders"
+TARGET = f"src.{SOURCE}"  # DefaultReplicationPolicy: the source alias, a dot, the topic
+PARTITIONS = 2
+TASKS = 2
+INTERNAL = {"config": "connect-configs", "offset": "connect-offsets", "status": "connect-status"}
+KILLS = 3
+SEED = 618
+
+BROKER_CONFIG: dict[str, object] = {
+    "offsets.topic.num.partitions": 2,
+    "transaction.state.log.num.partitions": 2,
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+}
+KAFKA_CONFIG: dict[str, object] = {
+    **BROKER_CONFIG,
+    "broker.session.timeout.ms": SESSION_MS,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": LAG_MS,
+}
+JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+       "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+       "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn",
+       "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.common=warn",
+       "-Dorg.slf4j.simpleLogger.log.org.eclipse.jetty=warn",
+       "-Dorg.slf4j.simpleLogger.log.org.glassfish=warn",
+       "-Dorg.slf4j.simpleLogger.showDateTime=true"]
+
+
+def worker_config(bootstrap: str, rest_port: int) -> dict[str, object]:
+    """The worker's properties: exactly-once source support on, the internal topics replicated to
+    all three brokers, a dead worker's session over in 2 s, lost tasks reassigned at once."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": GROUP,
+        "exactly.once.source.support": "enabled",
+        "config.storage.topic": INTERNAL["config"],
+        "offset.storage.topic": INTERNAL["offset"],
+        "status.storage.topic": INTERNAL["status"],
+        "config.storage.replication.factor": 3,
+        "offset.storage.replication.factor": 3,
+        "status.storage.replication.factor": 3,
+        "offset.storage.partitions": 2,
+        "status.storage.partitions": 2,
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "listeners": f"http://127.0.0.1:{rest_port}",
+        "rest.advertised.host.name": "127.0.0.1",
+        "rest.advertised.port": rest_port,
+        "plugin.discovery": "service_load",  # MM2's jars declare their connectors
+        "session.timeout.ms": 2000,
+        "heartbeat.interval.ms": 500,
+        "scheduled.rebalance.max.delay.ms": 0,
+        "offset.flush.interval.ms": 500,
+        # A killed task's open transaction holds back the offsets topic's last stable offset, which
+        # a starting worker reads up to before it joins (and fences the task): a short timeout
+        # ends it soon (60 s by default).
+        "producer.transaction.timeout.ms": 5000,
+    }
+
+
+def connector_config(bootstrap: str) -> dict[str, str]:
+    """MirrorSourceConnector from alias src to alias dst of one cluster, exactly once."""
+    return {
+        "connector.class": "org.apache.kafka.connect.mirror.MirrorSourceConnector",
+        "tasks.max": str(TASKS),
+        "source.cluster.alias": "src",
+        "target.cluster.alias": "dst",
+        "source.cluster.bootstrap.servers": bootstrap,
+        "target.cluster.bootstrap.servers": bootstrap,
+        "topics": SOURCE,
+        "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        "exactly.once.support": "required",
+        "transaction.boundary": "poll",
+        "source.consumer.isolation.level": "read_committed",  # aborted records stay behind
+        "replication.factor": "3",
+        "offset-syncs.topic.replication.factor": "3",
+        "refresh.topics.interval.ms": "1000",
+        "sync.topic.acls.enabled": "false",
+    }
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    bootstrap: str
+    log_tails: Callable[[], str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run leaves for the comparison of both brokers."""
+
+    topic_configs: dict[str, dict[str, str]]  # internal topic -> the configs Connect set
+    transactional_ids: set[str]
+
+
+OUTCOMES: dict[str, Outcome] = {}
+
+
+@pytest.fixture(params=["gregor", "kafka"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    (tmp_path / request.param).mkdir()
+    if request.param == "gregor":
+        with running_cluster(tmp_path / "gregor", overrides=BROKER_CONFIG) as cluster:
+            yield Target("gregor", cluster.bootstrap, cluster.log_tails)
+    else:
+        require_kafka()
+        kafka = KafkaCluster(tmp_path / "kafka", KAFKA_CONFIG).start()
+        try:
+            yield Target("kafka", kafka.bootstrap, kafka.log_tails)
+        finally:
+            for node in kafka.nodes:  # nothing to keep: no controlled shutdown to wait for
+                node.kill9()
+
+
+@pytest.fixture(scope="module")
+def connect_deps() -> Path:
+    """The worker's jars (fails, never skips, without them)."""
+    if not (CONNECT_DEPS / ".installed").exists():
+        pytest.fail(f"Kafka Connect not installed in {CONNECT_DEPS} (run `make connect-deps`)")
+    return CONNECT_DEPS
+
+
+class Worker:
+    """One ConnectDistributed process: its properties file and its output under `workdir`; the
+    same REST port at every start."""
+
+    def __init__(self, bootstrap: str, jars: Path, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.out = workdir / "worker.out"
+        props = workdir / "worker.properties"
+        props.write_text(properties_text(worker_config(bootstrap, self.port)))
+        self.command = ["java", *JVM, "-cp", f"{jars}/*", "org.apache.kafka.connect.cli.ConnectDistributed",
+                        str(props)]
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.out, "ab") as out:
+            out.write(f"===== start #{self.starts}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, cwd=self.workdir)
+
+    def alive(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.tail()
+        return True
+
+    def rest(self, method: str, path: str, body: object = None) -> tuple[int, object]:
+        """One REST call: (status, parsed JSON answer); (0, reason) while nothing listens."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        except (OSError, ValueError) as e:
+            return 0, str(e)
+
+    def put_connector(self, config: dict[str, str]) -> bool:
+        """PUT the connector's config; False while the worker is not ready (a rebalance, start-up)."""
+        self.alive()
+        status, answer = self.rest("PUT", f"/connectors/{CONNECTOR}/config", config)
+        assert status in (0, 200, 201, 404, 409, 500, 503), (status, answer)  # 404: REST up, resources not yet
+        return status in (200, 201)
+
+    def tasks_running(self) -> bool:
+        self.alive()
+        status, answer = self.rest("GET", f"/connectors/{CONNECTOR}/status")
+        if status != 200 or not isinstance(answer, dict):
+            return False
+        states = [t["state"] for t in answer.get("tasks", [])]
+        assert "FAILED" not in states and answer["connector"]["state"] != "FAILED", answer
+        return len(states) == TASKS and all(s == "RUNNING" for s in states)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        """SIGTERM: the worker stops its tasks and leaves the group; killed after 30 s."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def tail(self, lines: int = 60) -> str:
+        text = self.out.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- Connect worker ({self.out}) ---\n" + "\n".join(text)
+
+
+# -- the source: transactions committed and aborted -------------------------------------------
+
+
+class TransactionalFeed:
+    """Transactions of one to five records on `orders`, about a third of them aborted, on a thread
+    until `stop()`; every value a unique id: `c<txn>-<i>` committed, `a<txn>-<i>` aborted."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "orders-feed",
+                                  "linger.ms": 5})
+        self.committed: list[str] = []
+        self.aborted: list[str] = []
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="orders-feed")
+        self.producer.init_transactions(30)
+        self.thread.start()
+
+    def _run(self) -> None:
+        rng = random.Random(SEED)
+        try:
+            txn = 0
+            while not self.done.is_set():
+                txn += 1
+                self._one(txn, rng.randint(1, 5), commit=rng.random() > 0.35)
+                time.sleep(0.02)
+        except BaseException as e:
+            self.error = e
+
+    def _one(self, txn: int, n: int, commit: bool) -> None:
+        kind = "c" if commit else "a"
+        values = [f"{kind}{txn}-{i}" for i in range(n)]
+        self.producer.begin_transaction()
+        for v in values:
+            self.producer.produce(SOURCE, v.encode(), key=v.encode())
+        if commit:
+            self.producer.commit_transaction(30)
+            self.committed.extend(values)
+        else:
+            assert self.producer.flush(30) == 0  # the aborted records in the log, not just dropped
+            self.producer.abort_transaction(30)
+            self.aborted.extend(values)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+# -- reading back ------------------------------------------------------------------
+
+
+def read_committed(bootstrap: str, topic: str, timeout: float = 30) -> dict[int, list[str]]:
+    """Per partition the values of its committed records, in offset order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "isolation.level": "read_committed", "fetch.wait.max.ms": 50})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        got: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+        at_eof: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_eof) < PARTITIONS:
+            assert time.monotonic() < deadline, f"{topic}: no end of partitions {at_eof} within {timeout}s"
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            p = int(msg.partition() or 0)
+            if (err := msg.error()) is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                at_eof.add(p)
+                continue
+            at_eof.discard(p)
+            got[p].append(bytes(msg.value() or b"").decode())
+        return got
+    finally:
+        c.close()
+
+
+def committed_ends(bootstrap: str, topic: str) -> int:
+    """The sum of the topic's last stable offsets (0 while it does not exist)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends", "isolation.level": "read_committed"})
+    try:
+        if topic not in c.list_topics(topic, timeout=10).topics or c.list_topics(topic).topics[topic].error:
+            return 0
+        ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(PARTITIONS)]
+        return sum(high for _low, high in ends)
+    except Exception:  # the topic not yet served everywhere
+        return 0
+    finally:
+        c.close()
+
+
+def mirrored(bootstrap: str, source: dict[int, list[str]]) -> bool:
+    return {p: len(v) for p, v in read_committed(bootstrap, TARGET).items()} == {
+        p: len(v) for p, v in source.items()}
+
+
+# -- what Connect asked of the broker --------------------------------------------------
+
+
+def dynamic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]]:
+    """The configs set on each topic (DescribeConfigs, source DYNAMIC_TOPIC_CONFIG)."""
+    futures = admin.describe_configs([ConfigResource("topic", t) for t in topics])
+    out = {}
+    for resource, f in futures.items():
+        entries = f.result(15).values()
+        out[resource.name] = {e.name: str(e.value) for e in entries
+                              if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+    return out
+
+
+def list_transactions(bootstrap: str) -> set[str]:
+    """The transactional ids every broker's coordinator lists (ListTransactions v0, no filters)."""
+    from protocol.messages import REQUESTS
+
+    found: set[str] = set()
+    for address in bootstrap.split(","):
+        with WireClient(int(address.rsplit(":", 1)[1])) as c:
+            resp = c.call(REQUESTS[66](version=0, state_filters=[], producer_id_filters=[]), 0)
+        assert resp.error_code == 0, resp
+        found.update(s.transactional_id for s in resp.transaction_states)
+    return found
+
+
+def check_broker_side(bootstrap: str) -> Outcome:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = admin.list_topics(timeout=10).topics
+    assert len(topics[INTERNAL["config"]].partitions) == 1, "KIP-618: the config topic has one partition"
+    configs = dynamic_configs(admin, sorted(INTERNAL.values()))
+    for name, c in configs.items():
+        assert c.get("cleanup.policy") == "compact", (name, c)
+    # KIP-618: a task's transactional id is GROUP-CONNECTOR-TASK; the leader writes the config
+    # topic as GROUP's own (connect-cluster-GROUP).
+    tids = {t for t in list_transactions(bootstrap) if t != "orders-feed"}
+    want = {f"{GROUP}-{CONNECTOR}-{t}" for t in range(TASKS)} | {f"connect-cluster-{GROUP}"}
+    assert tids == want, tids
+    return Outcome(configs, tids)
+
+
+# -- the test --------------------------------------------------------------------------
+
+
+def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Path, tmp_path: Path) -> None:
+    bootstrap = target.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(SOURCE, PARTITIONS, 3)], operation_timeout=20).values():
+        f.result(30)
+    worker = Worker(bootstrap, connect_deps, tmp_path / "worker")
+    rng = random.Random(SEED)
+    t0 = time.monotonic()
+
+    def lap(what: str) -> None:  # the timeline, in a failure's report (or with -s)
+        print(f"{target.name} {time.monotonic() - t0:6.1f}s {what}")
+
+    feed = TransactionalFeed(bootstrap)
+    try:
+        worker.start()
+        wait_until(lambda: worker.put_connector(connector_config(bootstrap)), 90, 0.5, "connector created")
+        lap("connector created")
+        for kill in range(1, KILLS + 1):
+            copied = committed_ends(bootstrap, TARGET)
+            wait_until(lambda: worker.alive() and committed_ends(bootstrap, TARGET) > copied, 90, 0.2,
+                       f"copying after start #{worker.starts}")
+            time.sleep(rng.uniform(0.2, 2.0))
+            lap(f"kill {kill}")
+            worker.kill9()
+            time.sleep(rng.uniform(0.1, 1.0))
+            worker.start()
+        wait_until(worker.tasks_running, 90, 0.5, "tasks running after the last start")
+        feed.stop()
+        lap(f"feed stopped: {len(feed.committed)} committed, {len(feed.aborted)} aborted")
+        source = read_committed(bootstrap, SOURCE)
+        wait_until(lambda: worker.alive() and mirrored(bootstrap, source), 90, 0.5, "every record copied")
+        lap("copied")
+        check_copy(bootstrap, source, feed)
+        OUTCOMES[target.name] = check_broker_side(bootstrap)
+        lap("checked")
+    except BaseException:
+        print(worker.tail(), target.log_tails(), sep="\n")
+        raise
+    finally:
+        if not feed.done.is_set():
+            feed.done.set()
+            feed.thread.join()
+        worker.stop()
+
+
+def check_copy(bootstrap: str, source: dict[int, list[str]], feed: TransactionalFeed) -> None:
+    """The source holds exactly the committed ids; the target partition by partition the same."""
+    in_source = [v for values in source.values() for v in values]
+    assert sorted(in_source) == sorted(feed.committed), "the source topic is not what was committed"
+    copied = read_committed(bootstrap, TARGET)
+    for p in range(PARTITIONS):
+        seen = set(copied[p])
+        dups = len(copied[p]) - len(seen)
+        assert not dups, f"{TARGET}-{p}: {dups} records copied twice"
+        assert not seen & set(feed.aborted), f"{TARGET}-{p}: aborted records copied"
+        assert copied[p] == source[p], f"{TARGET}-{p}: missing {sorted(set(source[p]) - seen)[:20]}"
+
+
+def test_both_brokers_alike() -> None:
+    """Connect asked Gregor and Kafka for the same internal topics, configs and transactional ids."""
+    assert set(OUTCOMES) == {"gregor", "kafka"}, f"a run did not finish: {sorted(OUTCOMES)}"
+    assert OUTCOMES["gregor"] == OUTCOMES["kafka"]
