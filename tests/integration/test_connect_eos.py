@@ -74,6 +74,7 @@ JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
        "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.common=warn",
        "-Dorg.slf4j.simpleLogger.log.org.eclipse.jetty=warn",
        "-Dorg.slf4j.simpleLogger.log.org.glassfish=warn",
+       "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.connect.runtime.Worker=debug",
        "-Dorg.slf4j.simpleLogger.showDateTime=true"]
 
 
@@ -109,11 +110,11 @@ def worker_config(bootstrap: str, rest_port: int) -> dict[str, object]:
     }
 
 
-def connector_config(bootstrap: str) -> dict[str, str]:
+def connector_config(bootstrap: str, tasks: int) -> dict[str, str]:
     """MirrorSourceConnector from alias src to alias dst of one cluster, exactly once."""
     return {
         "connector.class": "org.apache.kafka.connect.mirror.MirrorSourceConnector",
-        "tasks.max": str(TASKS),
+        "tasks.max": str(tasks),
         "source.cluster.alias": "src",
         "target.cluster.alias": "dst",
         "source.cluster.bootstrap.servers": bootstrap,
@@ -143,7 +144,7 @@ class Outcome:
     """What a run leaves for the comparison of both brokers."""
 
     topic_configs: dict[str, dict[str, str]]  # internal topic -> the configs Connect set
-    transactional_ids: set[str]
+    transactions: dict[str, str]  # transactional id -> its state at the end
 
 
 OUTCOMES: dict[str, Outcome] = {}
@@ -221,14 +222,14 @@ class Worker:
         assert status in (0, 200, 201, 404, 409, 500, 503), (status, answer)  # 404: REST up, resources not yet
         return status in (200, 201)
 
-    def tasks_running(self) -> bool:
+    def tasks_running(self, tasks: int) -> bool:
         self.alive()
         status, answer = self.rest("GET", f"/connectors/{CONNECTOR}/status")
         if status != 200 or not isinstance(answer, dict):
             return False
         states = [t["state"] for t in answer.get("tasks", [])]
         assert "FAILED" not in states and answer["connector"]["state"] != "FAILED", answer
-        return len(states) == TASKS and all(s == "RUNNING" for s in states)
+        return len(states) == tasks and all(s == "RUNNING" for s in states)
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -366,16 +367,17 @@ def dynamic_configs(admin: AdminClient, topics: list[str]) -> dict[str, dict[str
     return out
 
 
-def list_transactions(bootstrap: str) -> set[str]:
-    """The transactional ids every broker's coordinator lists (ListTransactions v0, no filters)."""
+def list_transactions(bootstrap: str) -> dict[str, str]:
+    """The transactional ids every broker's coordinator lists, with their states (ListTransactions
+    v0, no filters)."""
     from protocol.messages import REQUESTS
 
-    found: set[str] = set()
+    found: dict[str, str] = {}
     for address in bootstrap.split(","):
         with WireClient(int(address.rsplit(":", 1)[1])) as c:
             resp = c.call(REQUESTS[66](version=0, state_filters=[], producer_id_filters=[]), 0)
         assert resp.error_code == 0, resp
-        found.update(s.transactional_id for s in resp.transaction_states)
+        found.update((s.transactional_id, s.transaction_state) for s in resp.transaction_states)
     return found
 
 
@@ -388,10 +390,12 @@ def check_broker_side(bootstrap: str) -> Outcome:
         assert c.get("cleanup.policy") == "compact", (name, c)
     # KIP-618: a task's transactional id is GROUP-CONNECTOR-TASK; the leader writes the config
     # topic as GROUP's own (connect-cluster-GROUP).
-    tids = {t for t in list_transactions(bootstrap) if t != "orders-feed"}
+    states = {t: s for t, s in list_transactions(bootstrap).items() if t != "orders-feed"}
     want = {f"{GROUP}-{CONNECTOR}-{t}" for t in range(TASKS)} | {f"connect-cluster-{GROUP}"}
-    assert tids == want, tids
-    return Outcome(configs, tids)
+    assert set(states) == want, states
+    # The reconfiguration's fencing round left task 1's id initialized anew and unused since.
+    assert states[f"{GROUP}-{CONNECTOR}-1"] == "Empty", states
+    return Outcome(configs, states)
 
 
 # -- the test --------------------------------------------------------------------------
@@ -412,18 +416,23 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
     feed = TransactionalFeed(bootstrap)
     try:
         worker.start()
-        wait_until(lambda: worker.put_connector(connector_config(bootstrap)), 90, 0.5, "connector created")
+        wait_until(lambda: worker.put_connector(connector_config(bootstrap, TASKS)), 90, 0.5,
+                   "connector created")
         lap("connector created")
         for kill in range(1, KILLS + 1):
-            copied = committed_ends(bootstrap, TARGET)
-            wait_until(lambda: worker.alive() and committed_ends(bootstrap, TARGET) > copied, 90, 0.2,
-                       f"copying after start #{worker.starts}")
+            wait_for_copying(worker, bootstrap)
             time.sleep(rng.uniform(0.2, 2.0))
             lap(f"kill {kill}")
             worker.kill9()
             time.sleep(rng.uniform(0.1, 1.0))
             worker.start()
-        wait_until(worker.tasks_running, 90, 0.5, "tasks running after the last start")
+        wait_for_copying(worker, bootstrap)
+        # New task configs (one task instead of two): before the new generation starts, the leader
+        # fences the old one's transactional ids (Admin.fenceProducers, InitProducerId).
+        wait_until(lambda: worker.put_connector(connector_config(bootstrap, 1)), 60, 0.5, "reconfigured")
+        wait_until(lambda: worker.tasks_running(1), 60, 0.5, "one task running")
+        lap("reconfigured to one task")
+        wait_for_copying(worker, bootstrap)
         feed.stop()
         lap(f"feed stopped: {len(feed.committed)} committed, {len(feed.aborted)} aborted")
         source = read_committed(bootstrap, SOURCE)
@@ -440,6 +449,13 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
             feed.done.set()
             feed.thread.join()
         worker.stop()
+
+
+def wait_for_copying(worker: Worker, bootstrap: str) -> None:
+    """Until the worker committed a transaction more to the target."""
+    copied = committed_ends(bootstrap, TARGET)
+    wait_until(lambda: worker.alive() and committed_ends(bootstrap, TARGET) > copied, 90, 0.2,
+               f"copying after start #{worker.starts}")
 
 
 def check_copy(bootstrap: str, source: dict[int, list[str]], feed: TransactionalFeed) -> None:
