@@ -52,6 +52,9 @@ TARGET = f"src.{SOURCE}"  # DefaultReplicationPolicy: the source alias, a dot, t
 PARTITIONS = 2
 TASKS = 2
 INTERNAL = {"config": "connect-configs", "offset": "connect-offsets", "status": "connect-status"}
+OFFSET_SYNCS = "mm2-offset-syncs.dst.internal"  # MM2's own, on the source alias
+# Set on the source topic; MM2 copies a topic's non-default configs (DescribeConfigs) to its copy.
+SOURCE_CONFIGS = {"retention.ms": "604800001", "max.message.bytes": "2000000"}
 KILLS = 3
 SEED = 618
 
@@ -143,7 +146,7 @@ class Target:
 class Outcome:
     """What a run leaves for the comparison of both brokers."""
 
-    topic_configs: dict[str, dict[str, str]]  # internal topic -> the configs Connect set
+    topic_configs: dict[str, dict[str, str]]  # topic -> the configs Connect and MM2 set
     transactions: dict[str, str]  # transactional id -> its state at the end
 
 
@@ -230,6 +233,10 @@ class Worker:
         states = [t["state"] for t in answer.get("tasks", [])]
         assert "FAILED" not in states and answer["connector"]["state"] != "FAILED", answer
         return len(states) == tasks and all(s == "RUNNING" for s in states)
+
+    def fenced(self, tasks: int) -> bool:
+        """The worker's log says it fenced out `tasks` task producers (Worker's DEBUG line)."""
+        return f"Finished fencing out {tasks} task producers" in self.out.read_text(errors="replace")
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -385,9 +392,11 @@ def check_broker_side(bootstrap: str) -> Outcome:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = admin.list_topics(timeout=10).topics
     assert len(topics[INTERNAL["config"]].partitions) == 1, "KIP-618: the config topic has one partition"
-    configs = dynamic_configs(admin, sorted(INTERNAL.values()))
-    for name, c in configs.items():
-        assert c.get("cleanup.policy") == "compact", (name, c)
+    configs = dynamic_configs(admin, [*sorted(INTERNAL.values()), OFFSET_SYNCS, TARGET])
+    for name in [*INTERNAL.values(), OFFSET_SYNCS]:
+        assert configs[name].get("cleanup.policy") == "compact", (name, configs[name])
+    for key, value in SOURCE_CONFIGS.items():
+        assert configs[TARGET].get(key) == value, configs[TARGET]
     # KIP-618: a task's transactional id is GROUP-CONNECTOR-TASK; the leader writes the config
     # topic as GROUP's own (connect-cluster-GROUP).
     states = {t: s for t, s in list_transactions(bootstrap).items() if t != "orders-feed"}
@@ -404,7 +413,8 @@ def check_broker_side(bootstrap: str) -> Outcome:
 def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Path, tmp_path: Path) -> None:
     bootstrap = target.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(SOURCE, PARTITIONS, 3)], operation_timeout=20).values():
+    topic = NewTopic(SOURCE, PARTITIONS, 3, config=SOURCE_CONFIGS)
+    for f in admin.create_topics([topic], operation_timeout=20).values():
         f.result(30)
     worker = Worker(bootstrap, connect_deps, tmp_path / "worker")
     rng = random.Random(SEED)
@@ -430,6 +440,7 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
         # New task configs (one task instead of two): before the new generation starts, the leader
         # fences the old one's transactional ids (Admin.fenceProducers, InitProducerId).
         wait_until(lambda: worker.put_connector(connector_config(bootstrap, 1)), 60, 0.5, "reconfigured")
+        wait_until(lambda: worker.alive() and worker.fenced(TASKS), 60, 0.2, "the old tasks fenced")
         wait_until(lambda: worker.tasks_running(1), 60, 0.5, "one task running")
         lap("reconfigured to one task")
         wait_for_copying(worker, bootstrap)
