@@ -22,7 +22,6 @@ leader's own for the config topic (ListTransactions)."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -222,7 +221,8 @@ class Worker:
         """PUT the connector's config; False while the worker is not ready (a rebalance, start-up)."""
         self.alive()
         status, answer = self.rest("PUT", f"/connectors/{CONNECTOR}/config", config)
-        assert status in (0, 200, 201, 404, 409, 500, 503), (status, answer)  # 404: REST up, resources not yet
+        # 404: REST is up, its resources not yet; 409: a rebalance; 500, 503: the herder starting
+        assert status in (0, 200, 201, 404, 409, 500, 503), (status, answer)
         return status in (200, 201)
 
     def tasks_running(self, tasks: int) -> bool:
