@@ -14,6 +14,9 @@ read back read_committed:
 
 - `src.orders` partition by partition equals `orders` (MM2 keeps partitions and order): every
   committed record once, none aborted (the producer's own list of committed and aborted ids);
+- a group that read half of each partition of `orders` gets offsets on `src.orders` from
+  MirrorCheckpointConnector (translated through MM2's offset syncs; how far they reach depends
+  on the syncs MM2 kept, on either broker) from which it misses no record it had not read;
 
 and what Connect asked of the broker: its internal topics compacted, one partition of the config
 topic (DescribeConfigs / Metadata, the same on both brokers), a transactional id per task and the
@@ -56,6 +59,8 @@ OFFSET_SYNCS = "mm2-offset-syncs.dst.internal"  # MM2's own, on the source alias
 SOURCE_CONFIGS = {"retention.ms": "604800001", "max.message.bytes": "2000000"}
 KILLS = 3
 SEED = 618
+CHECKPOINT = "mirror-checkpoint"
+GROUP_ON_SOURCE = "shop"  # a consumer group of `orders` that moves over to `src.orders`
 
 BROKER_CONFIG: dict[str, object] = {
     "offsets.topic.num.partitions": 2,
@@ -131,6 +136,28 @@ def connector_config(bootstrap: str, tasks: int) -> dict[str, str]:
         "offset-syncs.topic.replication.factor": "3",
         "refresh.topics.interval.ms": "1000",
         "sync.topic.acls.enabled": "false",
+    }
+
+
+def checkpoint_config(bootstrap: str) -> dict[str, str]:
+    """MirrorCheckpointConnector for the group GROUP_ON_SOURCE: its offsets on `orders` translated
+    (through MM2's offset syncs) to `src.orders` and written into the group on the target alias."""
+    return {
+        "connector.class": "org.apache.kafka.connect.mirror.MirrorCheckpointConnector",
+        "tasks.max": "1",
+        "source.cluster.alias": "src",
+        "target.cluster.alias": "dst",
+        "source.cluster.bootstrap.servers": bootstrap,
+        "target.cluster.bootstrap.servers": bootstrap,
+        "groups": GROUP_ON_SOURCE,
+        "topics": SOURCE,
+        "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        "emit.checkpoints.interval.seconds": "1",
+        "sync.group.offsets.enabled": "true",
+        "sync.group.offsets.interval.seconds": "1",
+        "refresh.groups.interval.seconds": "1",
+        "checkpoints.topic.replication.factor": "3",
     }
 
 
@@ -217,10 +244,10 @@ class Worker:
         except (OSError, ValueError) as e:
             return 0, str(e)
 
-    def put_connector(self, config: dict[str, str]) -> bool:
-        """PUT the connector's config; False while the worker is not ready (a rebalance, start-up)."""
+    def put_connector(self, config: dict[str, str], name: str = CONNECTOR) -> bool:
+        """PUT a connector's config; False while the worker is not ready (a rebalance, start-up)."""
         self.alive()
-        status, answer = self.rest("PUT", f"/connectors/{CONNECTOR}/config", config)
+        status, answer = self.rest("PUT", f"/connectors/{name}/config", config)
         # 404: REST is up, its resources not yet; 409: a rebalance; 500, 503: the herder starting
         assert status in (0, 200, 201, 404, 409, 500, 503), (status, answer)
         return status in (200, 201)
@@ -245,16 +272,9 @@ class Worker:
         self.proc = None
 
     def stop(self) -> None:
-        """SIGTERM: the worker stops its tasks and leaves the group; killed after 30 s."""
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        """At the end: kill -9 too (nothing is left to check, and a graceful stop takes seconds)."""
+        if self.proc is not None:
+            self.kill9()
 
     def tail(self, lines: int = 60) -> str:
         text = self.out.read_text(errors="replace").splitlines()[-lines:]
@@ -316,12 +336,17 @@ class TransactionalFeed:
 
 def read_committed(bootstrap: str, topic: str, timeout: float = 30) -> dict[int, list[str]]:
     """Per partition the values of its committed records, in offset order."""
+    return {p: [v for _o, v in records] for p, records in read_records(bootstrap, topic, timeout).items()}
+
+
+def read_records(bootstrap: str, topic: str, timeout: float = 30) -> dict[int, list[tuple[int, str]]]:
+    """Per partition the (offset, value) of its committed records, in offset order."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
                   "isolation.level": "read_committed", "fetch.wait.max.ms": 50})
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        got: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+        got: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
         at_eof: set[int] = set()
         deadline = time.monotonic() + timeout
         while len(at_eof) < PARTITIONS:
@@ -335,7 +360,7 @@ def read_committed(bootstrap: str, topic: str, timeout: float = 30) -> dict[int,
                 at_eof.add(p)
                 continue
             at_eof.discard(p)
-            got[p].append(bytes(msg.value() or b"").decode())
+            got[p].append((int(msg.offset() or 0), bytes(msg.value() or b"").decode()))
         return got
     finally:
         c.close()
@@ -400,7 +425,8 @@ def check_broker_side(bootstrap: str) -> Outcome:
     # KIP-618: a task's transactional id is GROUP-CONNECTOR-TASK; the leader writes the config
     # topic as GROUP's own (connect-cluster-GROUP).
     states = {t: s for t, s in list_transactions(bootstrap).items() if t != "orders-feed"}
-    want = {f"{GROUP}-{CONNECTOR}-{t}" for t in range(TASKS)} | {f"connect-cluster-{GROUP}"}
+    want = {f"{GROUP}-{CONNECTOR}-{t}" for t in range(TASKS)} | {f"connect-cluster-{GROUP}"} | {
+        f"{GROUP}-{CHECKPOINT}-0"}
     assert set(states) == want, states
     # The reconfiguration's fencing round left task 1's id initialized anew and unused since.
     assert states[f"{GROUP}-{CONNECTOR}-1"] == "Empty", states
@@ -431,10 +457,10 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
         lap("connector created")
         for kill in range(1, KILLS + 1):
             wait_for_copying(worker, bootstrap)
-            time.sleep(rng.uniform(0.2, 2.0))
+            time.sleep(rng.uniform(0.1, 1.0))
             lap(f"kill {kill}")
             worker.kill9()
-            time.sleep(rng.uniform(0.1, 1.0))
+            time.sleep(rng.uniform(0.1, 0.5))
             worker.start()
         wait_for_copying(worker, bootstrap)
         # New task configs (one task instead of two): before the new generation starts, the leader
@@ -450,6 +476,7 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
         wait_until(lambda: worker.alive() and mirrored(bootstrap, source), 90, 0.5, "every record copied")
         lap("copied")
         check_copy(bootstrap, source, feed)
+        lap(f"group offsets translated: {check_checkpoints(bootstrap, worker)}")
         OUTCOMES[target.name] = check_broker_side(bootstrap)
         lap("checked")
     except BaseException:
@@ -480,6 +507,44 @@ def check_copy(bootstrap: str, source: dict[int, list[str]], feed: Transactional
         assert not dups, f"{TARGET}-{p}: {dups} records copied twice"
         assert not seen & set(feed.aborted), f"{TARGET}-{p}: aborted records copied"
         assert copied[p] == source[p], f"{TARGET}-{p}: missing {sorted(set(source[p]) - seen)[:20]}"
+
+
+def check_checkpoints(bootstrap: str, worker: Worker) -> str:
+    """A group that consumed half of each partition of `orders` gets translated offsets on
+    `src.orders` from MirrorCheckpointConnector; from them it misses no record it had not read."""
+    source = read_records(bootstrap, SOURCE)
+    consumed = {p: records[len(records) // 2][0] for p, records in source.items()}  # next to read
+    commit_offsets(bootstrap, GROUP_ON_SOURCE, SOURCE, consumed)
+    wait_until(lambda: worker.put_connector(checkpoint_config(bootstrap), CHECKPOINT), 60, 0.5,
+               "checkpoint connector created")
+    wait_until(lambda: worker.alive() and len(group_offsets(bootstrap, TARGET)) == PARTITIONS, 60, 0.5,
+               f"{GROUP_ON_SOURCE}'s offsets on {TARGET}")
+    translated = group_offsets(bootstrap, TARGET)
+    copied = read_records(bootstrap, TARGET)
+    for p in range(PARTITIONS):
+        read_before = {v for o, v in source[p] if o < consumed[p]}
+        skipped = [v for o, v in copied[p] if o < translated[p] and v not in read_before]
+        assert not skipped, f"{TARGET}-{p} from {translated[p]}: skips {skipped[:10]} the group never read"
+        assert translated[p] > 0, f"{TARGET}-{p}: no offset translated ({translated})"
+    return f"{SOURCE} {consumed} -> {TARGET} {translated}"
+
+
+def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+def group_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """GROUP_ON_SOURCE's committed offsets on `topic` (partitions without one left out)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP_ON_SOURCE, "enable.auto.commit": False})
+    try:
+        found = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+    finally:
+        c.close()
 
 
 def test_both_brokers_alike() -> None:
