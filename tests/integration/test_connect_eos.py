@@ -14,6 +14,8 @@ read back read_committed:
 
 - `src.orders` partition by partition equals `orders` (MM2 keeps partitions and order): every
   committed record once, none aborted (the producer's own list of committed and aborted ids);
+- the source offsets Connect keeps for the connector (GET `/connectors/NAME/offsets`) name each
+  partition's last record copied;
 - a group that read half of each partition of `orders` gets offsets on `src.orders` from
   MirrorCheckpointConnector (translated through MM2's offset syncs; how far they reach depends
   on the syncs MM2 kept, on either broker) from which it misses no record it had not read;
@@ -476,6 +478,7 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
         wait_until(lambda: worker.alive() and mirrored(bootstrap, source), 90, 0.5, "every record copied")
         lap("copied")
         check_copy(bootstrap, source, feed)
+        check_source_offsets(bootstrap, worker)
         lap(f"group offsets translated: {check_checkpoints(bootstrap, worker)}")
         OUTCOMES[target.name] = check_broker_side(bootstrap)
         lap("checked")
@@ -507,6 +510,18 @@ def check_copy(bootstrap: str, source: dict[int, list[str]], feed: Transactional
         assert not dups, f"{TARGET}-{p}: {dups} records copied twice"
         assert not seen & set(feed.aborted), f"{TARGET}-{p}: aborted records copied"
         assert copied[p] == source[p], f"{TARGET}-{p}: missing {sorted(set(source[p]) - seen)[:20]}"
+
+
+def check_source_offsets(bootstrap: str, worker: Worker) -> None:
+    """The source offsets Connect keeps for the connector (its offsets topic, read through the
+    REST API of KIP-875) name each partition's last record copied: written in the records'
+    transactions, they cannot lag or lead the copy."""
+    last = {p: records[-1][0] for p, records in read_records(bootstrap, SOURCE).items()}
+    status, answer = worker.rest("GET", f"/connectors/{CONNECTOR}/offsets")
+    assert status == 200 and isinstance(answer, dict), (status, answer)
+    kept = {int(o["partition"]["partition"]): int(o["offset"]["offset"]) for o in answer["offsets"]
+            if o["partition"]["topic"] == SOURCE}
+    assert kept == last, (kept, last)
 
 
 def check_checkpoints(bootstrap: str, worker: Worker) -> str:
