@@ -8,9 +8,11 @@ connect-deps`, `exactly.once.source.support=enabled`, its config/offset/status t
 cluster) runs the connector with `exactly.once.support=required` and a read_committed source
 consumer, mirroring alias `src` to alias `dst` of the same cluster (MM2 does not ask that two
 aliases be two clusters: `orders` is copied to `src.orders`). The worker is killed with kill -9
-while it copies, a few times, and restarted; each start fences the tasks of the one before
-(Admin.fenceProducers: InitProducerId of the tasks' transactional ids) before they run. Then,
-read back read_committed:
+while it copies, three times, and restarted: each task's producer fences the one before it by
+its transactional id (InitProducerId aborts the open transaction). Then the connector is
+reconfigured from two tasks to one: before the new generation runs, the leader fences the old
+one out (Admin.fenceProducers, a round of InitProducerId on both old ids). Then, read back
+read_committed:
 
 - `src.orders` partition by partition equals `orders` (MM2 keeps partitions and order): every
   committed record once, none aborted (the producer's own list of committed and aborted ids);
@@ -20,9 +22,10 @@ read back read_committed:
   MirrorCheckpointConnector (translated through MM2's offset syncs; how far they reach depends
   on the syncs MM2 kept, on either broker) from which it misses no record it had not read;
 
-and what Connect asked of the broker: its internal topics compacted, one partition of the config
-topic (DescribeConfigs / Metadata, the same on both brokers), a transactional id per task and the
-leader's own for the config topic (ListTransactions)."""
+and what Connect asked of the broker, the same on both: its internal topics and MM2's offset-syncs
+topic compacted, one partition of the config topic, the source topic's configs copied to the copy
+(DescribeConfigs, IncrementalAlterConfigs), a transactional id per task and the leader's own for
+the config topic, the fenced task's left Empty (ListTransactions)."""
 
 from __future__ import annotations
 
