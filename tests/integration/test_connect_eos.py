@@ -9,7 +9,8 @@ cluster) runs the connector with `exactly.once.support=required` and a read_comm
 consumer, mirroring alias `src` to alias `dst` of the same cluster (MM2 does not ask that two
 aliases be two clusters: `orders` is copied to `src.orders`). The worker is killed with kill -9
 while it copies, three times, and restarted: each task's producer fences the one before it by
-its transactional id (InitProducerId aborts the open transaction). Then the connector is
+its transactional id (InitProducerId aborts the open transaction); at the second kill the broker
+leading `src.orders-0` is killed with kill -9 too and restarted. Then the connector is
 reconfigured from two tasks to one: before the new generation runs, the leader fences the old
 one out (Admin.fenceProducers, a round of InitProducerId on both old ids). Then, read back
 read_committed:
@@ -171,6 +172,7 @@ class Target:
     name: str
     bootstrap: str
     log_tails: Callable[[], str]
+    bounce: Callable[[int], threading.Thread]  # kill -9 the broker of this node id; its restart
 
 
 @dataclass(frozen=True)
@@ -189,15 +191,57 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     (tmp_path / request.param).mkdir()
     if request.param == "gregor":
         with running_cluster(tmp_path / "gregor", overrides=BROKER_CONFIG) as cluster:
-            yield Target("gregor", cluster.bootstrap, cluster.log_tails)
+            def bounce_broker(node_id: int) -> threading.Thread:
+                cluster.broker(node_id).kill9()
+                return restarting(cluster.broker(node_id).start)
+
+            yield Target("gregor", cluster.bootstrap, cluster.log_tails, bounce_broker)
     else:
         require_kafka()
         kafka = KafkaCluster(tmp_path / "kafka", KAFKA_CONFIG).start()
+
+        def bounce_node(node_id: int) -> threading.Thread:
+            kafka.nodes[node_id - 1].kill9()
+            return restarting(kafka.nodes[node_id - 1].start)
+
         try:
-            yield Target("kafka", kafka.bootstrap, kafka.log_tails)
+            yield Target("kafka", kafka.bootstrap, kafka.log_tails, bounce_node)
         finally:
             for node in kafka.nodes:  # nothing to keep: no controlled shutdown to wait for
                 node.kill9()
+
+
+class Restart(threading.Thread):
+    """A broker's `start` on a thread, half a second from now: the scenario goes on meanwhile;
+    `join` raises what the start raised."""
+
+    def __init__(self, start: Callable[[], object]) -> None:
+        super().__init__(name="broker-restart")
+        self.start_broker = start
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        time.sleep(0.5)
+        try:
+            self.start_broker()
+        except BaseException as e:
+            self.error = e
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
+def restarting(start: Callable[[], object]) -> Restart:
+    restart = Restart(start)
+    restart.start()
+    return restart
+
+
+def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
 
 
 @pytest.fixture(scope="module")
@@ -465,9 +509,14 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
             time.sleep(rng.uniform(0.1, 1.0))
             lap(f"kill {kill}")
             worker.kill9()
+            if kill == 2:  # and the broker leading a partition of the copy, its transactions open
+                leader = leader_of(bootstrap, TARGET)
+                broker_restart = target.bounce(leader)
+                lap(f"broker {leader} (leader of {TARGET}-0) killed")
             time.sleep(rng.uniform(0.1, 0.5))
             worker.start()
         wait_for_copying(worker, bootstrap)
+        broker_restart.join()
         # New task configs (one task instead of two): before the new generation starts, the leader
         # fences the old one's transactional ids (Admin.fenceProducers, InitProducerId).
         wait_until(lambda: worker.put_connector(connector_config(bootstrap, 1)), 60, 0.5, "reconfigured")
