@@ -7,6 +7,7 @@ JAVA_DEPS := .deps/java/.installed .deps/java4/.installed
 KAFKA_DEPS := .deps/kafka/.installed
 SPARK_KAFKA_DEPS := .deps/spark-kafka/.installed
 STREAMS_DEPS := .deps/streams/.installed
+CONNECT_DEPS := .deps/connect/.installed
 ETCD := .deps/etcd/.installed
 DOCKER_DEPS := .deps/docker/.installed
 CHAOS_DEPS := .deps/chaos/.installed
@@ -16,7 +17,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps connect-deps etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -57,6 +58,13 @@ $(STREAMS_DEPS): scripts/kafka/streams-pom.xml scripts/maven-deps.sh
 	bash scripts/maven-deps.sh scripts/kafka/streams-pom.xml .deps/streams
 
 streams-deps: $(STREAMS_DEPS)
+
+# Kafka Connect 4.3.1's distributed worker and MirrorMaker 2's connectors
+# (scripts/kafka/connect-pom.xml), for the worker of tests/integration/test_connect_eos.py.
+$(CONNECT_DEPS): scripts/kafka/connect-pom.xml scripts/maven-deps.sh
+	bash scripts/maven-deps.sh scripts/kafka/connect-pom.xml .deps/connect
+
+connect-deps: $(CONNECT_DEPS)
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 
@@ -125,14 +133,14 @@ cluster-stop:
 
 # Test files side by side on two workers; then the short chaos campaign alone, as it fails on
 # stalls, and another worker's load starves its brokers (the CI run of 2026-11-29 at 08:30).
-test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
+test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(CONNECT_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 --ignore=tests/chaos tests
 	$(PY) -m pytest -q tests/chaos
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
+integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(CONNECT_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile tests/integration
 
 # The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of
