@@ -1,0 +1,311 @@
+"""Flink 2.2's exactly-once KafkaSource and KafkaSink (connector 5.0.0-2.2) under kill -9, on one
+Gregor broker and on one Apache Kafka node: the same job, the same faults, the same checks.
+
+The job (tests/integration/java/FlinkEos.java, jars from `make flink-deps`) runs on a MiniCluster
+inside its own JVM: KafkaSource reading `in` read_committed, a running count per key in keyed
+state, KafkaSink with DeliveryGuarantee.EXACTLY_ONCE writing "COUNT,SEQ" to `out`; a checkpoint
+every second, retained. While input arrives, the JVM is killed with kill -9 at random points and
+started again, restoring from the newest complete checkpoint: the transactions of the killed
+attempt are fenced by the connector's probing (InitProducerId per possible transactional id), a
+checkpoint's transactions not yet committed are committed on restore with the producer id and
+epoch stored in the checkpoint (EndTxn without InitProducerId). Then, read back read_committed:
+per key the counts 1..N in order, each with its input record's sequence number, every input
+record exactly once; and no transaction of the job's prefix still open (ListTransactions).
+
+And the setting every Flink user meets first: the connector's default transaction.timeout.ms
+(one hour) above the broker's transaction.max.timeout.ms (15 minutes by default) fails the job
+with Kafka's INVALID_TRANSACTION_TIMEOUT (InvalidTxnTimeoutException) on both brokers."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, started_broker, wait_until
+from tests.integration.kafka import require_kafka, started_kafka
+from tests.integration.test_streams_eos import read_committed
+from tests.integration.wire import WireClient
+
+FLINK_DEPS = REPO_ROOT / ".deps" / "flink"  # scripts/kafka/flink-pom.xml
+PARTITIONS = 2  # the job's parallelism too (FlinkEos.java's default)
+KEYS = [f"k{i}" for i in range(6)]
+RATE = 100  # input records a second, arriving while the job is killed
+KILLS = 3
+SEED = 58
+# Kafka's message of INVALID_TRANSACTION_TIMEOUT (Errors.java), which the Java client's
+# InitProducerId handler puts in the KafkaException it fails initTransactions with.
+INVALID_TRANSACTION_TIMEOUT = ("The transaction timeout is larger than the maximum value allowed by the "
+                               "broker (as configured by transaction.max.timeout.ms).")
+OPEN_STATES = {"Ongoing", "PrepareCommit", "PrepareAbort"}
+# Both brokers: one partition per internal topic, no rebalance delay; transaction.max.timeout.ms
+# stays at Kafka's default (15 minutes).
+BROKER_CONFIG: dict[str, object] = {
+    "offsets.topic.num.partitions": 1,
+    "transaction.state.log.num.partitions": 1,
+    "group.initial.rebalance.delay.ms": 0,
+}
+# The sink's producers: transactions of a minute, within the broker's maximum.
+SINK_CONFIG = {"transaction.timeout.ms": "60000"}
+JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+       "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
+       "-Dorg.slf4j.simpleLogger.log.org.apache.flink.connector.kafka=warn"]
+
+FAILURES: dict[str, list[str]] = {}  # broker -> the exception classes of the job's failure
+
+
+@pytest.fixture(scope="module")
+def gregor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with started_broker(tmp_path_factory.mktemp("flink-gregor"), BROKER_CONFIG) as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    require_kafka()
+    with started_kafka(tmp_path_factory.mktemp("flink-kafka"), BROKER_CONFIG) as node:
+        yield node.bootstrap
+
+
+@pytest.fixture(params=["gregor", "kafka"])
+def target(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(broker name, bootstrap), one module-wide broker of each kind."""
+    return request.param, str(request.getfixturevalue(request.param))
+
+
+@pytest.fixture(scope="module")
+def flink_classes() -> Path:
+    """FlinkEos.java compiled against the Flink jars (fails, never skips, without them)."""
+    if not (FLINK_DEPS / ".installed").exists():
+        pytest.fail(f"Flink not installed in {FLINK_DEPS} (run `make flink-deps`)")
+    return java_classes(JAVA_DIR / "FlinkEos.java", jars=FLINK_DEPS)
+
+
+class Job:
+    """One FlinkEos process at a time over one checkpoint dir; its stdout in `job.out`."""
+
+    def __init__(self, bootstrap: str, classes: Path, workdir: Path, settings: dict[str, str]) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.out = workdir / "job.out"
+        self.checkpoints = workdir / "checkpoints"
+        self.command = [
+            "java", *JVM, "-cp", f"{classes}{os.pathsep}{FLINK_DEPS}/*", "FlinkEos",
+            bootstrap, str(self.checkpoints), *(f"{k}={v}" for k, v in settings.items()),
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.out, "ab") as out:
+            out.write(f"===== start #{self.starts}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, cwd=self.out.parent)
+
+    def lines(self, prefix: str) -> list[str]:
+        """The lines of the current start that begin with `prefix`, without it."""
+        text = self.out.read_text(errors="replace").rsplit("===== start #", 1)[-1]
+        return [line[len(prefix):] for line in text.splitlines() if line.startswith(prefix)]
+
+    def running(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.tail()
+        return "RUNNING" in self.lines("STATE ")
+
+    def newest_checkpoint(self) -> int:
+        """The highest checkpoint number with its metadata written, of any start (0: none)."""
+        done = [int(p.parent.name[4:]) for p in self.checkpoints.glob("*/chk-*/_metadata")]
+        return max(done, default=0)
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def kill9(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+
+    def tail(self, lines: int = 40) -> str:
+        text = [line for line in self.out.read_text(errors="replace").splitlines()
+                if "Name collision" not in line][-lines:]
+        return f"--- {self.out} ---\n" + "\n".join(text)
+
+
+# -- input ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    key: str
+    seq: int
+
+
+class InputFeed:
+    """Records "KEY,SEQ" at RATE a second, idempotent and keyed, on a thread until `stop()`."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                  "linger.ms": 5})
+        self.topic = topic
+        self.sent: list[Input] = []
+        self.errors: list[str] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="flink-input", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        rng = random.Random(SEED)
+        start = time.monotonic()
+        while not self.done.is_set():
+            seq = len(self.sent)
+            if (delay := start + seq / RATE - time.monotonic()) > 0:
+                time.sleep(delay)
+            r = Input(rng.choice(KEYS), seq)
+            self.producer.produce(self.topic, f"{r.key},{r.seq}", key=r.key,
+                                  on_delivery=lambda err, _m: err and self.errors.append(str(err)))
+            self.producer.poll(0)
+            self.sent.append(r)
+
+    def stop(self) -> list[Input]:
+        """Every record sent, once all are acknowledged."""
+        self.done.set()
+        self.thread.join()
+        assert self.producer.flush(30) == 0, "input still queued after 30 s"
+        assert not self.errors, self.errors
+        return self.sent
+
+
+def create_topics(bootstrap: str, *names: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names], operation_timeout=20).values():
+        f.result(30)
+
+
+# -- the checks ------------------------------------------------------------------------
+
+
+def expected(records: list[Input]) -> dict[str, list[str]]:
+    """Per key, "COUNT,SEQ" for each of its records in input order: counts 1..N."""
+    out: dict[str, list[str]] = {}
+    for r in records:
+        values = out.setdefault(r.key, [])
+        values.append(f"{len(values) + 1},{r.seq}")
+    return out
+
+
+def by_key(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for k, v in pairs:
+        out.setdefault(k, []).append(v)
+    return out
+
+
+def output_done(bootstrap: str, topic: str, want: dict[str, list[str]]) -> bool:
+    got = by_key(read_committed(bootstrap, topic))
+    return all(len(got.get(k, [])) >= len(v) for k, v in want.items())
+
+
+def open_transactions(bootstrap: str, prefix: str) -> dict[str, str]:
+    """The job's transactional ids the coordinator lists in an open state (ListTransactions v0)."""
+    from protocol.messages import REQUESTS
+
+    with WireClient(int(bootstrap.rsplit(":", 1)[1])) as c:
+        resp = c.call(REQUESTS[66](version=0, state_filters=[], producer_id_filters=[]), 0)
+    assert resp.error_code == 0, resp
+    return {s.transactional_id: s.transaction_state for s in resp.transaction_states
+            if s.transactional_id.startswith(f"{prefix}-") and s.transaction_state in OPEN_STATES}
+
+
+def check_exactly_once(bootstrap: str, topic: str, want: dict[str, list[str]]) -> None:
+    """Every input record once, per key in order, its count one more than the one before."""
+    got = by_key(read_committed(bootstrap, topic))
+    assert set(got) == set(want), (sorted(got), sorted(want))
+    for key, values in want.items():
+        assert got[key] == values, f"{key}: {len(got[key])} records, first difference at " + str(
+            next((i, a, b) for i, (a, b) in enumerate(zip([*got[key], None], [*values, None]))
+                 if a != b))
+
+
+# -- the tests --------------------------------------------------------------------------
+
+
+def test_flink_exactly_once_under_kill9(target: tuple[str, str], flink_classes: Path, tmp_path: Path) -> None:
+    name, bootstrap = target
+    run = uuid.uuid4().hex[:6]
+    source, sink, prefix = f"in-{run}", f"out-{run}", f"flink-{run}"
+    create_topics(bootstrap, source, sink)
+    job = Job(bootstrap, flink_classes, tmp_path / "job",
+              {"in": source, "out": sink, "prefix": prefix, **SINK_CONFIG})
+    rng = random.Random(SEED)
+    t0 = time.monotonic()
+
+    def lap(what: str) -> None:  # the timeline, in a failure's report (or with -s)
+        print(f"{name} {time.monotonic() - t0:6.1f}s {what}")
+
+    feed = InputFeed(bootstrap, source)
+    try:
+        for kill in range(KILLS + 1):
+            before = job.newest_checkpoint()
+            job.start()
+            wait_until(job.running, 60, 0.1, f"the job RUNNING (start #{job.starts})")
+            lap(f"start #{job.starts} RUNNING, restored from {job.lines('RESTORE ')}")
+            if kill > 0:  # each restart restores the checkpoint the one before completed
+                assert job.lines("RESTORE ")[0].endswith(f"/chk-{before}"), job.tail()
+            if kill < KILLS:  # killed once it completed a checkpoint, at a random point after
+                wait_until(lambda: job.running() and job.newest_checkpoint() > before, 60, 0.1,
+                           f"a checkpoint of start #{job.starts}")
+                time.sleep(rng.uniform(0.0, 2.5))
+                job.kill9()
+                lap(f"kill {kill + 1}")
+        records = feed.stop()
+        want = expected(records)
+        lap(f"input stopped: {len(records)} records")
+        wait_until(lambda: job.running() and output_done(bootstrap, sink, want), 60, 0.5,
+                   "every record in the output")
+        lap("output complete")
+        check_exactly_once(bootstrap, sink, want)
+        assert open_transactions(bootstrap, prefix) == {}
+    except BaseException:
+        print(job.tail())
+        raise
+    finally:
+        feed.done.set()
+        job.kill9()
+
+
+def test_transaction_timeout_above_broker_max(
+    target: tuple[str, str], flink_classes: Path, tmp_path: Path
+) -> None:
+    """No transaction.timeout.ms: the connector's hour against the broker's 15 minutes."""
+    name, bootstrap = target
+    run = uuid.uuid4().hex[:6]
+    create_topics(bootstrap, f"in-{run}", f"out-{run}")
+    job = Job(bootstrap, flink_classes, tmp_path / "job",
+              {"in": f"in-{run}", "out": f"out-{run}", "prefix": f"flink-{run}"})
+    try:
+        job.start()
+        wait_until(job.exited, 90, 0.2, "the job failing")
+        assert job.proc is not None and job.proc.returncode == 1, job.tail()
+        causes = job.lines("FAILED ")  # the Java client names INVALID_TRANSACTION_TIMEOUT by its message
+        assert any(line.endswith(INVALID_TRANSACTION_TIMEOUT) for line in causes), job.tail()
+        FAILURES[name] = causes
+    finally:
+        job.kill9()
+
+
+def test_both_brokers_alike() -> None:
+    """The job failed the same way on both brokers."""
+    assert set(FAILURES) == {"gregor", "kafka"}, f"a run did not finish: {sorted(FAILURES)}"
+    assert FAILURES["gregor"] == FAILURES["kafka"]
