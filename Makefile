@@ -17,7 +17,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps flink-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps flink-deps flink-long etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -65,6 +65,11 @@ $(FLINK_DEPS): scripts/kafka/flink-pom.xml scripts/maven-deps.sh
 	bash scripts/maven-deps.sh scripts/kafka/flink-pom.xml .deps/flink
 
 flink-deps: $(FLINK_DEPS)
+
+# The Flink exactly-once test with the job killed KILLS times (`make test` kills it twice).
+KILLS ?= 10
+flink-long: $(STAMP) $(KAFKA_DEPS) $(FLINK_DEPS)
+	FLINK_EOS_KILLS=$(KILLS) $(PY) -m pytest -q tests/integration/test_flink_eos.py
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 

@@ -4,17 +4,21 @@ Gregor broker and on one Apache Kafka node: the same job, the same faults, the s
 The job (tests/integration/java/FlinkEos.java, jars from `make flink-deps`) runs on a MiniCluster
 inside its own JVM: KafkaSource reading `in` read_committed, a running count per key in keyed
 state, KafkaSink with DeliveryGuarantee.EXACTLY_ONCE writing "COUNT,SEQ" to `out`; a checkpoint
-every second, retained. While input arrives, the JVM is killed with kill -9 at random points and
-started again, restoring from the newest complete checkpoint: the transactions of the killed
-attempt are fenced by the connector's probing (InitProducerId per possible transactional id), a
-checkpoint's transactions not yet committed are committed on restore with the producer id and
-epoch stored in the checkpoint (EndTxn without InitProducerId). Then, read back read_committed:
-per key the counts 1..N in order, each with its input record's sequence number, every input
-record exactly once; and no transaction of the job's prefix still open (ListTransactions).
+every second, retained. While input arrives, the JVM is killed with kill -9 at random points
+after a checkpoint (twice, or FLINK_EOS_KILLS times: `make flink-long`) and started again,
+restoring from the newest complete checkpoint: the connector fences the killed attempt's
+transactions by probing (InitProducerId per possible transactional id) and commits the restored
+checkpoint's transactions again with the producer id and epoch it stored (EndTxn without
+InitProducerId). Then, read back read_committed: per key the counts 1..N in order, each with its
+input record's sequence number, every input record exactly once; no transaction of the job's
+prefix still open (ListTransactions); and the committer met no answer but PRODUCER_FENCED.
+
+That recovery commit step by step (FlinkResume.java, the connector's own producer class): a
+commit with the stored id and epoch, its retry, and the same after an InitProducerId came between.
 
 And the setting every Flink user meets first: the connector's default transaction.timeout.ms
 (one hour) above the broker's transaction.max.timeout.ms (15 minutes by default) fails the job
-with Kafka's INVALID_TRANSACTION_TIMEOUT (InvalidTxnTimeoutException) on both brokers."""
+with Kafka's INVALID_TRANSACTION_TIMEOUT on both brokers."""
 
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ FLINK_DEPS = REPO_ROOT / ".deps" / "flink"  # scripts/kafka/flink-pom.xml
 PARTITIONS = 2  # the job's parallelism too (FlinkEos.java's default)
 KEYS = [f"k{i}" for i in range(6)]
 RATE = 100  # input records a second, arriving while the job is killed
-KILLS = 3
+KILLS = int(os.environ.get("FLINK_EOS_KILLS", "2"))  # `make flink-long`: more
 SEED = 58
 # Kafka's message of INVALID_TRANSACTION_TIMEOUT (Errors.java), which the Java client's
 # InitProducerId handler puts in the KafkaException it fails initTransactions with.
@@ -62,7 +66,13 @@ JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
        "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
        "-Dorg.slf4j.simpleLogger.log.org.apache.flink.connector.kafka=warn"]
 
-FAILURES: dict[str, list[str]] = {}  # broker -> the exception classes of the job's failure
+FAILURES: dict[str, list[str]] = {}  # broker -> the causes of the job's failure
+RESUMES: dict[str, list[str]] = {}  # broker -> FlinkResume's COMMIT and RECOMMIT outcomes
+RECOMMITS: dict[str, set[str]] = {}  # broker -> what the committer's recovery commits met
+# The one answer a restore's commit may meet: the restored checkpoint's transactions were
+# committed already, and the coordinator's epoch moved on (transaction version 2 bumps it at each
+# commit), so the resumed producer's stored epoch is fenced; the committer logs it and goes on.
+FENCED = "org.apache.kafka.common.errors.ProducerFencedException"
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +137,13 @@ class Job:
         """The highest checkpoint number with its metadata written, of any start (0: none)."""
         done = [int(p.parent.name[4:]) for p in self.checkpoints.glob("*/chk-*/_metadata")]
         return max(done, default=0)
+
+    def commit_errors(self) -> set[str]:
+        """The exceptions the connector's committer logged, over every start: the line after its
+        "Unable to commit transaction" or "data has been potentially lost"."""
+        lines = self.out.read_text(errors="replace").splitlines()
+        return {after.split(":", 1)[0] for line, after in zip(lines, lines[1:], strict=False)
+                if "KafkaCommitter" in line and "ERROR" in line}
 
     def exited(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None
@@ -233,9 +250,14 @@ def check_exactly_once(bootstrap: str, topic: str, want: dict[str, list[str]]) -
     got = by_key(read_committed(bootstrap, topic))
     assert set(got) == set(want), (sorted(got), sorted(want))
     for key, values in want.items():
-        assert got[key] == values, f"{key}: {len(got[key])} records, first difference at " + str(
-            next((i, a, b) for i, (a, b) in enumerate(zip([*got[key], None], [*values, None]))
-                 if a != b))
+        assert got[key] == values, f"{key}: {first_difference(got[key], values)}"
+
+
+def first_difference(got: list[str], want: list[str]) -> str:
+    for i, (a, b) in enumerate(zip(got, want, strict=False)):
+        if a != b:
+            return f"record {i}: {a!r} where {b!r} was expected"
+    return f"{len(got)} records where {len(want)} were expected"
 
 
 # -- the tests --------------------------------------------------------------------------
@@ -264,8 +286,8 @@ def test_flink_exactly_once_under_kill9(target: tuple[str, str], flink_classes: 
             if kill > 0:  # each restart restores the checkpoint the one before completed
                 assert job.lines("RESTORE ")[0].endswith(f"/chk-{before}"), job.tail()
             if kill < KILLS:  # killed once it completed a checkpoint, at a random point after
-                wait_until(lambda: job.running() and job.newest_checkpoint() > before, 60, 0.1,
-                           f"a checkpoint of start #{job.starts}")
+                wait_until(lambda since=before: job.running() and job.newest_checkpoint() > since,
+                           60, 0.1, f"a checkpoint of start #{job.starts}")
                 time.sleep(rng.uniform(0.0, 2.5))
                 job.kill9()
                 lap(f"kill {kill + 1}")
@@ -277,6 +299,8 @@ def test_flink_exactly_once_under_kill9(target: tuple[str, str], flink_classes: 
         lap("output complete")
         check_exactly_once(bootstrap, sink, want)
         assert open_transactions(bootstrap, prefix) == {}
+        RECOMMITS[name] = job.commit_errors()
+        assert RECOMMITS[name] <= {FENCED}, job.tail()
     except BaseException:
         print(job.tail())
         raise
@@ -305,7 +329,28 @@ def test_transaction_timeout_above_broker_max(
         job.kill9()
 
 
+def test_resumed_transaction_commit(target: tuple[str, str], tmp_path: Path) -> None:
+    """The recovery commit of a checkpoint's transaction, by the connector's own producer class:
+    committed with the stored producer id and epoch (EndTxn without InitProducerId), committed
+    again as a retry, and refused as fenced once an InitProducerId of its id came between (what a
+    restore's committer meets when the transaction was committed before the kill)."""
+    name, bootstrap = target
+    topic, tid = f"resume-{uuid.uuid4().hex[:6]}", f"flink-resume-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, topic)
+    classes = java_classes(JAVA_DIR / "FlinkResume.java", jars=FLINK_DEPS)
+    done = subprocess.run(["java", *JVM, "-cp", f"{classes}{os.pathsep}{FLINK_DEPS}/*", "FlinkResume",
+                           bootstrap, topic, tid], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcomes = [line for line in done.stdout.splitlines()
+                if line.startswith(("COMMIT ", "RECOMMIT ", "AFTER_INIT "))]
+    assert outcomes == ["COMMIT ok", "RECOMMIT ok", f"AFTER_INIT {FENCED}"], done.stdout + done.stderr
+    assert [v for _, v in read_committed(bootstrap, topic)] == ["resumed"]
+    assert open_transactions(bootstrap, "flink-resume") == {}
+    RESUMES[name] = outcomes
+
+
 def test_both_brokers_alike() -> None:
-    """The job failed the same way on both brokers."""
-    assert set(FAILURES) == {"gregor", "kafka"}, f"a run did not finish: {sorted(FAILURES)}"
-    assert FAILURES["gregor"] == FAILURES["kafka"]
+    """The job failed the same way on both brokers, and recovery commits met the same answers."""
+    for outcome in (FAILURES, RESUMES, RECOMMITS):
+        assert set(outcome) == {"gregor", "kafka"}, f"a run did not finish: {sorted(outcome)}"
+        assert outcome["gregor"] == outcome["kafka"]
