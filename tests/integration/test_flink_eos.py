@@ -7,7 +7,9 @@ state, KafkaSink with DeliveryGuarantee.EXACTLY_ONCE writing "COUNT,SEQ" to `out
 every second, retained. While input arrives, the JVM is killed with kill -9 at random points
 after a checkpoint (twice, or FLINK_EOS_KILLS times: `make flink-long`) and started again,
 restoring from the newest complete checkpoint: the connector fences the killed attempt's
-transactions by probing (InitProducerId per possible transactional id) and commits the restored
+transactions (the default naming strategy by probing, InitProducerId per possible transactional
+id; POOLING, killed half as often, by DescribeProducers and ListTransactions of the output's
+open transactions, then InitProducerId of those) and commits the restored
 checkpoint's transactions again with the producer id and epoch it stored (EndTxn without
 InitProducerId). Then, read back read_committed: per key the counts 1..N in order, each with its
 input record's sequence number, every input record exactly once; no transaction of the job's
@@ -47,6 +49,10 @@ PARTITIONS = 2  # the job's parallelism too (FlinkEos.java's default)
 KEYS = [f"k{i}" for i in range(6)]
 RATE = 100  # input records a second, arriving while the job is killed
 KILLS = int(os.environ.get("FLINK_EOS_KILLS", "2"))  # `make flink-long`: more
+# The sink's naming strategies: INCREMENTING (the default: a new transactional id per checkpoint,
+# lingering ones fenced by probing) killed KILLS times, POOLING (ids reused, lingering ones found
+# by DescribeProducers and ListTransactions) half as often, as it adds only that search.
+NAMINGS = {"INCREMENTING": KILLS, "POOLING": max(1, KILLS // 2)}
 SEED = 58
 # Kafka's message of INVALID_TRANSACTION_TIMEOUT (Errors.java), which the Java client's
 # InitProducerId handler puts in the KafkaException it fails initTransactions with.
@@ -68,7 +74,7 @@ JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 
 FAILURES: dict[str, list[str]] = {}  # broker -> the causes of the job's failure
 RESUMES: dict[str, list[str]] = {}  # broker -> FlinkResume's COMMIT and RECOMMIT outcomes
-RECOMMITS: dict[str, set[str]] = {}  # broker -> what the committer's recovery commits met
+RECOMMITS: dict[tuple[str, str], set[str]] = {}  # (broker, naming) -> what recovery commits met
 # The one answer a restore's commit may meet: the restored checkpoint's transactions were
 # committed already, and the coordinator's epoch moved on (transaction version 2 bumps it at each
 # commit), so the resumed producer's stored epoch is fenced; the committer logs it and goes on.
@@ -263,29 +269,33 @@ def first_difference(got: list[str], want: list[str]) -> str:
 # -- the tests --------------------------------------------------------------------------
 
 
-def test_flink_exactly_once_under_kill9(target: tuple[str, str], flink_classes: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("naming", list(NAMINGS))
+def test_flink_exactly_once_under_kill9(
+    target: tuple[str, str], naming: str, flink_classes: Path, tmp_path: Path
+) -> None:
     name, bootstrap = target
     run = uuid.uuid4().hex[:6]
     source, sink, prefix = f"in-{run}", f"out-{run}", f"flink-{run}"
     create_topics(bootstrap, source, sink)
     job = Job(bootstrap, flink_classes, tmp_path / "job",
-              {"in": source, "out": sink, "prefix": prefix, **SINK_CONFIG})
+              {"in": source, "out": sink, "prefix": prefix, "naming": naming, **SINK_CONFIG})
     rng = random.Random(SEED)
+    kills = NAMINGS[naming]
     t0 = time.monotonic()
 
     def lap(what: str) -> None:  # the timeline, in a failure's report (or with -s)
-        print(f"{name} {time.monotonic() - t0:6.1f}s {what}")
+        print(f"{name} {naming} {time.monotonic() - t0:6.1f}s {what}")
 
     feed = InputFeed(bootstrap, source)
     try:
-        for kill in range(KILLS + 1):
+        for kill in range(kills + 1):
             before = job.newest_checkpoint()
             job.start()
             wait_until(job.running, 60, 0.1, f"the job RUNNING (start #{job.starts})")
             lap(f"start #{job.starts} RUNNING, restored from {job.lines('RESTORE ')}")
             if kill > 0:  # each restart restores the checkpoint the one before completed
                 assert job.lines("RESTORE ")[0].endswith(f"/chk-{before}"), job.tail()
-            if kill < KILLS:  # killed once it completed a checkpoint, at a random point after
+            if kill < kills:  # killed once it completed a checkpoint, at a random point after
                 wait_until(lambda since=before: job.running() and job.newest_checkpoint() > since,
                            60, 0.1, f"a checkpoint of start #{job.starts}")
                 time.sleep(rng.uniform(0.0, 2.5))
@@ -299,8 +309,8 @@ def test_flink_exactly_once_under_kill9(target: tuple[str, str], flink_classes: 
         lap("output complete")
         check_exactly_once(bootstrap, sink, want)
         assert open_transactions(bootstrap, prefix) == {}
-        RECOMMITS[name] = job.commit_errors()
-        assert RECOMMITS[name] <= {FENCED}, job.tail()
+        RECOMMITS[name, naming] = job.commit_errors()
+        assert RECOMMITS[name, naming] <= {FENCED}, job.tail()
     except BaseException:
         print(job.tail())
         raise
@@ -351,6 +361,7 @@ def test_resumed_transaction_commit(target: tuple[str, str], tmp_path: Path) -> 
 
 def test_both_brokers_alike() -> None:
     """The job failed the same way on both brokers, and recovery commits met the same answers."""
-    for outcome in (FAILURES, RESUMES, RECOMMITS):
+    for outcome in (FAILURES, RESUMES):
         assert set(outcome) == {"gregor", "kafka"}, f"a run did not finish: {sorted(outcome)}"
         assert outcome["gregor"] == outcome["kafka"]
+    assert len(RECOMMITS) == 4, f"a run did not finish: {sorted(RECOMMITS)}"

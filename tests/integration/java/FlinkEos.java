@@ -3,7 +3,9 @@
 // again (it restores from the newest complete checkpoint) and reads the output read_committed.
 //
 // usage: FlinkEos BOOTSTRAP CHECKPOINT_DIR [key=value ...]
-//   in=TOPIC, out=TOPIC, prefix=TRANSACTIONAL_ID_PREFIX, parallelism=N (the job's own settings);
+//   in=TOPIC, out=TOPIC, prefix=TRANSACTIONAL_ID_PREFIX, parallelism=N, naming=INCREMENTING|POOLING
+//   (the sink's TransactionNamingStrategy; POOLING finds lingering transactions by DescribeProducers
+//   and ListTransactions instead of probing) are the job's own settings;
 //   any other key=value is a property of the KafkaSink's producers, e.g. transaction.timeout.ms
 //   (unset: the connector's default of one hour).
 //
@@ -39,6 +41,7 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.connector.base.DeliveryGuarantee;
 import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
 import org.apache.flink.connector.kafka.sink.KafkaSink;
+import org.apache.flink.connector.kafka.sink.TransactionNamingStrategy;
 import org.apache.flink.connector.kafka.source.KafkaSource;
 import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
 import org.apache.flink.core.execution.JobClient;
@@ -52,7 +55,7 @@ public class FlinkEos {
         String bootstrap = args[0];
         Path checkpoints = Paths.get(args[1]).toAbsolutePath();
         Map<String, String> job = new HashMap<>(Map.of(
-            "in", "in", "out", "out", "prefix", "flink-eos", "parallelism", "2"));
+            "in", "in", "out", "out", "prefix", "flink-eos", "parallelism", "2", "naming", "INCREMENTING"));
         Properties producer = new Properties();
         for (int i = 2; i < args.length; i++) {
             int eq = args[i].indexOf('=');
@@ -71,7 +74,7 @@ public class FlinkEos {
             .uid("source")
             .keyBy(v -> v.split(",")[0])
             .process(new RunningCount()).uid("count")
-            .sinkTo(sink(bootstrap, job.get("out"), job.get("prefix"), producer)).uid("sink");
+            .sinkTo(sink(bootstrap, job, producer)).uid("sink");
         JobClient client = env.executeAsync("flink-eos");
         while (client.getJobStatus().get() != JobStatus.RUNNING && !client.getJobStatus().get().isTerminalState()) {
             Thread.sleep(50);
@@ -120,16 +123,17 @@ public class FlinkEos {
             .build();
     }
 
-    static KafkaSink<String> sink(String bootstrap, String topic, String prefix, Properties producer) {
+    static KafkaSink<String> sink(String bootstrap, Map<String, String> job, Properties producer) {
         return KafkaSink.<String>builder()
             .setBootstrapServers(bootstrap)
             .setRecordSerializer(KafkaRecordSerializationSchema.<String>builder()
-                .setTopic(topic)
+                .setTopic(job.get("out"))
                 .setKeySerializationSchema(new KeyOf())
                 .setValueSerializationSchema(new ValueOf())
                 .build())
             .setDeliveryGuarantee(DeliveryGuarantee.EXACTLY_ONCE)
-            .setTransactionalIdPrefix(prefix)
+            .setTransactionalIdPrefix(job.get("prefix"))
+            .setTransactionNamingStrategy(TransactionNamingStrategy.valueOf(job.get("naming")))
             .setKafkaProducerConfig(producer)
             .build();
     }
