@@ -73,11 +73,12 @@ JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
        "-Dorg.slf4j.simpleLogger.log.org.apache.flink.connector.kafka=warn"]
 
 FAILURES: dict[str, list[str]] = {}  # broker -> the causes of the job's failure
-RESUMES: dict[str, list[str]] = {}  # broker -> FlinkResume's COMMIT and RECOMMIT outcomes
+RESUMES: dict[str, list[str]] = {}  # broker -> FlinkResume's outcomes
 RECOMMITS: dict[tuple[str, str], set[str]] = {}  # (broker, naming) -> what recovery commits met
 # The one answer a restore's commit may meet: the restored checkpoint's transactions were
-# committed already, and the coordinator's epoch moved on (transaction version 2 bumps it at each
-# commit), so the resumed producer's stored epoch is fenced; the committer logs it and goes on.
+# committed before the kill, and the restarted writer's InitProducerId of the same ids came
+# between (FlinkResume's AFTER_INIT), so the stored epoch is fenced; the committer logs it and
+# goes on.
 FENCED = "org.apache.kafka.common.errors.ProducerFencedException"
 
 
