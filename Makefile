@@ -8,6 +8,7 @@ KAFKA_DEPS := .deps/kafka/.installed
 SPARK_KAFKA_DEPS := .deps/spark-kafka/.installed
 STREAMS_DEPS := .deps/streams/.installed
 CONNECT_DEPS := .deps/connect/.installed
+FLINK_DEPS := .deps/flink/.installed
 ETCD := .deps/etcd/.installed
 DOCKER_DEPS := .deps/docker/.installed
 CHAOS_DEPS := .deps/chaos/.installed
@@ -17,7 +18,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps connect-deps etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps connect-deps flink-deps flink-long etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -65,6 +66,18 @@ $(CONNECT_DEPS): scripts/kafka/connect-pom.xml scripts/maven-deps.sh
 	bash scripts/maven-deps.sh scripts/kafka/connect-pom.xml .deps/connect
 
 connect-deps: $(CONNECT_DEPS)
+
+# Flink 2.2.1 (streaming API, local MiniCluster) with its Kafka connector 5.0.0-2.2
+# (scripts/kafka/flink-pom.xml), for the job of tests/integration/test_flink_eos.py.
+$(FLINK_DEPS): scripts/kafka/flink-pom.xml scripts/maven-deps.sh
+	bash scripts/maven-deps.sh scripts/kafka/flink-pom.xml .deps/flink
+
+flink-deps: $(FLINK_DEPS)
+
+# The Flink exactly-once test with the job killed KILLS times (`make test` kills it twice).
+KILLS ?= 10
+flink-long: $(STAMP) $(KAFKA_DEPS) $(FLINK_DEPS)
+	FLINK_EOS_KILLS=$(KILLS) $(PY) -m pytest -q tests/integration/test_flink_eos.py
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 
@@ -133,14 +146,14 @@ cluster-stop:
 
 # Test files side by side on two workers; then the short chaos campaign alone, as it fails on
 # stalls, and another worker's load starves its brokers (the CI run of 2026-11-29 at 08:30).
-test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(CONNECT_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
+test: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(CONNECT_DEPS) $(FLINK_DEPS) $(ETCD) $(COMPOSE) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 --ignore=tests/chaos tests
 	$(PY) -m pytest -q tests/chaos
 
 unit: $(STAMP) $(COMPOSE)
 	$(PY) -m pytest -q tests/unit
 
-integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(CONNECT_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
+integration: $(STAMP) $(JAVA_DEPS) $(KAFKA_DEPS) $(SPARK_KAFKA_DEPS) $(STREAMS_DEPS) $(CONNECT_DEPS) $(FLINK_DEPS) $(ETCD) $(DOCKER_DEPS) $(CHAOS_DEPS) chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile tests/integration
 
 # The same requests to Apache Kafka and to Gregor, answers compared; ends with the table of

@@ -25,8 +25,8 @@ OTHER_MARKDOWN = [ROOT / "tests" / "chaos" / "RUNS.md"]
 EXPECTED_PAGES = {
     "console.md",
     "benchmarks.md", "broker.md", "cluster.md", "configuration.md", "development.md",
-    "differences.md", "fault-testing.md", "kafka-streams.md", "operations.md", "pyspark.md", "security.md",
-    "storage.md",
+    "differences.md", "fault-testing.md", "flink.md", "kafka-streams.md", "operations.md", "pyspark.md",
+    "security.md", "storage.md",
 }
 TOP_DIRS = ("bench", "broker", "config", "coordinator", "docker", "docs", "gregor_spark", "protocol",
             "scripts", "storage", "tests")
