@@ -243,7 +243,7 @@ class GroupCoordinator:
     # -- operations with parked answers -------------------------------------------------------
 
     async def join_group(self, request: JoinRequest) -> JoinResponse:
-        result = self.machine.join_group(request, steady_ms())
+        result = self.machine.join_group(request, steady_ms(), self._topics_image())
         answer = await self._answer(request.group_id, Kind.JOIN, result)
         if not isinstance(answer, JoinResponse):
             return JoinResponse(answer)
@@ -374,6 +374,9 @@ class GroupCoordinator:
 
 
 def _log_heartbeat(request: HeartbeatRequest, answer: HeartbeatResponse) -> None:
+    if answer.error == ErrorCode.GROUP_ID_NOT_FOUND:  # fatal to the client: worth a line
+        log.info("group %s: heartbeat of member %s at epoch %d refused: %s", request.group_id,
+                 request.member_id, request.member_epoch, answer.message)
     if answer.error != ErrorCode.NONE:
         return
     if request.member_epoch == 0:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from coordinator.group.assignors import ASSIGNORS, TopicsImage
 from coordinator.group.consumer_state import (
@@ -46,9 +47,19 @@ from coordinator.group.consumer_types import (
     HeartbeatResponse,
 )
 from coordinator.group.reconcile import FencedMember, OwnedReport, next_member
-from coordinator.group.types import Record
+from coordinator.group.state import CONSUMER_PROTOCOL_TYPE, ClassicGroup
+from coordinator.group.types import (
+    JoinRequest,
+    JoinResponse,
+    LeaveMember,
+    LeaveResponse,
+    Record,
+    SyncRequest,
+    SyncResponse,
+)
 from protocol.consumer_group_log import (
     NO_PARTITIONS,
+    ClassicMemberMetadata,
     ConsumerKey,
     ConsumerValue,
     GroupMetadataValue,
@@ -60,6 +71,15 @@ from protocol.consumer_group_log import (
     decode_consumer_value,
     encode_consumer_key,
     encode_consumer_value,
+    partitions,
+)
+from protocol.consumer_protocol import (
+    ByTopic,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    subscription_version,
 )
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupLogDecodeError
@@ -226,15 +246,18 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ the operation
 
-    def heartbeat(self, req: HeartbeatRequest, image: TopicsImage, now_ms: int) -> tuple[
-        HeartbeatResponse, list[Record]
-    ]:
+    def heartbeat(
+        self, req: HeartbeatRequest, image: TopicsImage, now_ms: int, upgrading: ClassicGroup | None = None
+    ) -> tuple[HeartbeatResponse, list[Record]]:
+        """``upgrading``: the classic group this first heartbeat converts (the online upgrade)."""
         self.image = image
         existed = req.group_id in self.groups
         if not existed and req.member_epoch != 0:
             return HeartbeatResponse(_E.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found."), []
         writer = _Writer(self._group(req.group_id), existed)
         try:
+            if upgrading is not None:
+                self._convert(writer, upgrading, now_ms)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 response = self._leave(writer, req)
             else:
@@ -264,7 +287,8 @@ class ConsumerGroups:
         updated = self._updated(member, req)
         self._write_member(writer, member, updated)
         target_epoch, target = self._target(writer, updated, now_ms)
-        reconciled = self._reconcile(writer, group.members[member_id], target_epoch, target, req, now_ms)
+        current = group.members[member_id]
+        reconciled = self._reconcile(writer, current, target_epoch, target, req.owned, now_ms)
         self._sessions[(group.group_id, member_id)] = now_ms + self.config.session_timeout_ms
         full = req.member_epoch == 0 or (
             req.rebalance_timeout_ms != -1
@@ -417,7 +441,7 @@ class ConsumerGroups:
         member: ConsumerMember,
         target_epoch: int,
         target: TopicPartitions,
-        req: HeartbeatRequest,
+        owned: OwnedReport,
         now_ms: int,
     ) -> ConsumerMember:
         group = writer.group
@@ -429,7 +453,7 @@ class ConsumerGroups:
                 target_epoch,
                 target,
                 lambda p: group.is_owned_by_other(member.member_id, p),
-                req.owned,
+                owned,
             )
         except FencedMember as exc:
             raise _Refusal(_E.FENCED_MEMBER_EPOCH, str(exc)) from None
@@ -477,6 +501,174 @@ class ConsumerGroups:
     def _forget(self, group_id: str, member_id: MemberId) -> None:
         self._sessions.pop((group_id, member_id), None)
         self._rebalances.pop((group_id, member_id), None)
+
+    # ------------------------------------------------------------ the classic protocol's members
+
+    def _convert(self, writer: _Writer, classic: ClassicGroup, now_ms: int) -> None:
+        """Kafka's ConsumerGroup.fromClassicGroup: each classic member becomes a member at the
+        group's generation, Stable, its classic assignment both its target and its current one;
+        the joining member's heartbeat then bumps the epoch and a new target follows."""
+        epoch = classic.generation
+        for m in classic.members.values():
+            subscription = _subscription(m.metadata(classic.protocol_name) or b"")
+            assigned = self._by_topic_id(decode_assignment(m.assignment))
+            member = ConsumerMember(
+                MemberId(m.member_id), m.group_instance_id, subscription.rack_id, m.client_id, m.client_host,
+                tuple(sorted(set(subscription.topics))), None, m.rebalance_timeout_ms, None, epoch, epoch,
+                MemberState.STABLE, assigned,
+                assignment_epochs=MappingProxyType({(t, p): epoch for t, ps in assigned.items() for p in ps}),
+                classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols),
+            )
+            writer.write(RecordType.MEMBER_METADATA, member.metadata_value(), member.member_id)
+            target = TargetAssignmentMemberValue(assigned)
+            writer.write(RecordType.TARGET_ASSIGNMENT_MEMBER, target, member.member_id)
+            writer.write(RecordType.CURRENT_MEMBER_ASSIGNMENT, member.assignment_value(), member.member_id)
+            self._sessions[(classic.group_id, member.member_id)] = now_ms + m.session_timeout_ms
+        hashed = metadata_hash(self._all_subscribed(writer.group), self.image)
+        writer.write(RecordType.GROUP_METADATA, GroupMetadataValue(epoch, hashed))
+        writer.write(RecordType.TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadataValue(epoch))
+
+    def _by_topic_id(self, by_name: ByTopic) -> TopicPartitions:
+        known = {name: self.image[name].topic_id for name, _ in by_name if name in self.image}
+        return partitions({known[name]: ps for name, ps in by_name if name in known})
+
+    def _by_name(self, assigned: TopicPartitions) -> dict[str, frozenset[int]]:
+        names = {info.topic_id: name for name, info in self.image.items()}
+        return {names[t]: ps for t, ps in assigned.items() if t in names}
+
+    def classic_join(
+        self, req: JoinRequest, image: TopicsImage, now_ms: int
+    ) -> tuple[JoinResponse, list[Record]]:
+        """Kafka's classicGroupJoinToConsumerGroup: a classic member's JoinGroup runs the
+        heartbeat's three steps (the subscription and owned partitions come from the embedded
+        consumer protocol) and is answered at once, as a follower, with its member epoch as the
+        generation; SyncGroup then hands it its current assignment."""
+        self.image = image
+        if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not req.protocols:
+            return JoinResponse(_E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id), []
+        member_id = MemberId(req.member_id or self._new_member_id())
+        if not req.member_id and req.group_instance_id is None and req.api_version >= 4:
+            return JoinResponse(_E.MEMBER_ID_REQUIRED, member_id=member_id), []
+        writer = _Writer(self.groups[req.group_id])
+        try:
+            member = self._classic_joining(writer, req, member_id, now_ms)
+        except _Refusal as refusal:
+            self._restore(writer)
+            return JoinResponse(refusal.error, member_id=req.member_id), []
+        self._keep_pending(writer)
+        self._sessions[(req.group_id, member_id)] = now_ms + req.session_timeout_ms
+        name = req.protocols[0][0]
+        response = JoinResponse(_E.NONE, member_id, member.member_epoch, CONSUMER_PROTOCOL_TYPE, name)
+        return response, writer.records
+
+    def _classic_joining(
+        self, writer: _Writer, req: JoinRequest, member_id: MemberId, now_ms: int
+    ) -> ConsumerMember:
+        group = writer.group
+        member = self._classic_member(group, member_id, req.group_instance_id, joining=True)
+        try:
+            subscription = decode_subscription(req.protocols[0][1])
+        except GroupLogDecodeError:
+            raise _Refusal(_E.INCONSISTENT_GROUP_PROTOCOL, "Malformed embedded consumer protocol.") from None
+        updated = replace(
+            member,
+            instance_id=req.group_instance_id,
+            rack_id=subscription.rack_id or member.rack_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms,
+            server_assignor=None,
+            subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+            client_id=req.client_id,
+            client_host=req.client_host,
+            classic=ClassicMemberMetadata(req.session_timeout_ms, req.protocols),
+        )
+        self._write_member(writer, member, updated)
+        target_epoch, target = self._target(writer, updated, now_ms)
+        owned = [(t, tuple(ps)) for t, ps in self._by_topic_id(subscription.owned).items()]
+        return self._reconcile(writer, group.members[member_id], target_epoch, target, owned, now_ms)
+
+    def _classic_member(
+        self, group: ConsumerGroup, member_id: MemberId, instance_id: str | None, joining: bool = False
+    ) -> ConsumerMember:
+        """Kafka's validateConsumerGroupMember for a classic request (a joining member may be new)."""
+        if instance_id is not None and (known := group.static_members.get(instance_id)) is not None:
+            if known != member_id and member_id:
+                raise _Refusal(_E.FENCED_INSTANCE_ID, f"Static member {member_id} was fenced by {known}.")
+            member_id = known
+        member = group.members.get(member_id)
+        if member is None and joining:
+            if len(group.members) >= self.config.max_size:
+                raise _Refusal(_E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum size.")
+            return ConsumerMember(member_id)
+        if member is None or not member.uses_classic:
+            raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a classic member of the group.")
+        return member
+
+    def classic_sync(self, req: SyncRequest, now_ms: int) -> SyncResponse:
+        """Kafka's classicGroupSyncToConsumerGroup: the member's current assignment, once it has
+        joined at the group's epoch (or is revoking)."""
+        group = self.groups[req.group_id]
+        try:
+            member = self._classic_member(group, MemberId(req.member_id), req.group_instance_id)
+        except _Refusal as refusal:
+            return SyncResponse(refusal.error)
+        assert member.classic is not None
+        name, subscription = member.classic.protocols[0]
+        if req.generation_id != member.member_epoch:
+            return SyncResponse(_E.ILLEGAL_GENERATION)
+        if req.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE) or req.protocol_name not in (None, name):
+            return SyncResponse(_E.INCONSISTENT_GROUP_PROTOCOL)
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            return SyncResponse(_E.REBALANCE_IN_PROGRESS)
+        self._sessions[(group.group_id, member.member_id)] = now_ms + member.classic.session_timeout_ms
+        assignment = encode_assignment(self._by_name(member.assigned), subscription_version(subscription))
+        return SyncResponse(_E.NONE, CONSUMER_PROTOCOL_TYPE, name, assignment)
+
+    def classic_heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> ErrorCode:
+        """Kafka's classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS tells the member to
+        rejoin when the group epoch moved on, it must revoke, or what it waits for is released."""
+        group = self.groups[group_id]
+        try:
+            member = self._classic_member(group, MemberId(member_id), instance_id)
+        except _Refusal as refusal:
+            return refusal.error
+        assert member.classic is not None
+        if generation != member.member_epoch:
+            return _E.ILLEGAL_GENERATION
+        self._sessions[(group_id, member.member_id)] = now_ms + member.classic.session_timeout_ms
+        unrevoked = member.state is MemberState.UNREVOKED_PARTITIONS
+        released = member.state is MemberState.UNRELEASED_PARTITIONS and not _waits_on_other(group, member)
+        if member.member_epoch < group.group_epoch or unrevoked or released:
+            return _E.REBALANCE_IN_PROGRESS
+        return _E.NONE
+
+    def classic_leave(
+        self, group_id: str, leaving: Sequence[LeaveMember]
+    ) -> tuple[LeaveResponse, list[Record]]:
+        """Kafka's classicGroupLeaveToConsumerGroup: each classic member named goes; the group
+        epoch is bumped once."""
+        writer = _Writer(self.groups[group_id])
+        answers: list[tuple[str, str | None, ErrorCode]] = []
+        for one in leaving:
+            try:
+                member = self._classic_member(writer.group, MemberId(one.member_id), one.group_instance_id)
+            except _Refusal as refusal:
+                answers.append((one.member_id, one.group_instance_id, refusal.error))
+                continue
+            writer.remove_member(member.member_id)
+            self._forget(group_id, member.member_id)
+            answers.append((member.member_id, one.group_instance_id, _E.NONE))
+        if writer.records:
+            writer.bump_epoch(metadata_hash(self._all_subscribed(writer.group), self.image))
+            self._keep_pending(writer)
+        return LeaveResponse(_E.NONE, tuple(answers)), writer.records
+
+    def _keep_pending(self, writer: _Writer) -> None:
+        if writer.records:
+            pending = _PendingWrite(list(writer.records), writer.snapshot)
+            self._pending.setdefault(writer.group.group_id, []).append(pending)
 
     # ------------------------------------------------------------ timers
 
@@ -562,6 +754,8 @@ class ConsumerGroups:
         member = group.members.get(MemberId(member_id))
         if member is None:
             return _E.UNKNOWN_MEMBER_ID
+        if member.uses_classic:  # Kafka: a classic member's generation is its member epoch, exactly
+            return None if epoch == member.member_epoch else _E.ILLEGAL_GENERATION
         if not txn and api_version < 9:
             return _E.UNSUPPORTED_VERSION
         if epoch == member.member_epoch:
@@ -628,6 +822,23 @@ def _regex_problem(regex: str | None) -> tuple[ErrorCode, str] | None:
     except re.error as exc:
         return _E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex} is invalid: {exc}"
     return None
+
+
+def _subscription(data: bytes) -> Subscription:
+    try:
+        return decode_subscription(data)
+    except GroupLogDecodeError:
+        return Subscription(0, ())
+
+
+def _waits_on_other(group: ConsumerGroup, member: ConsumerMember) -> bool:
+    """Kafka's waitingOnUnreleasedPartition: a partition of its target another member still holds."""
+    target = group.targets.get(member.member_id, NO_PARTITIONS)
+    return any(
+        p not in member.assigned.get(t, frozenset()) and group.is_owned_by_other(member.member_id, (t, p))
+        for t, ps in target.items()
+        for p in ps
+    )
 
 
 def _check_epoch(member: ConsumerMember, req: HeartbeatRequest) -> None:

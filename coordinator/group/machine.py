@@ -94,6 +94,7 @@ class GroupCoordinatorMachine:
         self._loading: set[int] = set()
         self._rebalancer = Rebalancer(self.config, self._pending_writes, new_member_id or _random_member_id)
         self.consumer = ConsumerGroups(self.config.consumer)
+        self._image: TopicsImage = {}  # the topics as the last consumer-group operation saw them
 
     # ------------------------------------------------------------ partitions
 
@@ -272,13 +273,20 @@ class GroupCoordinatorMachine:
 
     # ------------------------------------------------------------ JoinGroup / SyncGroup
 
-    def join_group(self, req: JoinRequest, now_ms: int) -> Result[JoinResponse]:
+    def join_group(
+        self, req: JoinRequest, now_ms: int, image: TopicsImage | None = None
+    ) -> Result[JoinResponse]:
+        """``image``: the topics as the metadata knows them now, for a classic member of a consumer
+        group (its embedded subscription names topics, the group's records hold topic ids)."""
+        if image is not None:
+            self._image = image
         error = self._join_error(req)
         if error is not None:
             return Result(JoinResponse(error, member_id=req.member_id))
         consumer_group = self.consumer.groups.get(req.group_id)
-        if consumer_group is not None and consumer_group.members:
-            return Result(JoinResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id))
+        if consumer_group is not None and consumer_group.members:  # a classic member of a consumer group
+            answer, records = self.consumer.classic_join(req, self._image, now_ms)
+            return Result(answer, tuple(records))
         if consumer_group is not None:  # an Empty consumer group becomes a classic one
             dropped = self.consumer.delete_records(req.group_id)
             result = self.join_group(req, now_ms)
@@ -315,6 +323,8 @@ class GroupCoordinatorMachine:
         error = ErrorCode.INVALID_GROUP_ID if not req.group_id else self._ownership_error(req.group_id)
         if error is not None:
             return Result(SyncResponse(error))
+        if req.group_id in self.consumer.groups:
+            return Result(self.consumer.classic_sync(req, now_ms))
         group = self._groups.get(req.group_id)
         if group is None or group.is_in(_S.EMPTY):
             return Result(SyncResponse(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -344,6 +354,9 @@ class GroupCoordinatorMachine:
         error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
         if error is not None:
             return Result(error)
+        if group_id in self.consumer.groups:
+            consumer = self.consumer
+            return Result(consumer.classic_heartbeat(group_id, member_id, instance_id, generation, now_ms))
         group = self._groups.get(group_id)
         if group is None:
             return Result(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -356,6 +369,9 @@ class GroupCoordinatorMachine:
         error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
         if error is not None:
             return Result(LeaveResponse(error))
+        if group_id in self.consumer.groups:
+            response, records = self.consumer.classic_leave(group_id, members)
+            return Result(response, tuple(records))
         group = self._groups.get(group_id)
         if group is None:
             return Result(LeaveResponse(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -490,17 +506,44 @@ class GroupCoordinatorMachine:
             return Result(HeartbeatResponse(*refused))
         if (error := self._ownership_error(req.group_id)) is not None:
             return Result(HeartbeatResponse(error))
-        prefix: tuple[Record, ...] = ()
+        self._image = image
         classic = self._groups.get(req.group_id)
-        if classic is not None:
-            if classic.members or not classic.is_in(_S.EMPTY) or req.member_epoch != 0:
-                message = f"Group {req.group_id} is not a consumer group."
-                return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
-            self._groups.pop(req.group_id)  # an Empty classic group gives way (Kafka writes its tombstone)
-            self._pending_writes.pop(req.group_id, None)
-            prefix = ((encode_group_metadata_key(req.group_id), None),)
-        response, records = self.consumer.heartbeat(req, image, now_ms)
-        return Result(response, prefix + tuple(records) if records else ())
+        if classic is None:
+            response, records = self.consumer.heartbeat(req, image, now_ms)
+            return Result(response, tuple(records))
+        if req.member_epoch != 0 or not (classic.is_in(_S.EMPTY) or self._may_upgrade(classic)):
+            message = f"Group {req.group_id} is not a consumer group."
+            return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
+        return self._upgrade(classic, req, image, now_ms)
+
+    def _may_upgrade(self, classic: ClassicGroup) -> bool:
+        """Kafka's validateOnlineUpgrade (migration policy bidirectional, Kafka 4's default): a
+        group of consumers (protocol type "consumer") no larger than a consumer group may be."""
+        if not classic.uses_consumer_protocol() or classic.is_in(_S.DEAD):
+            return False
+        return len(classic.members) <= self.config.consumer.max_size
+
+    def _upgrade(
+        self, classic: ClassicGroup, req: HeartbeatRequest, image: TopicsImage, now_ms: int
+    ) -> Result[HeartbeatResponse]:
+        """The classic group gives way to a consumer group (Kafka writes its tombstone); an Empty
+        one simply goes, a live one is converted (its members keep their assignments) and its
+        parked JoinGroup / SyncGroup requests are told REBALANCE_IN_PROGRESS, to rejoin."""
+        self._groups.pop(req.group_id)
+        pending = self._pending_writes.pop(req.group_id, None)
+        live = bool(classic.members)
+        response, records = self.consumer.heartbeat(req, image, now_ms, classic if live else None)
+        if response.error is not ErrorCode.NONE:
+            self._groups.add(classic)
+            if pending is not None:
+                self._pending_writes[req.group_id] = pending
+            return Result(response)
+        fx = Effects()
+        for member in classic.members.values():
+            self._rebalancer.complete_join(classic, member, JoinResponse(ErrorCode.REBALANCE_IN_PROGRESS), fx)
+            self._rebalancer.complete_sync(classic, member, SyncResponse(ErrorCode.REBALANCE_IN_PROGRESS), fx)
+        tombstone = (encode_group_metadata_key(req.group_id), None)
+        return Result(response, (tombstone, *records), tuple(fx.completions))
 
     def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]:
         described = []

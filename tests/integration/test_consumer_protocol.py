@@ -68,6 +68,7 @@ OVERRIDES = {
     "offsets.topic.num.partitions": 3,
     "transaction.state.log.num.partitions": 3,
     "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
     "group.consumer.min.session.timeout.ms": 1000,
     "group.consumer.session.timeout.ms": SESSION_MS,
     "group.consumer.min.heartbeat.interval.ms": 100,
@@ -344,3 +345,39 @@ def test_java_consume_transform_produce_with_the_consumer_protocol(broker: Broke
     listed = listed_type(broker, shop.group)
     assert listed is not None and listed[0] == "consumer", listed
     kill_processors()
+
+
+def replace_member(members: Members, live: list[Member], old: Member, group: str, topic: str,
+                   name: str, lib: str) -> list[Member]:
+    """``old`` closes (LeaveGroup or a leaving heartbeat) and a member of ``lib`` takes its place."""
+    old.close()
+    return [m for m in live if m is not old] + start(members, group, topic, [name], lib)
+
+
+def test_a_classic_group_upgraded_one_member_at_a_time_keeps_consuming(
+    server: Server, members: Members
+) -> None:
+    """The online upgrade (Kafka's group.consumer.migration.policy, bidirectional by default):
+    the first member restarted with group.protocol=consumer turns the classic group into a
+    consumer group that still drives the classic member through JoinGroup / SyncGroup /
+    Heartbeat; the committed offsets stay, every record is consumed and committed once."""
+    broker = server
+    topic, group = new_topic(broker, "kip848-upgrade")
+    live = start(members, group, topic, ["c1", "c2"], "confluent")
+    wait_balanced(live, PARTITIONS)
+    wanted = produce_and_consume(broker, topic, live, "classic")
+    wait_committed_to_end(broker, group, topic, live)
+    assert listed_type(broker, group) == ("classic", "Stable")
+    live = replace_member(members, live, live[0], group, topic, "n1", LIB)
+    wait_balanced(live, PARTITIONS)
+    assert listed_type(broker, group) == ("consumer", "Stable")
+    described = describe(broker, group)
+    assert (described.error_code, len(described.members)) == (ErrorCode.NONE, 2)
+    wanted |= produce_and_consume(broker, topic, live, "mixed")
+    live = replace_member(members, live, live[0], group, topic, "n2", LIB)
+    wait_balanced(live, PARTITIONS)
+    wanted |= produce_and_consume(broker, topic, live, "upgraded")
+    wait_committed_to_end(broker, group, topic, live)
+    assert_once_and_committed(members.started, wanted)
+    assert listed_type(broker, group) == ("consumer", "Stable")
+    assert not [e for m in members.started for e in m.errors() if e["fatal"]]
