@@ -665,6 +665,29 @@ class ConsumerGroups:
             self._keep_pending(writer)
         return LeaveResponse(_E.NONE, tuple(answers)), writer.records
 
+    def downgradable(self, group_id: str) -> ConsumerGroup | None:
+        """Kafka's validateOnlineDowngrade (policy bidirectional): a group whose members all use
+        the classic protocol goes back to being a classic group."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members or not all(m.uses_classic for m in group.members.values()):
+            return None
+        return group
+
+    def downgrade(self, group_id: str) -> list[Record]:
+        """Tombstones for every record of the group (its members' too); it is forgotten here."""
+        group = self.groups[group_id]
+        writer = _Writer(ConsumerGroup(group_id))
+        for member_id in list(group.members):
+            writer.remove_member(member_id)
+            self._forget(group_id, member_id)
+        return writer.records + self.delete_records(group_id)
+
+    def classic_assignment(self, group: ConsumerGroup, member: ConsumerMember) -> bytes:
+        """The member's target as its classic assignment (Kafka's ClassicGroup.fromConsumerGroup)."""
+        assert member.classic is not None
+        target = self._by_name(group.targets.get(member.member_id, NO_PARTITIONS))
+        return encode_assignment(target, subscription_version(member.classic.protocols[0][1]))
+
     def _keep_pending(self, writer: _Writer) -> None:
         if writer.records:
             pending = _PendingWrite(list(writer.records), writer.snapshot)

@@ -25,11 +25,12 @@ from typing import TypeVar, cast
 
 from coordinator.group.assignors import TopicsImage
 from coordinator.group.consumer_machine import ConsumerGroups, request_error
+from coordinator.group.consumer_state import LEAVE_EPOCH
 from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
 from coordinator.group.index import GroupIndex, cached_partition
 from coordinator.group.offsets import OffsetStore, expiration_base, is_expired, validate_offset_commit
 from coordinator.group.rebalance import Effects, PendingWrite, Rebalancer, WriteKind
-from coordinator.group.state import ClassicGroup, GroupState
+from coordinator.group.state import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
 from coordinator.group.types import (
     UNKNOWN_MEMBER_ID,
     Completion,
@@ -402,7 +403,10 @@ class GroupCoordinatorMachine:
         fx = Effects()
         for group in self._timed_live_groups():
             self._rebalancer.on_timer(group, now_ms, fx)
-        fx.records.extend(self.consumer.on_timer(now_ms, self._is_live))
+        expired = self.consumer.on_timer(now_ms, self._is_live)
+        fx.records.extend(expired)
+        for group_id in sorted({_group_of(key) for key, _ in expired}):
+            self._maybe_downgrade(group_id, now_ms, fx)
         return Result(None, tuple(fx.records), tuple(fx.completions))
 
     def _timed_live_groups(self) -> list[ClassicGroup]:
@@ -510,7 +514,11 @@ class GroupCoordinatorMachine:
         classic = self._groups.get(req.group_id)
         if classic is None:
             response, records = self.consumer.heartbeat(req, image, now_ms)
-            return Result(response, tuple(records))
+            if req.member_epoch != LEAVE_EPOCH or response.error is not ErrorCode.NONE:
+                return Result(response, tuple(records))
+            fx = Effects(records=list(records))
+            self._maybe_downgrade(req.group_id, now_ms, fx)
+            return Result(response, tuple(fx.records), tuple(fx.completions))
         if req.member_epoch != 0 or not (classic.is_in(_S.EMPTY) or self._may_upgrade(classic)):
             message = f"Group {req.group_id} is not a consumer group."
             return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
@@ -544,6 +552,38 @@ class GroupCoordinatorMachine:
             self._rebalancer.complete_sync(classic, member, SyncResponse(ErrorCode.REBALANCE_IN_PROGRESS), fx)
         tombstone = (encode_group_metadata_key(req.group_id), None)
         return Result(response, (tombstone, *records), tuple(fx.completions))
+
+    def _maybe_downgrade(self, group_id: str, now_ms: int, fx: Effects) -> None:
+        """The last member of the consumer protocol left: a group of classic members only goes
+        back to a classic group at its group epoch, each member's target its assignment, and
+        rebalances so that they rejoin (Kafka's convertToClassicGroup)."""
+        consumer = self.consumer.downgradable(group_id)
+        if consumer is None:
+            return
+        members: dict[str, Member] = {
+            str(m.member_id): Member(
+                m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.classic.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, m.classic.protocols,
+                self.consumer.classic_assignment(consumer, m),
+            )
+            for m in consumer.members.values()
+            if m.classic is not None
+        }
+        fx.records.extend(self.consumer.downgrade(group_id))
+        epoch = consumer.group_epoch
+        group = ClassicGroup(group_id, _S.STABLE, _S.EMPTY, now_ms, epoch, CONSUMER_PROTOCOL_TYPE)
+        group.members.update(members)
+        statics = {m.group_instance_id: i for i, m in members.items() if m.group_instance_id is not None}
+        group.static_members.update(statics)
+        group.protocol_name = group.select_protocol()
+        group.leader_id = next(iter(members))
+        self._groups.add(group)
+        self._groups.may_have_deadlines(group_id)
+        for member in members.values():
+            self._rebalancer.heartbeat_after(member, now_ms)
+        assignment = {i: m.assignment for i, m in members.items()}
+        self._rebalancer.write_group(group, assignment, PendingWrite(b""), fx)
+        self._rebalancer.prepare_rebalance(group, now_ms, fx)
 
     def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]:
         described = []
@@ -776,6 +816,11 @@ class GroupCoordinatorMachine:
             ):
                 tombstones.append(_offset_tombstone(group.group_id, tp))
         return len(tombstones) == len(committed), tombstones
+
+
+def _group_of(key: bytes) -> str:
+    decoded = decode_consumer_key(key)
+    return "" if decoded is None else decoded.group
 
 
 def _offset_tombstone(group_id: str, tp: TopicPartition) -> Record:

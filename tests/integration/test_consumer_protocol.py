@@ -174,7 +174,7 @@ def describe(broker: Server, group: str) -> Any:
         return client.call(R(group_ids=[group], include_authorized_operations=False), 1).groups[0]
 
 
-def listed_type(broker: BrokerProcess, group: str) -> tuple[str, str] | None:
+def listed_type(broker: Server, group: str) -> tuple[str, str] | None:
     with WireClient(broker.port) as client:
         answer = client.call(REQUESTS[ApiKey.LIST_GROUPS](states_filter=[], types_filter=[]), 5)
     found = [(g.group_type, g.group_state) for g in answer.groups if g.group_id == group]
@@ -354,30 +354,46 @@ def replace_member(members: Members, live: list[Member], old: Member, group: str
     return [m for m in live if m is not old] + start(members, group, topic, [name], lib)
 
 
-def test_a_classic_group_upgraded_one_member_at_a_time_keeps_consuming(
+def wait_listed(broker: Server, group: str, live: list[Member], wanted: tuple[str, str]) -> None:
+    """ListGroups' (type, state) of the group reaches ``wanted`` (members settle a heartbeat or
+    a rejoin after their assignments)."""
+    wait_for(lambda: listed_type(broker, group) == wanted, 15, f"{group} listed as {wanted}", live)
+
+
+def test_a_group_upgraded_and_downgraded_one_member_at_a_time_keeps_consuming(
     server: Server, members: Members
 ) -> None:
     """The online upgrade (Kafka's group.consumer.migration.policy, bidirectional by default):
     the first member restarted with group.protocol=consumer turns the classic group into a
     consumer group that still drives the classic member through JoinGroup / SyncGroup /
-    Heartbeat; the committed offsets stay, every record is consumed and committed once."""
+    Heartbeat; when the last member of the consumer protocol is replaced by a classic one, the
+    group is classic again (the downgrade). The committed offsets stay, every record is consumed
+    and committed once."""
     broker = server
     topic, group = new_topic(broker, "kip848-upgrade")
     live = start(members, group, topic, ["c1", "c2"], "confluent")
     wait_balanced(live, PARTITIONS)
     wanted = produce_and_consume(broker, topic, live, "classic")
     wait_committed_to_end(broker, group, topic, live)
-    assert listed_type(broker, group) == ("classic", "Stable")
+    wait_listed(broker, group, live, ("classic", "Stable"))
     live = replace_member(members, live, live[0], group, topic, "n1", LIB)
     wait_balanced(live, PARTITIONS)
-    assert listed_type(broker, group) == ("consumer", "Stable")
+    wait_listed(broker, group, live, ("consumer", "Stable"))
     described = describe(broker, group)
     assert (described.error_code, len(described.members)) == (ErrorCode.NONE, 2)
     wanted |= produce_and_consume(broker, topic, live, "mixed")
     live = replace_member(members, live, live[0], group, topic, "n2", LIB)
     wait_balanced(live, PARTITIONS)
     wanted |= produce_and_consume(broker, topic, live, "upgraded")
+    wait_listed(broker, group, live, ("consumer", "Stable"))
+    # the downgrade: when the last member of the consumer protocol leaves, the group is classic again
+    live = replace_member(members, live, live[0], group, topic, "c3", "confluent")
+    wait_balanced(live, PARTITIONS)
+    wanted |= produce_and_consume(broker, topic, live, "mixed-again")
+    live = replace_member(members, live, live[0], group, topic, "c4", "confluent")
+    wait_balanced(live, PARTITIONS)
+    wanted |= produce_and_consume(broker, topic, live, "downgraded")
     wait_committed_to_end(broker, group, topic, live)
     assert_once_and_committed(members.started, wanted)
-    assert listed_type(broker, group) == ("consumer", "Stable")
+    wait_listed(broker, group, live, ("classic", "Stable"))
     assert not [e for m in members.started for e in m.errors() if e["fatal"]]
