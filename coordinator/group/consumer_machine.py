@@ -75,7 +75,6 @@ from protocol.consumer_group_log import (
 )
 from protocol.consumer_protocol import (
     ByTopic,
-    Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
@@ -510,8 +509,13 @@ class ConsumerGroups:
         the joining member's heartbeat then bumps the epoch and a new target follows."""
         epoch = classic.generation
         for m in classic.members.values():
-            subscription = _subscription(m.metadata(classic.protocol_name) or b"")
-            assigned = self._by_topic_id(decode_assignment(m.assignment))
+            try:
+                subscription = decode_subscription(m.metadata(classic.protocol_name) or b"")
+                assigned = self._by_topic_id(decode_assignment(m.assignment))
+            except GroupLogDecodeError:
+                message = f"Cannot upgrade the classic group {classic.group_id} to consumer group " \
+                    "because the embedded consumer protocol is malformed."
+                raise _Refusal(_E.GROUP_ID_NOT_FOUND, message) from None
             member = ConsumerMember(
                 MemberId(m.member_id), m.group_instance_id, subscription.rack_id, m.client_id, m.client_host,
                 tuple(sorted(set(subscription.topics))), None, m.rebalance_timeout_ms, None, epoch, epoch,
@@ -845,13 +849,6 @@ def _regex_problem(regex: str | None) -> tuple[ErrorCode, str] | None:
     except re.error as exc:
         return _E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex} is invalid: {exc}"
     return None
-
-
-def _subscription(data: bytes) -> Subscription:
-    try:
-        return decode_subscription(data)
-    except GroupLogDecodeError:
-        return Subscription(0, ())
 
 
 def _waits_on_other(group: ConsumerGroup, member: ConsumerMember) -> bool:

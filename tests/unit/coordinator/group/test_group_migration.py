@@ -1,0 +1,121 @@
+"""The online upgrade and downgrade between the classic and the consumer protocol (KIP-848), as
+Kafka's GroupMetadataManager: a consumer heartbeat converts a classic group, its classic members
+are driven through JoinGroup / SyncGroup / Heartbeat, and the last consumer member leaving
+turns the group back into a classic one."""
+
+from __future__ import annotations
+
+from coordinator.group import GroupState, Kind, OffsetCommitInput
+from coordinator.group.consumer_state import ConsumerGroupState, MemberId
+from coordinator.group.types import JoinResponse
+from protocol.consumer_protocol import decode_assignment, encode_assignment
+from protocol.errors import ErrorCode
+from tests.unit.coordinator.group.harness import GROUP, Harness
+from tests.unit.coordinator.group.test_consumer_groups import Consumers, T
+
+E = ErrorCode
+
+
+def classic_join(h: Consumers, member_id: str = "") -> tuple[JoinResponse | None, str | None]:
+    return Harness.join(h, member_id)
+
+
+def new_classic_member(h: Consumers) -> str:
+    first, _ = classic_join(h)
+    assert first is not None and first.error is E.MEMBER_ID_REQUIRED
+    classic_join(h, first.member_id)
+    return first.member_id
+
+
+def classic_group(h: Consumers) -> tuple[list[str], int]:
+    """Two classic members of generation 1, three partitions of "t" each."""
+    ids = [new_classic_member(h) for _ in range(2)]
+    while (GROUP, ids[0], Kind.JOIN) not in h.answers:  # the initial rebalance delay, extended per member
+        h.tick(h.now + h.machine.config.initial_rebalance_delay_ms)
+    answers = {m: h.join_answer(m) for m in ids}
+    generation = answers[ids[0]].generation_id
+    leader = answers[ids[0]].leader
+    follower = next(m for m in ids if m != leader)
+    assert h.sync(follower, generation) is None
+    assignments = {
+        ids[0]: encode_assignment({"t": [0, 1, 2]}, 0),
+        ids[1]: encode_assignment({"t": [3, 4, 5]}, 0),
+    }
+    h.sync(leader, generation, assignments)
+    for m in ids:
+        h.sync_answer(m)
+    return ids, generation
+
+
+def rejoin(h: Consumers, member_id: str) -> JoinResponse:
+    first, _ = classic_join(h, member_id)
+    assert first is not None, "a classic member of a consumer group is answered at once"
+    return first
+
+
+def test_a_consumer_heartbeat_converts_a_live_classic_group() -> None:
+    h = Consumers()
+    (a, b), generation = classic_group(h)
+    joined = h.join("n")
+    assert joined.member_epoch == generation + 1
+    group = h.machine.consumer.groups[GROUP]
+    assert GROUP not in h.machine.groups
+    assert group.members[MemberId(a)].uses_classic and not group.members[MemberId("n")].uses_classic
+    assert group.members[MemberId(a)].assigned == {T: frozenset({0, 1, 2})}
+    # the classic members are told to rejoin; the one giving partitions up keeps the rest
+    assert h.heartbeat(a, generation) is E.REBALANCE_IN_PROGRESS
+    answer = rejoin(h, a)
+    assert (answer.error, answer.leader, answer.protocol_name) == (E.NONE, "", "range")
+    synced = h.sync(a, answer.generation_id)
+    assert synced is not None and synced.error is E.NONE
+    assert sum(len(ps) for _, ps in decode_assignment(synced.assignment)) == 2
+
+
+def test_the_converted_group_reloads_exactly() -> None:
+    h = Consumers()
+    classic_group(h)
+    h.join("n")
+    before = h.machine.consumer.describe(GROUP)
+    h.failover()
+    assert h.machine.consumer.describe(GROUP) == before
+    assert all(m.uses_classic for i, m in h.machine.consumer.groups[GROUP].members.items() if i != "n")
+
+
+def test_a_classic_member_of_a_consumer_group_commits_at_its_member_epoch() -> None:
+    h = Consumers()
+    (a, _), generation = classic_group(h)
+    h.join("n")
+    answer = rejoin(h, a)
+    commit = h.machine.offset_commit(GROUP, answer.generation_id, a, {("t", 0): OffsetCommitInput(1)}, h.now)
+    assert commit.response == {("t", 0): E.NONE}
+    stale = h.machine.offset_commit(GROUP, generation - 1, a, {("t", 0): OffsetCommitInput(1)}, h.now)
+    assert stale.response == {("t", 0): E.ILLEGAL_GENERATION}
+
+
+def test_the_last_consumer_member_leaving_turns_the_group_classic_again() -> None:
+    h = Consumers()
+    (a, b), _ = classic_group(h)
+    joined = h.join("n")
+    h.beat("n", -1)
+    assert GROUP not in h.machine.consumer.groups
+    group = h.machine.groups[GROUP]
+    assert group.state is GroupState.PREPARING_REBALANCE and set(group.members) == {a, b}
+    assert group.generation >= joined.member_epoch
+    assert h.heartbeat(a, group.generation) is E.REBALANCE_IN_PROGRESS
+    h.failover()
+    reloaded = h.machine.groups[GROUP]
+    assert (reloaded.generation, set(reloaded.members)) == (group.generation, {a, b})
+    assert GROUP not in h.machine.consumer.groups
+
+
+def test_a_classic_join_to_a_consumer_group_needs_a_member_id_first() -> None:
+    h = Consumers()
+    h.join("a")
+    first, _ = classic_join(h)
+    assert first is not None and first.error is E.MEMBER_ID_REQUIRED
+    answer = rejoin(h, first.member_id)
+    assert answer.error is E.NONE and answer.generation_id > 0
+    assert h.machine.consumer.groups[GROUP].state() is not ConsumerGroupState.EMPTY
+    assert h.heartbeat(first.member_id, answer.generation_id + 5) is E.ILLEGAL_GENERATION
+    left = h.apply(h.machine.leave_group(GROUP, [], h.now))
+    assert left is not None and left.error is E.NONE
