@@ -74,6 +74,7 @@ def consumer_config(config: BrokerConfig) -> ConsumerConfig:
         max_size=config.group_consumer_max_size,
         assignment_interval_ms=config.group_consumer_assignment_interval_ms,
         assignors=tuple(config.group_consumer_assignors.split(",")),
+        migration_policy=config.group_consumer_migration_policy,
     )
 
 

@@ -525,8 +525,10 @@ class GroupCoordinatorMachine:
         return self._upgrade(classic, req, image, now_ms)
 
     def _may_upgrade(self, classic: ClassicGroup) -> bool:
-        """Kafka's validateOnlineUpgrade (migration policy bidirectional, Kafka 4's default): a
-        group of consumers (protocol type "consumer") no larger than a consumer group may be."""
+        """Kafka's validateOnlineUpgrade: the migration policy allows it, the group is one of
+        consumers (protocol type "consumer") no larger than a consumer group may be."""
+        if not self.config.consumer.upgrade_enabled:
+            return False
         if not classic.uses_consumer_protocol() or classic.is_in(_S.DEAD):
             return False
         return len(classic.members) <= self.config.consumer.max_size
@@ -556,9 +558,12 @@ class GroupCoordinatorMachine:
     def _maybe_downgrade(self, group_id: str, now_ms: int, fx: Effects) -> None:
         """The last member of the consumer protocol left: a group of classic members only goes
         back to a classic group at its group epoch, each member's target its assignment, and
-        rebalances so that they rejoin (Kafka's convertToClassicGroup)."""
+        rebalances so that they rejoin (Kafka's convertToClassicGroup), if the migration policy
+        allows it and the group is no larger than a classic group may be."""
         consumer = self.consumer.downgradable(group_id)
-        if consumer is None:
+        if consumer is None or not self.config.consumer.downgrade_enabled:
+            return
+        if len(consumer.members) > self.config.max_group_size:
             return
         members: dict[str, Member] = {
             str(m.member_id): Member(

@@ -5,6 +5,8 @@ turns the group back into a classic one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from coordinator.group import GroupState, Kind, OffsetCommitInput
 from coordinator.group.consumer_state import ConsumerGroupState, MemberId
 from coordinator.group.types import JoinResponse
@@ -119,3 +121,26 @@ def test_a_classic_join_to_a_consumer_group_needs_a_member_id_first() -> None:
     assert h.heartbeat(first.member_id, answer.generation_id + 5) is E.ILLEGAL_GENERATION
     left = h.apply(h.machine.leave_group(GROUP, [], h.now))
     assert left is not None and left.error is E.NONE
+
+
+def with_policy(policy: str) -> Consumers:
+    h = Consumers()
+    h.config = replace(h.config, consumer=replace(h.config.consumer, migration_policy=policy))
+    h.machine = h._new_machine()
+    h.machine.begin_load(0, 1)
+    h.machine.finish_load(0, h.now)
+    return h
+
+
+def test_the_migration_policy_can_forbid_the_upgrade_or_the_downgrade() -> None:
+    h = with_policy("downgrade")
+    classic_group(h)
+    refused = h.beat("n", 0)
+    assert refused.error is E.GROUP_ID_NOT_FOUND
+    assert GROUP in h.machine.groups
+    h = with_policy("upgrade")
+    (a, b), _ = classic_group(h)
+    h.join("n")
+    h.beat("n", -1)
+    assert set(h.machine.consumer.groups[GROUP].members) == {a, b}
+    assert GROUP not in h.machine.groups
