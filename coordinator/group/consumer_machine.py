@@ -669,13 +669,15 @@ class ConsumerGroups:
             self._keep_pending(writer)
         return LeaveResponse(_E.NONE, tuple(answers)), writer.records
 
-    def downgradable(self, group_id: str) -> ConsumerGroup | None:
-        """Kafka's validateOnlineDowngrade (policy bidirectional): a group whose members all use
-        the classic protocol goes back to being a classic group."""
+    def downgradable(self, group_id: str, leaving: MemberId) -> list[ConsumerMember]:
+        """Kafka's validateOnlineDowngradeWithFencedMember: when ``leaving``, a member of the
+        consumer protocol, goes and only classic members remain, these (else nothing)."""
         group = self.groups.get(group_id)
-        if group is None or not group.members or not all(m.uses_classic for m in group.members.values()):
-            return None
-        return group
+        member = None if group is None else group.members.get(leaving)
+        if group is None or member is None or member.uses_classic:
+            return []
+        others = [m for i, m in group.members.items() if i != leaving]
+        return others if all(m.uses_classic for m in others) else []
 
     def downgrade(self, group_id: str) -> list[Record]:
         """Tombstones for every record of the group (its members' too); it is forgotten here."""
@@ -704,14 +706,18 @@ class ConsumerGroups:
         deadlines += [d for (g, _), (_, d) in self._rebalances.items() if live(g)]
         return min(deadlines, default=None)
 
-    def on_timer(self, now_ms: int, live: Callable[[str], bool]) -> list[Record]:
-        """Members whose session lapsed, or who did not revoke within the rebalance timeout, are
-        fenced."""
+    def due(self, now_ms: int, live: Callable[[str], bool]) -> set[MemberKey]:
+        """Members whose session lapsed, or who did not revoke within the rebalance timeout."""
         expired = {k for k, d in self._sessions.items() if d <= now_ms and live(k[0])}
         expired |= {
             k for k, (epoch, d) in self._rebalances.items()
             if d <= now_ms and live(k[0]) and self._epoch_of(k) == epoch
         }
+        return expired
+
+    def on_timer(self, now_ms: int, live: Callable[[str], bool]) -> list[Record]:
+        """The members ``due`` are fenced."""
+        expired = self.due(now_ms, live)
         self._rebalances = {k: v for k, v in self._rebalances.items() if v[1] > now_ms}
         records: list[Record] = []
         for group_id, member_id in sorted(expired):
@@ -743,7 +749,7 @@ class ConsumerGroups:
             DescribedConsumerMember(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
                 m.subscribed_topic_names, m.subscribed_topic_regex, m.assigned,
-                group.targets.get(m.member_id, NO_PARTITIONS),
+                group.targets.get(m.member_id, NO_PARTITIONS), m.uses_classic,
             )
             for m in group.members.values()
         )

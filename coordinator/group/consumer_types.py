@@ -72,6 +72,7 @@ class DescribedConsumerMember:
     subscribed_topic_regex: str | None
     assignment: TopicPartitions
     target_assignment: TopicPartitions
+    classic: bool = False  # a member of the classic protocol in a consumer group
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from typing import TypeVar, cast
 
 from coordinator.group.assignors import TopicsImage
 from coordinator.group.consumer_machine import ConsumerGroups, request_error
-from coordinator.group.consumer_state import LEAVE_EPOCH
+from coordinator.group.consumer_state import LEAVE_EPOCH, MemberId
 from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
 from coordinator.group.index import GroupIndex, cached_partition
 from coordinator.group.offsets import OffsetStore, expiration_base, is_expired, validate_offset_commit
@@ -403,10 +403,9 @@ class GroupCoordinatorMachine:
         fx = Effects()
         for group in self._timed_live_groups():
             self._rebalancer.on_timer(group, now_ms, fx)
-        expired = self.consumer.on_timer(now_ms, self._is_live)
-        fx.records.extend(expired)
-        for group_id in sorted({_group_of(key) for key, _ in expired}):
-            self._maybe_downgrade(group_id, now_ms, fx)
+        for group_id, member_id in sorted(self.consumer.due(now_ms, self._is_live)):
+            self._downgrade(group_id, member_id, now_ms, fx)  # the group's members are then gone
+        fx.records.extend(self.consumer.on_timer(now_ms, self._is_live))
         return Result(None, tuple(fx.records), tuple(fx.completions))
 
     def _timed_live_groups(self) -> list[ClassicGroup]:
@@ -513,12 +512,14 @@ class GroupCoordinatorMachine:
         self._image = image
         classic = self._groups.get(req.group_id)
         if classic is None:
+            fx = Effects()
+            if req.member_epoch == LEAVE_EPOCH and self._leaves_only_classic(req):
+                self._downgrade(req.group_id, MemberId(req.member_id), now_ms, fx)
+            if fx.records:  # Kafka answers the leave as any other
+                left = HeartbeatResponse(ErrorCode.NONE, member_id=req.member_id, member_epoch=LEAVE_EPOCH)
+                return Result(left, tuple(fx.records), tuple(fx.completions))
             response, records = self.consumer.heartbeat(req, image, now_ms)
-            if req.member_epoch != LEAVE_EPOCH or response.error is not ErrorCode.NONE:
-                return Result(response, tuple(records))
-            fx = Effects(records=list(records))
-            self._maybe_downgrade(req.group_id, now_ms, fx)
-            return Result(response, tuple(fx.records), tuple(fx.completions))
+            return Result(response, tuple(records))
         if req.member_epoch != 0 or not (classic.is_in(_S.EMPTY) or self._may_upgrade(classic)):
             message = f"Group {req.group_id} is not a consumer group."
             return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
@@ -555,23 +556,32 @@ class GroupCoordinatorMachine:
         tombstone = (encode_group_metadata_key(req.group_id), None)
         return Result(response, (tombstone, *records), tuple(fx.completions))
 
-    def _maybe_downgrade(self, group_id: str, now_ms: int, fx: Effects) -> None:
-        """The last member of the consumer protocol left: a group of classic members only goes
-        back to a classic group at its group epoch, each member's target its assignment, and
-        rebalances so that they rejoin (Kafka's convertToClassicGroup), if the migration policy
-        allows it and the group is no larger than a classic group may be."""
-        consumer = self.consumer.downgradable(group_id)
-        if consumer is None or not self.config.consumer.downgrade_enabled:
+    def _leaves_only_classic(self, req: HeartbeatRequest) -> bool:
+        """A dynamic member, or the static member its instance id names, leaving."""
+        group = self.consumer.groups.get(req.group_id)
+        if group is None or req.member_id not in group.members:
+            return False
+        return req.instance_id is None or group.static_members.get(req.instance_id) == req.member_id
+
+    def _downgrade(self, group_id: str, leaving: MemberId, now_ms: int, fx: Effects) -> None:
+        """The last member of the consumer protocol leaves (or is fenced): instead of its removal,
+        the classic members left become a classic group at the group's epoch, each member's
+        target its assignment, which rebalances so that they rejoin (Kafka's
+        convertToClassicGroup), if the migration policy allows it and the group is no larger
+        than a classic group may be."""
+        others = self.consumer.downgradable(group_id, leaving)
+        if not others or not self.config.consumer.downgrade_enabled:
             return
-        if len(consumer.members) > self.config.max_group_size:
+        if len(others) > self.config.max_group_size:
             return
+        consumer = self.consumer.groups[group_id]
         members: dict[str, Member] = {
             str(m.member_id): Member(
                 m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
                 m.classic.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, m.classic.protocols,
                 self.consumer.classic_assignment(consumer, m),
             )
-            for m in consumer.members.values()
+            for m in others
             if m.classic is not None
         }
         fx.records.extend(self.consumer.downgrade(group_id))
@@ -821,11 +831,6 @@ class GroupCoordinatorMachine:
             ):
                 tombstones.append(_offset_tombstone(group.group_id, tp))
         return len(tombstones) == len(committed), tombstones
-
-
-def _group_of(key: bytes) -> str:
-    decoded = decode_consumer_key(key)
-    return "" if decoded is None else decoded.group
 
 
 def _offset_tombstone(group_id: str, tp: TopicPartition) -> Record:
