@@ -111,6 +111,8 @@ def lib(request: pytest.FixtureRequest) -> str:
 def members(request: pytest.FixtureRequest) -> Iterator[Members]:
     target: Server = request.getfixturevalue("server" if "server" in request.fixturenames else "broker")
     java = "lib" in request.fixturenames and request.getfixturevalue("lib") == "java-consumer"
+    if "protocols" in request.fixturenames:
+        java = request.getfixturevalue("protocols")[1] == "java-consumer"
     started = Members(target.bootstrap, compile_group_member("4.3") if java else None)
     try:
         yield started
@@ -360,8 +362,16 @@ def wait_listed(broker: Server, group: str, live: list[Member], wanted: tuple[st
     wait_for(lambda: listed_type(broker, group) == wanted, 15, f"{group} listed as {wanted}", live)
 
 
+@pytest.fixture(params=[
+    ("confluent", LIB), pytest.param(("java-classic", "java-consumer"), marks=pytest.mark.java)
+])
+def protocols(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A client's classic and consumer-protocol members: confluent-kafka's, or the Java 4.3 client's."""
+    return request.param  # type: ignore[no-any-return]
+
+
 def test_a_group_upgraded_and_downgraded_one_member_at_a_time_keeps_consuming(
-    server: Server, members: Members
+    server: Server, protocols: tuple[str, str], members: Members
 ) -> None:
     """The online upgrade (Kafka's group.consumer.migration.policy, bidirectional by default):
     the first member restarted with group.protocol=consumer turns the classic group into a
@@ -370,27 +380,28 @@ def test_a_group_upgraded_and_downgraded_one_member_at_a_time_keeps_consuming(
     group is classic again (the downgrade). The committed offsets stay, every record is consumed
     and committed once."""
     broker = server
+    classic, consumer = protocols
     topic, group = new_topic(broker, "kip848-upgrade")
-    live = start(members, group, topic, ["c1", "c2"], "confluent")
+    live = start(members, group, topic, ["c1", "c2"], classic)
     wait_balanced(live, PARTITIONS)
     wanted = produce_and_consume(broker, topic, live, "classic")
     wait_committed_to_end(broker, group, topic, live)
     wait_listed(broker, group, live, ("classic", "Stable"))
-    live = replace_member(members, live, live[0], group, topic, "n1", LIB)
+    live = replace_member(members, live, live[0], group, topic, "n1", consumer)
     wait_balanced(live, PARTITIONS)
     wait_listed(broker, group, live, ("consumer", "Stable"))
     described = describe(broker, group)
     assert (described.error_code, len(described.members)) == (ErrorCode.NONE, 2)
     wanted |= produce_and_consume(broker, topic, live, "mixed")
-    live = replace_member(members, live, live[0], group, topic, "n2", LIB)
+    live = replace_member(members, live, live[0], group, topic, "n2", consumer)
     wait_balanced(live, PARTITIONS)
     wanted |= produce_and_consume(broker, topic, live, "upgraded")
     wait_listed(broker, group, live, ("consumer", "Stable"))
     # the downgrade: when the last member of the consumer protocol leaves, the group is classic again
-    live = replace_member(members, live, live[0], group, topic, "c3", "confluent")
+    live = replace_member(members, live, live[0], group, topic, "c3", classic)
     wait_balanced(live, PARTITIONS)
     wanted |= produce_and_consume(broker, topic, live, "mixed-again")
-    live = replace_member(members, live, live[0], group, topic, "c4", "confluent")
+    live = replace_member(members, live, live[0], group, topic, "c4", classic)
     wait_balanced(live, PARTITIONS)
     wanted |= produce_and_consume(broker, topic, live, "downgraded")
     wait_committed_to_end(broker, group, topic, live)

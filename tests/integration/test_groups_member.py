@@ -297,13 +297,14 @@ def main(argv: list[str]) -> None:
 
 def member_command(lib: str, java_classes: Path | None) -> list[str]:
     """"java": GroupMember with the 3.9 client; "java-consumer": with the 4.3 client and KIP-848's
-    group protocol (compile it with `compile_group_member("4.3")`)."""
-    if lib in ("java", "java-consumer"):
+    group protocol, "java-classic" with the 4.3 client and the classic protocol (compile it with
+    `compile_group_member("4.3")`)."""
+    if lib in ("java", "java-consumer", "java-classic"):
         from tests.integration.harness import JAVA_CLIENTS
 
         assert java_classes is not None, "compile java/GroupMember.java first (the java_classes fixture)"
         consumer = lib == "java-consumer"
-        jars = JAVA_CLIENTS["4.3" if consumer else "3.9"]
+        jars = JAVA_CLIENTS["3.9" if lib == "java" else "4.3"]
         return [
             "java",
             "-XX:TieredStopAtLevel=1",
