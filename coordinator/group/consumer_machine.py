@@ -550,10 +550,13 @@ class ConsumerGroups:
         self.image = image
         if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not req.protocols:
             return JoinResponse(_E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id), []
-        member_id = MemberId(req.member_id or self._new_member_id())
+        group = self.groups[req.group_id]
+        known = None if req.group_instance_id is None else group.static_members.get(req.group_instance_id)
+        # a static member coming back without its id takes its place again (Kafka gives it a new id)
+        member_id = MemberId(req.member_id or known or self._new_member_id())
         if not req.member_id and req.group_instance_id is None and req.api_version >= 4:
             return JoinResponse(_E.MEMBER_ID_REQUIRED, member_id=member_id), []
-        writer = _Writer(self.groups[req.group_id])
+        writer = _Writer(group)
         try:
             member = self._classic_joining(writer, req, member_id, now_ms)
         except _Refusal as refusal:

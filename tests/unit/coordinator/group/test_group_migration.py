@@ -144,3 +144,13 @@ def test_the_migration_policy_can_forbid_the_upgrade_or_the_downgrade() -> None:
     h.beat("n", -1)
     assert set(h.machine.consumer.groups[GROUP].members) == {a, b}
     assert GROUP not in h.machine.groups
+
+
+def test_a_static_classic_member_restarted_without_its_id_takes_its_place_again() -> None:
+    h = Consumers()
+    h.join("n")
+    first, _ = Harness.join(h, instance="i1")
+    assert first is not None and first.error is E.NONE
+    again, _ = Harness.join(h, instance="i1")
+    assert again is not None and (again.error, again.member_id) == (E.NONE, first.member_id)
+    assert len(h.machine.consumer.groups[GROUP].members) == 2
