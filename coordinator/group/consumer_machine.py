@@ -172,6 +172,8 @@ class ConsumerGroups:
         self._pending: dict[str, list[_PendingWrite]] = {}
         self._sessions: dict[MemberKey, int] = {}
         self._rebalances: dict[MemberKey, tuple[int, int]] = {}  # epoch to leave, deadline
+        # a classic member told to rejoin must join, and once joined sync, within its rebalance timeout
+        self._classic_deadlines: dict[MemberKey, int] = {}
         self._assigned_at: dict[str, int] = {}  # when each group's target was last computed
         self._new_member_id = new_member_id or _random_member_id
 
@@ -231,6 +233,7 @@ class ConsumerGroups:
         self._sessions = {k: v for k, v in self._sessions.items() if not owns(k[0])}
         self._assigned_at = {g: t for g, t in self._assigned_at.items() if not owns(g)}
         self._rebalances = {k: v for k, v in self._rebalances.items() if not owns(k[0])}
+        self._classic_deadlines = {k: d for k, d in self._classic_deadlines.items() if not owns(k[0])}
 
     def loaded(self, owns: Callable[[str], bool], now_ms: int) -> None:
         """After a load every member has a session timeout to heartbeat within, and one asked to
@@ -500,6 +503,7 @@ class ConsumerGroups:
     def _forget(self, group_id: str, member_id: MemberId) -> None:
         self._sessions.pop((group_id, member_id), None)
         self._rebalances.pop((group_id, member_id), None)
+        self._classic_deadlines.pop((group_id, member_id), None)
 
     # ------------------------------------------------------------ the classic protocol's members
 
@@ -564,6 +568,7 @@ class ConsumerGroups:
             return JoinResponse(refusal.error, member_id=req.member_id), []
         self._keep_pending(writer)
         self._sessions[(req.group_id, member_id)] = now_ms + req.session_timeout_ms
+        self._classic_deadlines[(req.group_id, member_id)] = now_ms + max(member.rebalance_timeout_ms, 0)
         name = req.protocols[0][0]
         response = JoinResponse(_E.NONE, member_id, member.member_epoch, CONSUMER_PROTOCOL_TYPE, name)
         return response, writer.records
@@ -625,9 +630,12 @@ class ConsumerGroups:
             return SyncResponse(_E.ILLEGAL_GENERATION)
         if req.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE) or req.protocol_name not in (None, name):
             return SyncResponse(_E.INCONSISTENT_GROUP_PROTOCOL)
+        key = (group.group_id, member.member_id)
         if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self._classic_deadlines.setdefault(key, now_ms + max(member.rebalance_timeout_ms, 0))
             return SyncResponse(_E.REBALANCE_IN_PROGRESS)
-        self._sessions[(group.group_id, member.member_id)] = now_ms + member.classic.session_timeout_ms
+        self._classic_deadlines.pop(key, None)
+        self._sessions[key] = now_ms + member.classic.session_timeout_ms
         assignment = encode_assignment(self._by_name(member.assigned), subscription_version(subscription))
         return SyncResponse(_E.NONE, CONSUMER_PROTOCOL_TYPE, name, assignment)
 
@@ -648,6 +656,8 @@ class ConsumerGroups:
         unrevoked = member.state is MemberState.UNREVOKED_PARTITIONS
         released = member.state is MemberState.UNRELEASED_PARTITIONS and not _waits_on_other(group, member)
         if member.member_epoch < group.group_epoch or unrevoked or released:
+            deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+            self._classic_deadlines.setdefault((group_id, member.member_id), deadline)
             return _E.REBALANCE_IN_PROGRESS
         return _E.NONE
 
@@ -707,6 +717,7 @@ class ConsumerGroups:
     def next_deadline_ms(self, live: Callable[[str], bool]) -> int | None:
         deadlines = [d for (g, _), d in self._sessions.items() if live(g)]
         deadlines += [d for (g, _), (_, d) in self._rebalances.items() if live(g)]
+        deadlines += [d for (g, _), d in self._classic_deadlines.items() if live(g)]
         return min(deadlines, default=None)
 
     def due(self, now_ms: int, live: Callable[[str], bool]) -> set[MemberKey]:
@@ -716,6 +727,7 @@ class ConsumerGroups:
             k for k, (epoch, d) in self._rebalances.items()
             if d <= now_ms and live(k[0]) and self._epoch_of(k) == epoch
         }
+        expired |= {k for k, d in self._classic_deadlines.items() if d <= now_ms and live(k[0])}
         return expired
 
     def on_timer(self, now_ms: int, live: Callable[[str], bool]) -> list[Record]:

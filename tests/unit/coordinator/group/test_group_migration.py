@@ -154,3 +154,20 @@ def test_a_static_classic_member_restarted_without_its_id_takes_its_place_again(
     again, _ = Harness.join(h, instance="i1")
     assert again is not None and (again.error, again.member_id) == (E.NONE, first.member_id)
     assert len(h.machine.consumer.groups[GROUP].members) == 2
+
+
+def test_a_classic_member_told_to_rejoin_that_does_not_within_its_rebalance_timeout_is_fenced() -> None:
+    """Kafka's join timeout: heartbeats alone do not keep it (they keep only its session)."""
+    h = Consumers()
+    (a, b), generation = classic_group(h)
+    h.join("n")
+    answer = rejoin(h, b)
+    h.sync(b, answer.generation_id)
+    for now in (10_000, 18_000, 26_000, 34_000, 39_000):  # told to rejoin first at 10 s
+        h.now = now
+        assert h.heartbeat(a, generation) is E.REBALANCE_IN_PROGRESS
+        h.heartbeat(b, answer.generation_id)
+        h.beat("n", h.machine.consumer.groups[GROUP].members[MemberId("n")].member_epoch)
+    assert a in h.machine.consumer.groups[GROUP].members
+    h.tick(40_000)  # its rebalance timeout (30 s) lapsed
+    assert set(h.machine.consumer.groups[GROUP].members) == {b, "n"}
