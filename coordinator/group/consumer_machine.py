@@ -552,9 +552,9 @@ class ConsumerGroups:
         consumer protocol) and is answered at once, as a follower, with its member epoch as the
         generation; SyncGroup then hands it its current assignment."""
         self.image = image
-        if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not req.protocols:
-            return JoinResponse(_E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id), []
         group = self.groups[req.group_id]
+        if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not _supported(group, req.protocols):
+            return JoinResponse(_E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id), []
         known = None if req.group_instance_id is None else group.static_members.get(req.group_instance_id)
         # a static member coming back without its id takes its place again (Kafka gives it a new id)
         member_id = MemberId(req.member_id or known or self._new_member_id())
@@ -826,7 +826,9 @@ class ConsumerGroups:
         member = group.members.get(MemberId(member_id or ""))
         if member is None:
             return _E.UNKNOWN_MEMBER_ID
-        return None if epoch == member.member_epoch else _E.STALE_MEMBER_EPOCH
+        if epoch == member.member_epoch:
+            return None
+        return _E.ILLEGAL_GENERATION if member.uses_classic else _E.STALE_MEMBER_EPOCH
 
 
 def request_error(req: HeartbeatRequest, assignors: Iterable[str]) -> tuple[ErrorCode, str] | None:
@@ -870,6 +872,12 @@ def _regex_problem(regex: str | None) -> tuple[ErrorCode, str] | None:
     except re.error as exc:
         return _E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex} is invalid: {exc}"
     return None
+
+
+def _supported(group: ConsumerGroup, protocols: Sequence[tuple[str, bytes]]) -> bool:
+    """Kafka's supportsClassicProtocols: a protocol offered that every classic member supports."""
+    classic = [m.classic for m in group.members.values() if m.classic is not None]
+    return any(all(name in {n for n, _ in c.protocols} for c in classic) for name, _ in protocols)
 
 
 def _waits_on_other(group: ConsumerGroup, member: ConsumerMember) -> bool:

@@ -92,6 +92,9 @@ def test_a_classic_member_of_a_consumer_group_commits_at_its_member_epoch() -> N
     assert commit.response == {("t", 0): E.NONE}
     stale = h.machine.offset_commit(GROUP, generation - 1, a, {("t", 0): OffsetCommitInput(1)}, h.now)
     assert stale.response == {("t", 0): E.ILLEGAL_GENERATION}
+    fetched = h.machine.offset_fetch(GROUP, [("t", 0)], member=(a, generation - 1))
+    assert fetched.error is E.ILLEGAL_GENERATION  # Kafka's validateMemberEpoch for a classic member
+    assert h.machine.offset_fetch(GROUP, [("t", 0)], member=(a, answer.generation_id)).error is E.NONE
 
 
 def test_the_last_consumer_member_leaving_turns_the_group_classic_again() -> None:
@@ -171,3 +174,36 @@ def test_a_classic_member_told_to_rejoin_that_does_not_within_its_rebalance_time
     assert a in h.machine.consumer.groups[GROUP].members
     h.tick(40_000)  # its rebalance timeout (30 s) lapsed
     assert set(h.machine.consumer.groups[GROUP].members) == {b, "n"}
+
+
+def cooperative(owned: list[int]) -> tuple[tuple[str, bytes], ...]:
+    """A ConsumerProtocolSubscription v1 of "t" naming the partitions the member owns."""
+    topic = b"\x00\x01t"
+    parts = len(owned).to_bytes(4, "big") + b"".join(p.to_bytes(4, "big") for p in owned)
+    metadata = b"\x00\x01\x00\x00\x00\x01" + topic + b"\xff\xff\xff\xff\x00\x00\x00\x01" + topic + parts
+    return (("range", metadata),)
+
+
+def test_a_cooperative_classic_member_revokes_then_rejoins_for_the_new_epoch() -> None:
+    """Its JoinGroup names what it owns: asked to give one up, it stays at its epoch and its
+    SyncGroup gives it the rest; once its next JoinGroup no longer names it, it moves on."""
+    h = Consumers()
+    (a, b), generation = classic_group(h)
+    h.join("n")
+    first, _ = Harness.join(h, a, protocols=cooperative([0, 1, 2]))
+    assert first is not None and (first.error, first.generation_id) == (E.NONE, generation)
+    synced = h.sync(a, generation)
+    assert synced is not None and synced.error is E.NONE
+    kept = [p for _, ps in decode_assignment(synced.assignment) for p in ps]
+    assert len(kept) == 2
+    assert h.heartbeat(a, generation) is E.REBALANCE_IN_PROGRESS
+    again, _ = Harness.join(h, a, protocols=cooperative(kept))
+    assert again is not None and again.generation_id > generation
+
+
+def test_a_classic_member_must_offer_a_protocol_every_classic_member_supports() -> None:
+    h = Consumers()
+    (a, _), _ = classic_group(h)
+    h.join("n")
+    refused, _ = Harness.join(h, a, protocols=(("roundrobin", cooperative([])[0][1]),))
+    assert refused is not None and refused.error is E.INCONSISTENT_GROUP_PROTOCOL
