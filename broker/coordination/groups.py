@@ -233,6 +233,7 @@ class GroupCoordinator:
         self._timer = None
         result = self.machine.on_timer(steady_ms())
         _log_fenced(result.records)
+        _log_migration(result.records)
         self.runtime.spawn(self.persist(result))
 
     async def _expire_offsets_loop(self) -> None:
@@ -343,6 +344,8 @@ class GroupCoordinator:
     async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         result = self.machine.consumer_group_heartbeat(request, self._topics_image(), steady_ms())
         error = await self.persist(result)
+        if error == ErrorCode.NONE:
+            _log_migration(result.records)
         answer = _response(result)
         if error != ErrorCode.NONE:
             return HeartbeatResponse(error)
@@ -390,6 +393,21 @@ def _log_heartbeat(request: HeartbeatRequest, answer: HeartbeatResponse) -> None
     elif answer.assignment is not None:
         log.debug("group %s: member %s at epoch %d holds %d partitions", request.group_id,
                   answer.member_id, answer.member_epoch, sum(len(p) for p in answer.assignment.values()))
+
+
+def _log_migration(records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    """A classic group's record beside a consumer group's in one append is a conversion: its
+    tombstone the upgrade, a new GroupMetadata the downgrade."""
+    records = list(records)
+    if not any(decode_consumer_key(key) is not None for key, _ in records):
+        return
+    for key, value in records:
+        if decode_consumer_key(key) is not None:
+            continue
+        decoded = decode_key(key)
+        if isinstance(decoded, GroupMetadataKey):
+            way = "upgraded to a consumer group" if value is None else "downgraded to a classic group"
+            log.info("group %s: %s (group.consumer.migration.policy)", decoded.group, way)
 
 
 def _log_fenced(records: Iterable[tuple[bytes, bytes | None]]) -> None:

@@ -408,3 +408,6 @@ def test_a_group_upgraded_and_downgraded_one_member_at_a_time_keeps_consuming(
     assert_once_and_committed(members.started, wanted)
     wait_listed(broker, group, live, ("classic", "Stable"))
     assert not [e for m in members.started for e in m.errors() if e["fatal"]]
+    if isinstance(broker, BrokerProcess):  # one line each in Gregor's log
+        for way in ("upgraded to a consumer group", "downgraded to a classic group"):
+            assert f"group {group}: {way}" in broker.log_text()
