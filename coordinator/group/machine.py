@@ -177,8 +177,9 @@ class GroupCoordinatorMachine:
         when the batch is transactional. Returns answers the record releases."""
         consumer_key = decode_consumer_key(key)
         if consumer_key is not None:
-            if self.partition_for(consumer_key.group) in self._epochs:
-                self._drop_simple_group(consumer_key.group)
+            group_id = consumer_key.group
+            if self.partition_for(group_id) in self._epochs and not self._converted_away(group_id, True):
+                self._drop_simple_group(group_id)
                 self.consumer.replay(key, value)
             return []
         try:
@@ -191,6 +192,17 @@ class GroupCoordinatorMachine:
             self._replay_offset(decoded, value, offset, producer_id)
             return []
         return self._replay_group(decoded, value, now_ms)
+
+    def _converted_away(self, group_id: str, consumer_record: bool) -> bool:
+        """A record of the group's other kind, written before a conversion (upgrade or downgrade)
+        and made durable after it: live, the conversion's own records (appended after it) end
+        what it would make again, so it is skipped; a load replays every record in log order."""
+        if self.partition_for(group_id) in self._loading:
+            return False
+        if consumer_record:
+            classic = self._groups.get(group_id)
+            return group_id not in self.consumer.groups and classic is not None and bool(classic.members)
+        return group_id not in self._groups and group_id in self.consumer.groups
 
     def _drop_simple_group(self, group_id: str) -> None:
         """A consumer group's records win over the "simple" group its offsets made (a compacted
@@ -224,6 +236,8 @@ class GroupCoordinatorMachine:
         if value is None:
             self._groups.pop(group_id)
             self._pending_writes.pop(group_id, None)
+            return []
+        if self._converted_away(group_id, False):
             return []
         try:
             decoded = decode_group_metadata_value(value)

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from coordinator.group import GroupState, Kind, OffsetCommitInput
 from coordinator.group.consumer_state import ConsumerGroupState, MemberId
-from coordinator.group.types import JoinResponse
+from coordinator.group.consumer_types import HeartbeatRequest
+from coordinator.group.types import JoinResponse, SyncRequest
 from protocol.consumer_protocol import decode_assignment, encode_assignment
 from protocol.errors import ErrorCode
 from tests.unit.coordinator.group.harness import GROUP, Harness
@@ -207,3 +208,30 @@ def test_a_classic_member_must_offer_a_protocol_every_classic_member_supports() 
     h.join("n")
     refused, _ = Harness.join(h, a, protocols=(("roundrobin", cooperative([])[0][1]),))
     assert refused is not None and refused.error is E.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_classic_record_in_flight_at_the_upgrade_does_not_bring_the_classic_group_back() -> None:
+    """The leader's SyncGroup record is appended, a consumer heartbeat converts the group before
+    it is durable: its replay must not make the classic group again beside the consumer group."""
+    h = Consumers()
+    ids = [new_classic_member(h) for _ in range(2)]
+    while (GROUP, ids[0], Kind.JOIN) not in h.answers:
+        h.tick(h.now + h.machine.config.initial_rebalance_delay_ms)
+    answers = {m: h.join_answer(m) for m in ids}
+    leader, generation = answers[ids[0]].leader, answers[ids[0]].generation_id
+    assignments = {m: encode_assignment({"t": [i]}, 0) for i, m in enumerate(ids)}
+    in_flight = h.machine.sync_group(SyncRequest(GROUP, generation, leader, assignments), h.now)
+    assert in_flight.records, "the leader's assignment is written"
+    converted = h.machine.consumer_group_heartbeat(
+        HeartbeatRequest(GROUP, "n", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",),
+                         owned=[]),
+        h.image,
+        h.now,
+    )
+    assert converted.response is not None and converted.response.error is E.NONE
+    h.apply(in_flight)
+    assert GROUP not in h.machine.groups and GROUP in h.machine.consumer.groups
+    h.apply(converted)
+    assert GROUP not in h.machine.groups and GROUP in h.machine.consumer.groups
+    h.failover()
+    assert GROUP not in h.machine.groups and GROUP in h.machine.consumer.groups
