@@ -246,8 +246,8 @@ def listed(_side: Side, tree: Tree) -> Tree:
     return {**tree, "groups": [g for g in tree["groups"] if g["group_id"] == group(_side)]}
 
 
-def list_groups() -> Step:
-    return Step(16, {"states_filter": [], "types_filter": []}, version=5, select=listed)
+def list_groups(types: tuple[str, ...] = ()) -> Step:
+    return Step(16, {"states_filter": [], "types_filter": list(types)}, version=5, select=listed)
 
 
 def upgrade_and_downgrade(v: int) -> list[Any]:
@@ -265,6 +265,8 @@ def upgrade_and_downgrade(v: int) -> list[Any]:
         join(v),  # converts the group
         describe(v),
         list_groups(),
+        list_groups(("Classic",)),
+        list_groups(("consumer",)),
         classic_describe(),
         classic_heartbeat(),  # REBALANCE_IN_PROGRESS: rejoin
         classic_join(),  # at the new epoch, as a follower
