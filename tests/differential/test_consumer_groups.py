@@ -201,12 +201,12 @@ def learn_classic(side: Side, resp: Any) -> None:
     side.vars["generation"] = resp.generation_id
 
 
-def classic_join() -> Step:
+def classic_join(protocol_type: str = "consumer") -> Step:
     def request(side: Side) -> dict[str, Any]:
         return {
             "group_id": group(side), "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
             "member_id": side.vars.get("classic", ""), "group_instance_id": None,
-            "protocol_type": "consumer",
+            "protocol_type": protocol_type,
             "protocols": [{"name": "range", "metadata": classic_subscription(side)}],
             "reason": None,
         }
@@ -286,12 +286,24 @@ def upgrade_and_downgrade(v: int) -> list[Any]:
     ]
 
 
+def no_upgrade_of_other_groups(v: int) -> list[Any]:
+    """A live classic group whose protocol type is not "consumer" is not upgraded."""
+    return [
+        *new_topic(partitions=2),
+        classic_join("connect"),
+        classic_join("connect"),
+        join(v),
+        list_groups(),
+    ]
+
+
 CASES: Cases = {"consumer-group-heartbeat-v0-member-id-by-coordinator": coordinator_names_the_member()}
 for version in versions(HEARTBEAT):
     CASES[f"consumer-group-life-v{version}"] = life(version)
     CASES[f"consumer-group-heartbeat-refused-v{version}"] = refused(version)
     CASES[f"consumer-group-two-members-v{version}"] = two_members(version)
     CASES[f"consumer-group-upgrade-and-downgrade-v{version}"] = upgrade_and_downgrade(version)
+    CASES[f"consumer-group-no-upgrade-of-other-groups-v{version}"] = no_upgrade_of_other_groups(version)
 for version in versions(DESCRIBE):
     CASES[f"consumer-group-describe-unknown-v{version}"] = [describe(version, "-none")]
 
