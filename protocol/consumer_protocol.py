@@ -51,13 +51,21 @@ def subscription_version(data: bytes) -> int:
     return max(0, Reader(data, error=GroupLogDecodeError).unpack(I16)) if len(data) >= 2 else 0
 
 
-def decode_assignment(data: bytes) -> ByTopic:
-    """The partitions of a ConsumerProtocolAssignment; an empty one (b"") assigns none."""
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    partitions: ByTopic = ()
+    user_data: bytes | None = None  # a client-side assignor's own data
+
+
+def decode_assignment(data: bytes) -> Assignment:
+    """A ConsumerProtocolAssignment; an empty one (b"", a member that never synced) assigns none."""
     if not data:
-        return ()
+        return Assignment()
     reader = Reader(data, error=GroupLogDecodeError)
     reader.unpack(I16)
-    return _read_by_topic(reader)
+    partitions = _read_by_topic(reader)
+    n = reader.unpack(I32)
+    return Assignment(partitions, None if n < 0 else bytes(reader.take(n)))
 
 
 def encode_assignment(assigned: Mapping[str, Iterable[int]], version: int) -> bytes:

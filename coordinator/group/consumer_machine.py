@@ -74,7 +74,9 @@ from protocol.consumer_group_log import (
     partitions,
 )
 from protocol.consumer_protocol import (
+    Assignment,
     ByTopic,
+    Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
@@ -513,13 +515,9 @@ class ConsumerGroups:
         the joining member's heartbeat then bumps the epoch and a new target follows."""
         epoch = classic.generation
         for m in classic.members.values():
-            try:
-                subscription = decode_subscription(m.metadata(classic.protocol_name) or b"")
-                assigned = self._by_topic_id(decode_assignment(m.assignment))
-            except GroupLogDecodeError:
-                message = f"Cannot upgrade the classic group {classic.group_id} to consumer group " \
-                    "because the embedded consumer protocol is malformed."
-                raise _Refusal(_E.GROUP_ID_NOT_FOUND, message) from None
+            metadata = m.metadata(classic.protocol_name)
+            subscription, assignment = _classic_protocol(classic, metadata, m.assignment)
+            assigned = self._by_topic_id(assignment.partitions)
             member = ConsumerMember(
                 MemberId(m.member_id), m.group_instance_id, subscription.rack_id, m.client_id, m.client_host,
                 tuple(sorted(set(subscription.topics))), None, m.rebalance_timeout_ms, None, epoch, epoch,
@@ -878,6 +876,25 @@ def _supported(group: ConsumerGroup, protocols: Sequence[tuple[str, bytes]]) -> 
     """Kafka's supportsClassicProtocols: a protocol offered that every classic member supports."""
     classic = [m.classic for m in group.members.values() if m.classic is not None]
     return any(all(name in {n for n, _ in c.protocols} for c in classic) for name, _ in protocols)
+
+
+def _classic_protocol(
+    classic: ClassicGroup, metadata: bytes | None, assignment: bytes
+) -> tuple[Subscription, Assignment]:
+    """A classic member's subscription and assignment, if Kafka's upgrade takes them: not when
+    malformed, nor when the assignment carries a client-side assignor's user data, which the
+    consumer group would lose (Kafka 4.3's UnsupportedVersionException)."""
+    upgrade = f"Cannot upgrade classic group {classic.group_id} to consumer group because"
+    try:
+        subscription, decoded = decode_subscription(metadata or b""), decode_assignment(assignment)
+    except GroupLogDecodeError:
+        malformed = f"{upgrade} the embedded consumer protocol is malformed."
+        raise _Refusal(_E.GROUP_ID_NOT_FOUND, malformed) from None
+    if decoded.user_data:
+        message = f"{upgrade} an unsupported custom assignor is in use. Please refer to the documentation " \
+            "or switch to a default assignor before re-attempting the upgrade."
+        raise _Refusal(_E.GROUP_ID_NOT_FOUND, message)
+    return subscription, decoded
 
 
 def _waits_on_other(group: ConsumerGroup, member: ConsumerMember) -> bool:

@@ -411,3 +411,22 @@ def test_a_group_upgraded_and_downgraded_one_member_at_a_time_keeps_consuming(
     if isinstance(broker, BrokerProcess):  # one line each in Gregor's log
         for way in ("upgraded to a consumer group", "downgraded to a classic group"):
             assert f"group {group}: {way}" in broker.log_text()
+
+
+def test_a_group_whose_client_side_assignor_keeps_user_data_is_not_upgraded(
+    server: Server, members: Members
+) -> None:
+    """librdkafka's cooperative-sticky assignor writes user data into each assignment, which a
+    consumer group would lose: Kafka 4.3 refuses the upgrade (GROUP_ID_NOT_FOUND, fatal to the
+    consumer-protocol member) and the classic group goes on."""
+    broker = server
+    topic, group = new_topic(broker, "kip848-no-upgrade")
+    live = start(members, group, topic, ["c1", "c2"], "confluent-cooperative")
+    wait_balanced(live, PARTITIONS)
+    [refused] = start(members, group, topic, ["n1"], LIB)
+    wait_for(lambda: any("group id does not exist" in e["error"] for e in refused.errors()),  # _FATAL
+             20, "the consumer-protocol member refused", [refused])
+    wanted = produce_and_consume(broker, topic, live, "still-classic")
+    wait_committed_to_end(broker, group, topic, live)
+    assert_once_and_committed(live, wanted)
+    wait_listed(broker, group, live, ("classic", "Stable"))

@@ -71,7 +71,7 @@ def test_a_consumer_heartbeat_converts_a_live_classic_group() -> None:
     assert (answer.error, answer.leader, answer.protocol_name) == (E.NONE, "", "range")
     synced = h.sync(a, answer.generation_id)
     assert synced is not None and synced.error is E.NONE
-    assert sum(len(ps) for _, ps in decode_assignment(synced.assignment)) == 2
+    assert sum(len(ps) for _, ps in decode_assignment(synced.assignment).partitions) == 2
 
 
 def test_the_converted_group_reloads_exactly() -> None:
@@ -195,7 +195,7 @@ def test_a_cooperative_classic_member_revokes_then_rejoins_for_the_new_epoch() -
     assert first is not None and (first.error, first.generation_id) == (E.NONE, generation)
     synced = h.sync(a, generation)
     assert synced is not None and synced.error is E.NONE
-    kept = [p for _, ps in decode_assignment(synced.assignment) for p in ps]
+    kept = [p for _, ps in decode_assignment(synced.assignment).partitions for p in ps]
     assert len(kept) == 2
     assert h.heartbeat(a, generation) is E.REBALANCE_IN_PROGRESS
     again, _ = Harness.join(h, a, protocols=cooperative(kept))
@@ -235,3 +235,18 @@ def test_a_classic_record_in_flight_at_the_upgrade_does_not_bring_the_classic_gr
     assert GROUP not in h.machine.groups and GROUP in h.machine.consumer.groups
     h.failover()
     assert GROUP not in h.machine.groups and GROUP in h.machine.consumer.groups
+
+
+def test_a_group_whose_assignor_keeps_user_data_is_not_upgraded() -> None:
+    """Kafka 4.3 refuses it: the consumer group would lose a client-side assignor's user data."""
+    h = Consumers()
+    ids = [new_classic_member(h) for _ in range(2)]
+    while (GROUP, ids[0], Kind.JOIN) not in h.answers:
+        h.tick(h.now + h.machine.config.initial_rebalance_delay_ms)
+    answers = {m: h.join_answer(m) for m in ids}
+    leader, generation = answers[ids[0]].leader, answers[ids[0]].generation_id
+    with_data = encode_assignment({"t": [0]}, 0)[:-4] + b"\x00\x00\x00\x02ud"
+    h.apply(h.machine.sync_group(SyncRequest(GROUP, generation, leader, {m: with_data for m in ids}), h.now))
+    refused = h.beat("n", 0)
+    assert refused.error is E.GROUP_ID_NOT_FOUND and "custom assignor" in (refused.message or "")
+    assert GROUP in h.machine.groups and GROUP not in h.machine.consumer.groups
