@@ -680,14 +680,14 @@ class ConsumerGroups:
             self._keep_pending(writer)
         return LeaveResponse(_E.NONE, tuple(answers)), writer.records
 
-    def downgradable(self, group_id: str, leaving: MemberId) -> list[ConsumerMember]:
-        """Kafka's validateOnlineDowngradeWithFencedMember: when ``leaving``, a member of the
-        consumer protocol, goes and only classic members remain, these (else nothing)."""
+    def downgradable(self, group_id: str, leaving: Iterable[MemberId]) -> list[ConsumerMember]:
+        """Kafka's validateOnlineDowngradeWithFencedMembers: when the members ``leaving`` go and
+        only classic members remain, these (else nothing)."""
         group = self.groups.get(group_id)
-        member = None if group is None else group.members.get(leaving)
-        if group is None or member is None or member.uses_classic:
+        if group is None:
             return []
-        others = [m for i, m in group.members.items() if i != leaving]
+        gone = set(leaving)
+        others = [m for i, m in group.members.items() if i not in gone]
         return others if all(m.uses_classic for m in others) else []
 
     def downgrade(self, group_id: str) -> list[Record]:

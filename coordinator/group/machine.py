@@ -417,8 +417,11 @@ class GroupCoordinatorMachine:
         fx = Effects()
         for group in self._timed_live_groups():
             self._rebalancer.on_timer(group, now_ms, fx)
-        for group_id, member_id in sorted(self.consumer.due(now_ms, self._is_live)):
-            self._downgrade(group_id, member_id, now_ms, fx)  # the group's members are then gone
+        fenced: dict[str, set[MemberId]] = {}
+        for group_id, member_id in self.consumer.due(now_ms, self._is_live):
+            fenced.setdefault(group_id, set()).add(member_id)
+        for group_id, members in sorted(fenced.items()):
+            self._downgrade(group_id, members, now_ms, fx)  # the group's members are then gone
         fx.records.extend(self.consumer.on_timer(now_ms, self._is_live))
         return Result(None, tuple(fx.records), tuple(fx.completions))
 
@@ -528,25 +531,32 @@ class GroupCoordinatorMachine:
         if classic is None:
             fx = Effects()
             if req.member_epoch == LEAVE_EPOCH and self._leaves_only_classic(req):
-                self._downgrade(req.group_id, MemberId(req.member_id), now_ms, fx)
+                self._downgrade(req.group_id, {MemberId(req.member_id)}, now_ms, fx)
             if fx.records:  # Kafka answers the leave as any other
                 left = HeartbeatResponse(ErrorCode.NONE, member_id=req.member_id, member_epoch=LEAVE_EPOCH)
                 return Result(left, tuple(fx.records), tuple(fx.completions))
             response, records = self.consumer.heartbeat(req, image, now_ms)
             return Result(response, tuple(records))
-        if req.member_epoch != 0 or not (classic.is_in(_S.EMPTY) or self._may_upgrade(classic)):
-            message = f"Group {req.group_id} is not a consumer group."
+        refusal = self._upgrade_refusal(classic) if req.member_epoch == 0 else "is not a consumer group."
+        if refusal is not None:
+            message = f"Group {req.group_id} {refusal}"
             return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
         return self._upgrade(classic, req, image, now_ms)
 
-    def _may_upgrade(self, classic: ClassicGroup) -> bool:
-        """Kafka's validateOnlineUpgrade: the migration policy allows it, the group is one of
-        consumers (protocol type "consumer") no larger than a consumer group may be."""
-        if not self.config.consumer.upgrade_enabled:
-            return False
-        if not classic.uses_consumer_protocol() or classic.is_in(_S.DEAD):
-            return False
-        return len(classic.members) <= self.config.consumer.max_size
+    def _upgrade_refusal(self, classic: ClassicGroup) -> str | None:
+        """Kafka's validateOnlineUpgrade (an Empty group simply gives way): the migration policy
+        allows it, the group is one of consumers (protocol type "consumer") no larger than a
+        consumer group may be; else why not."""
+        if classic.is_in(_S.EMPTY):
+            return None
+        why = "cannot be upgraded to a consumer group because"
+        if not self.config.consumer.upgrade_enabled or classic.is_in(_S.DEAD):
+            return f"{why} online upgrade is disabled."
+        if not classic.uses_consumer_protocol():
+            return f"{why} the group does not use the consumer embedded protocol."
+        if len(classic.members) > self.config.consumer.max_size:
+            return f"{why} the group size exceeds the consumer group maximum size."
+        return None
 
     def _upgrade(
         self, classic: ClassicGroup, req: HeartbeatRequest, image: TopicsImage, now_ms: int
@@ -577,7 +587,7 @@ class GroupCoordinatorMachine:
             return False
         return req.instance_id is None or group.static_members.get(req.instance_id) == req.member_id
 
-    def _downgrade(self, group_id: str, leaving: MemberId, now_ms: int, fx: Effects) -> None:
+    def _downgrade(self, group_id: str, leaving: set[MemberId], now_ms: int, fx: Effects) -> None:
         """The last member of the consumer protocol leaves (or is fenced): instead of its removal,
         the classic members left become a classic group at the group's epoch, each member's
         target its assignment, which rebalances so that they rejoin (Kafka's

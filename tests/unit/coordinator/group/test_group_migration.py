@@ -250,3 +250,32 @@ def test_a_group_whose_assignor_keeps_user_data_is_not_upgraded() -> None:
     refused = h.beat("n", 0)
     assert refused.error is E.GROUP_ID_NOT_FOUND and "custom assignor" in (refused.message or "")
     assert GROUP in h.machine.groups and GROUP not in h.machine.consumer.groups
+
+
+def settle(h: Consumers, member_id: str) -> int:
+    """A classic member rejoins and syncs until its heartbeat is answered NONE; its generation."""
+    for _ in range(4):
+        answer = rejoin(h, member_id)
+        synced = h.sync(member_id, answer.generation_id)
+        assert synced is not None and synced.error is E.NONE
+        if h.heartbeat(member_id, answer.generation_id) is E.NONE:
+            return answer.generation_id
+    raise AssertionError(f"{member_id} did not settle")
+
+
+def test_consumer_members_fenced_together_leave_a_classic_group() -> None:
+    """Kafka's validateOnlineDowngradeWithFencedMembers: the members whose sessions lapse at once."""
+    h = Consumers()
+    (a, b), _ = classic_group(h)
+    h.join("n1")
+    h.join("n2")
+    generations = {m: settle(h, m) for m in (a, b)}
+    generations = {m: settle(h, m) for m in (a, b)}  # the second settles after the first moved
+    for now in range(h.now + 5_000, h.now + 60_000, 5_000):
+        h.tick(now)
+        for m, generation in generations.items():
+            assert h.heartbeat(m, generation) in (E.NONE, E.REBALANCE_IN_PROGRESS)
+        if GROUP in h.machine.groups:
+            break
+    group = h.machine.groups[GROUP]
+    assert set(group.members) == {a, b} and GROUP not in h.machine.consumer.groups
