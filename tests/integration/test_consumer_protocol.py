@@ -363,7 +363,8 @@ def wait_listed(broker: Server, group: str, live: list[Member], wanted: tuple[st
 
 
 @pytest.fixture(params=[
-    ("confluent", LIB), pytest.param(("java-classic", "java-consumer"), marks=pytest.mark.java)
+    pytest.param(("confluent", LIB), id="confluent"),
+    pytest.param(("java-classic", "java-consumer"), marks=pytest.mark.java, id="java"),
 ])
 def protocols(request: pytest.FixtureRequest) -> tuple[str, str]:
     """A client's classic and consumer-protocol members: confluent-kafka's, or the Java 4.3 client's."""
