@@ -19,6 +19,12 @@ it was before the operation (``write_failed``).
 Session and rebalance deadlines are soft state: a heartbeat pushes the member's session deadline
 by ``group.consumer.session.timeout.ms``; a member asked to revoke partitions has its rebalance
 timeout to do so. Either lapsing fences the member (``on_timer``).
+
+Members of the classic protocol (a group upgraded online, Kafka's migration policy) take the
+same three steps through JoinGroup (``classic_join``: the subscription and owned partitions from
+the embedded consumer protocol); SyncGroup hands them their current assignment, Heartbeat tells
+them to rejoin (REBALANCE_IN_PROGRESS) when their epoch is behind or they must revoke. Told so,
+a member has its rebalance timeout to join and then to sync (Kafka's join and sync timeouts).
 """
 
 from __future__ import annotations

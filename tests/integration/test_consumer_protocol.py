@@ -16,10 +16,16 @@
 - the Java 4.3 client with ``group.protocol=consumer`` in a consume-transform-produce
   transaction (TxnOffsetCommit with the member epoch), halted mid-transaction and run again:
   the output is exactly once.
+- the online upgrade and downgrade (``group.consumer.migration.policy``): the members of a
+  classic group replaced one at a time by consumer-protocol ones and back (confluent-kafka, and
+  the Java 4.3 client) while records flow: every record consumed and committed once, the group
+  listed as classic, then consumer, then classic again; a group whose client-side assignor keeps
+  user data in its assignments (librdkafka's cooperative-sticky) is not upgraded, as Kafka 4.3
+  refuses it.
 
 The broker's session timeout and heartbeat interval are small, so the waits are short. The
-joining and killed-member scenarios run against Apache Kafka 4.3.1 too, with the same settings
-and checks.
+joining, killed-member and migration scenarios run against Apache Kafka 4.3.1 too, with the
+same settings and checks.
 """
 
 from __future__ import annotations
