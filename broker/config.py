@@ -380,6 +380,10 @@ KEYS: dict[str, Key] = {
                                                      "`group.consumer.assignment.interval.ms`."),
     "group.consumer.assignors": Key(ChoiceList(("uniform", "range")), "uniform,range", "Server-side "
                                     "assignors of consumer-protocol groups; the first is the default."),
+    "group.consumer.migration.policy": Key(
+        Choice(("disabled", "upgrade", "downgrade", "bidirectional")), "bidirectional",
+        "Which online conversions of a live group between the classic and the consumer protocol "
+        "are allowed: disabled, upgrade, downgrade or bidirectional."),
     "transaction.state.log.num.partitions": Key(_POSITIVE, 50, "Partitions of `__transaction_state` "
                                                 "(fixed once it exists)."),
     "transaction.state.log.replication.factor": Key(Integer(1, 32767), 1, "Replication factor of "
@@ -531,6 +535,7 @@ class BrokerConfig:
     group_consumer_assignors = Setting("group.consumer.assignors", str)
     group_consumer_heartbeat_interval_ms = Setting("group.consumer.heartbeat.interval.ms", int)
     group_consumer_max_size = Setting("group.consumer.max.size", int)
+    group_consumer_migration_policy = Setting("group.consumer.migration.policy", str)
     group_consumer_session_timeout_ms = Setting("group.consumer.session.timeout.ms", int)
     group_initial_rebalance_delay_ms = Setting("group.initial.rebalance.delay.ms", int)
     group_max_session_timeout_ms = Setting("group.max.session.timeout.ms", int)

@@ -33,6 +33,7 @@ from protocol.primitives import (
     I64,
     Reader,
     encode_array_len,
+    encode_bytes,
     encode_string,
     encode_tagged_fields,
 )
@@ -78,6 +79,15 @@ class GroupMetadataValue:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A member of the classic protocol inside a consumer group (the online upgrade): its session
+    timeout and the protocols its JoinGroup named (name, subscription bytes), first one chosen."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -87,6 +97,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None  # tagged field 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +212,27 @@ def _encode_member(v: MemberMetadataValue) -> bytes:
         + encode_string(v.subscribed_topic_regex, True)
         + I32.pack(v.rebalance_timeout_ms)
         + encode_string(v.server_assignor, True)
-        + EMPTY_TAGGED_FIELDS
+        + encode_tagged_fields([] if v.classic is None else [(0, _encode_classic(v.classic))])
     )
+
+
+def _encode_classic(c: ClassicMemberMetadata) -> bytes:
+    out = bytearray(I32.pack(c.session_timeout_ms) + encode_array_len(len(c.protocols), True))
+    for name, metadata in c.protocols:
+        out += encode_string(name, True) + encode_bytes(metadata, True) + EMPTY_TAGGED_FIELDS
+    return bytes(out + EMPTY_TAGGED_FIELDS)
+
+
+def _decode_classic(raw: memoryview) -> ClassicMemberMetadata:
+    reader = Reader(raw, error=GroupLogDecodeError)
+    session = reader.unpack(I32)
+    protocols = []
+    for _ in range(reader.array_len(True)):
+        name = reader.string(True)
+        protocols.append((name, reader.bytes_(True)))
+        reader.skip_tagged()
+    reader.skip_tagged()
+    return ClassicMemberMetadata(session, tuple(protocols))
 
 
 def _encode_current(v: CurrentAssignmentValue) -> bytes:
@@ -257,9 +287,10 @@ def _decode_member(reader: Reader) -> MemberMetadataValue:
     regex = reader.nullable_string(True)
     rebalance_timeout = reader.unpack(I32)
     assignor = reader.nullable_string(True)
-    reader.skip_tagged()
+    classic = reader.skip_tagged().get(0)
     return MemberMetadataValue(
-        instance_id, rack_id, client_id, client_host, topics, regex, rebalance_timeout, assignor
+        instance_id, rack_id, client_id, client_host, topics, regex, rebalance_timeout, assignor,
+        None if classic is None else _decode_classic(classic),
     )
 
 

@@ -74,6 +74,7 @@ def consumer_config(config: BrokerConfig) -> ConsumerConfig:
         max_size=config.group_consumer_max_size,
         assignment_interval_ms=config.group_consumer_assignment_interval_ms,
         assignors=tuple(config.group_consumer_assignors.split(",")),
+        migration_policy=config.group_consumer_migration_policy,
     )
 
 
@@ -232,6 +233,7 @@ class GroupCoordinator:
         self._timer = None
         result = self.machine.on_timer(steady_ms())
         _log_fenced(result.records)
+        _log_migration(result.records)
         self.runtime.spawn(self.persist(result))
 
     async def _expire_offsets_loop(self) -> None:
@@ -243,7 +245,7 @@ class GroupCoordinator:
     # -- operations with parked answers -------------------------------------------------------
 
     async def join_group(self, request: JoinRequest) -> JoinResponse:
-        result = self.machine.join_group(request, steady_ms())
+        result = self.machine.join_group(request, steady_ms(), self._topics_image())
         answer = await self._answer(request.group_id, Kind.JOIN, result)
         if not isinstance(answer, JoinResponse):
             return JoinResponse(answer)
@@ -342,6 +344,8 @@ class GroupCoordinator:
     async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         result = self.machine.consumer_group_heartbeat(request, self._topics_image(), steady_ms())
         error = await self.persist(result)
+        if error == ErrorCode.NONE:
+            _log_migration(result.records)
         answer = _response(result)
         if error != ErrorCode.NONE:
             return HeartbeatResponse(error)
@@ -374,6 +378,9 @@ class GroupCoordinator:
 
 
 def _log_heartbeat(request: HeartbeatRequest, answer: HeartbeatResponse) -> None:
+    if answer.error == ErrorCode.GROUP_ID_NOT_FOUND:  # fatal to the client: worth a line
+        log.info("group %s: heartbeat of member %s at epoch %d refused: %s", request.group_id,
+                 request.member_id, request.member_epoch, answer.message)
     if answer.error != ErrorCode.NONE:
         return
     if request.member_epoch == 0:
@@ -386,6 +393,21 @@ def _log_heartbeat(request: HeartbeatRequest, answer: HeartbeatResponse) -> None
     elif answer.assignment is not None:
         log.debug("group %s: member %s at epoch %d holds %d partitions", request.group_id,
                   answer.member_id, answer.member_epoch, sum(len(p) for p in answer.assignment.values()))
+
+
+def _log_migration(records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    """A classic group's record beside a consumer group's in one append is a conversion: its
+    tombstone the upgrade, a new GroupMetadata the downgrade."""
+    records = list(records)
+    if not any(decode_consumer_key(key) is not None for key, _ in records):
+        return
+    for key, value in records:
+        if decode_consumer_key(key) is not None:
+            continue
+        decoded = decode_key(key)
+        if isinstance(decoded, GroupMetadataKey):
+            way = "upgraded to a consumer group" if value is None else "downgraded to a classic group"
+            log.info("group %s: %s (group.consumer.migration.policy)", decoded.group, way)
 
 
 def _log_fenced(records: Iterable[tuple[bytes, bytes | None]]) -> None:

@@ -128,7 +128,7 @@ def _described(ctx: RequestContext, d: DescribedConsumerGroup, asks: bool) -> Re
                 subscribed_topic_regex=m.subscribed_topic_regex or "",  # Kafka's "none"
                 assignment=_assignment(ctx, m.assignment),
                 target_assignment=_assignment(ctx, m.target_assignment),
-                member_type=1,  # a consumer-protocol member
+                member_type=0 if m.classic else 1,  # a classic member (the online upgrade), or not
             )
             for m in d.members
         ],

@@ -19,6 +19,12 @@ it was before the operation (``write_failed``).
 Session and rebalance deadlines are soft state: a heartbeat pushes the member's session deadline
 by ``group.consumer.session.timeout.ms``; a member asked to revoke partitions has its rebalance
 timeout to do so. Either lapsing fences the member (``on_timer``).
+
+Members of the classic protocol (a group upgraded online, Kafka's migration policy) take the
+same three steps through JoinGroup (``classic_join``: the subscription and owned partitions from
+the embedded consumer protocol); SyncGroup hands them their current assignment, Heartbeat tells
+them to rejoin (REBALANCE_IN_PROGRESS) when their epoch is behind or they must revoke. Told so,
+a member has its rebalance timeout to join and then to sync (Kafka's join and sync timeouts).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from coordinator.group.assignors import ASSIGNORS, TopicsImage
 from coordinator.group.consumer_state import (
@@ -46,9 +53,19 @@ from coordinator.group.consumer_types import (
     HeartbeatResponse,
 )
 from coordinator.group.reconcile import FencedMember, OwnedReport, next_member
-from coordinator.group.types import Record
+from coordinator.group.state import CONSUMER_PROTOCOL_TYPE, ClassicGroup
+from coordinator.group.types import (
+    JoinRequest,
+    JoinResponse,
+    LeaveMember,
+    LeaveResponse,
+    Record,
+    SyncRequest,
+    SyncResponse,
+)
 from protocol.consumer_group_log import (
     NO_PARTITIONS,
+    ClassicMemberMetadata,
     ConsumerKey,
     ConsumerValue,
     GroupMetadataValue,
@@ -60,6 +77,16 @@ from protocol.consumer_group_log import (
     decode_consumer_value,
     encode_consumer_key,
     encode_consumer_value,
+    partitions,
+)
+from protocol.consumer_protocol import (
+    Assignment,
+    ByTopic,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    subscription_version,
 )
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupLogDecodeError
@@ -153,6 +180,8 @@ class ConsumerGroups:
         self._pending: dict[str, list[_PendingWrite]] = {}
         self._sessions: dict[MemberKey, int] = {}
         self._rebalances: dict[MemberKey, tuple[int, int]] = {}  # epoch to leave, deadline
+        # a classic member told to rejoin must join, and once joined sync, within its rebalance timeout
+        self._classic_deadlines: dict[MemberKey, int] = {}
         self._assigned_at: dict[str, int] = {}  # when each group's target was last computed
         self._new_member_id = new_member_id or _random_member_id
 
@@ -212,6 +241,7 @@ class ConsumerGroups:
         self._sessions = {k: v for k, v in self._sessions.items() if not owns(k[0])}
         self._assigned_at = {g: t for g, t in self._assigned_at.items() if not owns(g)}
         self._rebalances = {k: v for k, v in self._rebalances.items() if not owns(k[0])}
+        self._classic_deadlines = {k: d for k, d in self._classic_deadlines.items() if not owns(k[0])}
 
     def loaded(self, owns: Callable[[str], bool], now_ms: int) -> None:
         """After a load every member has a session timeout to heartbeat within, and one asked to
@@ -226,15 +256,18 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ the operation
 
-    def heartbeat(self, req: HeartbeatRequest, image: TopicsImage, now_ms: int) -> tuple[
-        HeartbeatResponse, list[Record]
-    ]:
+    def heartbeat(
+        self, req: HeartbeatRequest, image: TopicsImage, now_ms: int, upgrading: ClassicGroup | None = None
+    ) -> tuple[HeartbeatResponse, list[Record]]:
+        """``upgrading``: the classic group this first heartbeat converts (the online upgrade)."""
         self.image = image
         existed = req.group_id in self.groups
         if not existed and req.member_epoch != 0:
             return HeartbeatResponse(_E.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found."), []
         writer = _Writer(self._group(req.group_id), existed)
         try:
+            if upgrading is not None:
+                self._convert(writer, upgrading, now_ms)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 response = self._leave(writer, req)
             else:
@@ -264,7 +297,8 @@ class ConsumerGroups:
         updated = self._updated(member, req)
         self._write_member(writer, member, updated)
         target_epoch, target = self._target(writer, updated, now_ms)
-        reconciled = self._reconcile(writer, group.members[member_id], target_epoch, target, req, now_ms)
+        current = group.members[member_id]
+        reconciled = self._reconcile(writer, current, target_epoch, target, req.owned, now_ms)
         self._sessions[(group.group_id, member_id)] = now_ms + self.config.session_timeout_ms
         full = req.member_epoch == 0 or (
             req.rebalance_timeout_ms != -1
@@ -417,7 +451,7 @@ class ConsumerGroups:
         member: ConsumerMember,
         target_epoch: int,
         target: TopicPartitions,
-        req: HeartbeatRequest,
+        owned: OwnedReport,
         now_ms: int,
     ) -> ConsumerMember:
         group = writer.group
@@ -429,7 +463,7 @@ class ConsumerGroups:
                 target_epoch,
                 target,
                 lambda p: group.is_owned_by_other(member.member_id, p),
-                req.owned,
+                owned,
             )
         except FencedMember as exc:
             raise _Refusal(_E.FENCED_MEMBER_EPOCH, str(exc)) from None
@@ -477,22 +511,232 @@ class ConsumerGroups:
     def _forget(self, group_id: str, member_id: MemberId) -> None:
         self._sessions.pop((group_id, member_id), None)
         self._rebalances.pop((group_id, member_id), None)
+        self._classic_deadlines.pop((group_id, member_id), None)
+
+    # ------------------------------------------------------------ the classic protocol's members
+
+    def _convert(self, writer: _Writer, classic: ClassicGroup, now_ms: int) -> None:
+        """Kafka's ConsumerGroup.fromClassicGroup: each classic member becomes a member at the
+        group's generation, Stable, its classic assignment both its target and its current one;
+        the joining member's heartbeat then bumps the epoch and a new target follows."""
+        epoch = classic.generation
+        for m in classic.members.values():
+            metadata = m.metadata(classic.protocol_name)
+            subscription, assignment = _classic_protocol(classic, metadata, m.assignment)
+            assigned = self._by_topic_id(assignment.partitions)
+            member = ConsumerMember(
+                MemberId(m.member_id), m.group_instance_id, subscription.rack_id, m.client_id, m.client_host,
+                tuple(sorted(set(subscription.topics))), None, m.rebalance_timeout_ms, None, epoch, epoch,
+                MemberState.STABLE, assigned,
+                assignment_epochs=MappingProxyType({(t, p): epoch for t, ps in assigned.items() for p in ps}),
+                classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols),
+            )
+            writer.write(RecordType.MEMBER_METADATA, member.metadata_value(), member.member_id)
+            target = TargetAssignmentMemberValue(assigned)
+            writer.write(RecordType.TARGET_ASSIGNMENT_MEMBER, target, member.member_id)
+            writer.write(RecordType.CURRENT_MEMBER_ASSIGNMENT, member.assignment_value(), member.member_id)
+            self._sessions[(classic.group_id, member.member_id)] = now_ms + m.session_timeout_ms
+        hashed = metadata_hash(self._all_subscribed(writer.group), self.image)
+        writer.write(RecordType.GROUP_METADATA, GroupMetadataValue(epoch, hashed))
+        writer.write(RecordType.TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadataValue(epoch))
+
+    def _by_topic_id(self, by_name: ByTopic) -> TopicPartitions:
+        known = {name: self.image[name].topic_id for name, _ in by_name if name in self.image}
+        return partitions({known[name]: ps for name, ps in by_name if name in known})
+
+    def _by_name(self, assigned: TopicPartitions) -> dict[str, frozenset[int]]:
+        names = {info.topic_id: name for name, info in self.image.items()}
+        return {names[t]: ps for t, ps in assigned.items() if t in names}
+
+    def classic_join(
+        self, req: JoinRequest, image: TopicsImage, now_ms: int
+    ) -> tuple[JoinResponse, list[Record]]:
+        """Kafka's classicGroupJoinToConsumerGroup: a classic member's JoinGroup runs the
+        heartbeat's three steps (the subscription and owned partitions come from the embedded
+        consumer protocol) and is answered at once, as a follower, with its member epoch as the
+        generation; SyncGroup then hands it its current assignment."""
+        self.image = image
+        group = self.groups[req.group_id]
+        if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not _supported(group, req.protocols):
+            return JoinResponse(_E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id), []
+        known = None if req.group_instance_id is None else group.static_members.get(req.group_instance_id)
+        # a static member coming back without its id takes its place again (Kafka gives it a new id)
+        member_id = MemberId(req.member_id or known or self._new_member_id())
+        if not req.member_id and req.group_instance_id is None and req.api_version >= 4:
+            return JoinResponse(_E.MEMBER_ID_REQUIRED, member_id=member_id), []
+        writer = _Writer(group)
+        try:
+            member = self._classic_joining(writer, req, member_id, now_ms)
+        except _Refusal as refusal:
+            self._restore(writer)
+            return JoinResponse(refusal.error, member_id=req.member_id), []
+        self._keep_pending(writer)
+        self._sessions[(req.group_id, member_id)] = now_ms + req.session_timeout_ms
+        self._classic_deadlines[(req.group_id, member_id)] = now_ms + max(member.rebalance_timeout_ms, 0)
+        name = req.protocols[0][0]
+        response = JoinResponse(_E.NONE, member_id, member.member_epoch, CONSUMER_PROTOCOL_TYPE, name)
+        return response, writer.records
+
+    def _classic_joining(
+        self, writer: _Writer, req: JoinRequest, member_id: MemberId, now_ms: int
+    ) -> ConsumerMember:
+        group = writer.group
+        member = self._classic_member(group, member_id, req.group_instance_id, joining=True)
+        try:
+            subscription = decode_subscription(req.protocols[0][1])
+        except GroupLogDecodeError:
+            raise _Refusal(_E.INCONSISTENT_GROUP_PROTOCOL, "Malformed embedded consumer protocol.") from None
+        updated = replace(
+            member,
+            instance_id=req.group_instance_id,
+            rack_id=subscription.rack_id or member.rack_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms,
+            server_assignor=None,
+            subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+            client_id=req.client_id,
+            client_host=req.client_host,
+            classic=ClassicMemberMetadata(req.session_timeout_ms, req.protocols),
+        )
+        self._write_member(writer, member, updated)
+        target_epoch, target = self._target(writer, updated, now_ms)
+        owned = [(t, tuple(ps)) for t, ps in self._by_topic_id(subscription.owned).items()]
+        return self._reconcile(writer, group.members[member_id], target_epoch, target, owned, now_ms)
+
+    def _classic_member(
+        self, group: ConsumerGroup, member_id: MemberId, instance_id: str | None, joining: bool = False
+    ) -> ConsumerMember:
+        """Kafka's validateConsumerGroupMember for a classic request (a joining member may be new)."""
+        if instance_id is not None and (known := group.static_members.get(instance_id)) is not None:
+            if known != member_id and member_id:
+                raise _Refusal(_E.FENCED_INSTANCE_ID, f"Static member {member_id} was fenced by {known}.")
+            member_id = known
+        member = group.members.get(member_id)
+        if member is None and joining:
+            if len(group.members) >= self.config.max_size:
+                raise _Refusal(_E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum size.")
+            return ConsumerMember(member_id)
+        if member is None or not member.uses_classic:
+            raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a classic member of the group.")
+        return member
+
+    def classic_sync(self, req: SyncRequest, now_ms: int) -> SyncResponse:
+        """Kafka's classicGroupSyncToConsumerGroup: the member's current assignment, once it has
+        joined at the group's epoch (or is revoking)."""
+        group = self.groups[req.group_id]
+        try:
+            member = self._classic_member(group, MemberId(req.member_id), req.group_instance_id)
+        except _Refusal as refusal:
+            return SyncResponse(refusal.error)
+        assert member.classic is not None
+        name, subscription = member.classic.protocols[0]
+        if req.generation_id != member.member_epoch:
+            return SyncResponse(_E.ILLEGAL_GENERATION)
+        if req.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE) or req.protocol_name not in (None, name):
+            return SyncResponse(_E.INCONSISTENT_GROUP_PROTOCOL)
+        key = (group.group_id, member.member_id)
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self._classic_deadlines.setdefault(key, now_ms + max(member.rebalance_timeout_ms, 0))
+            return SyncResponse(_E.REBALANCE_IN_PROGRESS)
+        self._classic_deadlines.pop(key, None)
+        self._sessions[key] = now_ms + member.classic.session_timeout_ms
+        assignment = encode_assignment(self._by_name(member.assigned), subscription_version(subscription))
+        return SyncResponse(_E.NONE, CONSUMER_PROTOCOL_TYPE, name, assignment)
+
+    def classic_heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int, now_ms: int
+    ) -> ErrorCode:
+        """Kafka's classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS tells the member to
+        rejoin when the group epoch moved on, it must revoke, or what it waits for is released."""
+        group = self.groups[group_id]
+        try:
+            member = self._classic_member(group, MemberId(member_id), instance_id)
+        except _Refusal as refusal:
+            return refusal.error
+        assert member.classic is not None
+        if generation != member.member_epoch:
+            return _E.ILLEGAL_GENERATION
+        self._sessions[(group_id, member.member_id)] = now_ms + member.classic.session_timeout_ms
+        unrevoked = member.state is MemberState.UNREVOKED_PARTITIONS
+        released = member.state is MemberState.UNRELEASED_PARTITIONS and not _waits_on_other(group, member)
+        if member.member_epoch < group.group_epoch or unrevoked or released:
+            deadline = now_ms + max(member.rebalance_timeout_ms, 0)
+            self._classic_deadlines.setdefault((group_id, member.member_id), deadline)
+            return _E.REBALANCE_IN_PROGRESS
+        return _E.NONE
+
+    def classic_leave(
+        self, group_id: str, leaving: Sequence[LeaveMember]
+    ) -> tuple[LeaveResponse, list[Record]]:
+        """Kafka's classicGroupLeaveToConsumerGroup: each classic member named goes; the group
+        epoch is bumped once."""
+        writer = _Writer(self.groups[group_id])
+        answers: list[tuple[str, str | None, ErrorCode]] = []
+        for one in leaving:
+            try:
+                member = self._classic_member(writer.group, MemberId(one.member_id), one.group_instance_id)
+            except _Refusal as refusal:
+                answers.append((one.member_id, one.group_instance_id, refusal.error))
+                continue
+            writer.remove_member(member.member_id)
+            self._forget(group_id, member.member_id)
+            answers.append((member.member_id, one.group_instance_id, _E.NONE))
+        if writer.records:
+            writer.bump_epoch(metadata_hash(self._all_subscribed(writer.group), self.image))
+            self._keep_pending(writer)
+        return LeaveResponse(_E.NONE, tuple(answers)), writer.records
+
+    def downgradable(self, group_id: str, leaving: Iterable[MemberId]) -> list[ConsumerMember]:
+        """Kafka's validateOnlineDowngradeWithFencedMembers: when the members ``leaving`` go and
+        only classic members remain, these (else nothing)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return []
+        gone = set(leaving)
+        others = [m for i, m in group.members.items() if i not in gone]
+        return others if all(m.uses_classic for m in others) else []
+
+    def downgrade(self, group_id: str) -> list[Record]:
+        """Tombstones for every record of the group (its members' too); it is forgotten here."""
+        group = self.groups[group_id]
+        writer = _Writer(ConsumerGroup(group_id))
+        for member_id in list(group.members):
+            writer.remove_member(member_id)
+            self._forget(group_id, member_id)
+        return writer.records + self.delete_records(group_id)
+
+    def classic_assignment(self, group: ConsumerGroup, member: ConsumerMember) -> bytes:
+        """The member's target as its classic assignment (Kafka's ClassicGroup.fromConsumerGroup)."""
+        assert member.classic is not None
+        target = self._by_name(group.targets.get(member.member_id, NO_PARTITIONS))
+        return encode_assignment(target, subscription_version(member.classic.protocols[0][1]))
+
+    def _keep_pending(self, writer: _Writer) -> None:
+        if writer.records:
+            pending = _PendingWrite(list(writer.records), writer.snapshot)
+            self._pending.setdefault(writer.group.group_id, []).append(pending)
 
     # ------------------------------------------------------------ timers
 
     def next_deadline_ms(self, live: Callable[[str], bool]) -> int | None:
         deadlines = [d for (g, _), d in self._sessions.items() if live(g)]
         deadlines += [d for (g, _), (_, d) in self._rebalances.items() if live(g)]
+        deadlines += [d for (g, _), d in self._classic_deadlines.items() if live(g)]
         return min(deadlines, default=None)
 
-    def on_timer(self, now_ms: int, live: Callable[[str], bool]) -> list[Record]:
-        """Members whose session lapsed, or who did not revoke within the rebalance timeout, are
-        fenced."""
+    def due(self, now_ms: int, live: Callable[[str], bool]) -> set[MemberKey]:
+        """Members whose session lapsed, or who did not revoke within the rebalance timeout."""
         expired = {k for k, d in self._sessions.items() if d <= now_ms and live(k[0])}
         expired |= {
             k for k, (epoch, d) in self._rebalances.items()
             if d <= now_ms and live(k[0]) and self._epoch_of(k) == epoch
         }
+        expired |= {k for k, d in self._classic_deadlines.items() if d <= now_ms and live(k[0])}
+        return expired
+
+    def on_timer(self, now_ms: int, live: Callable[[str], bool]) -> list[Record]:
+        """The members ``due`` are fenced."""
+        expired = self.due(now_ms, live)
         self._rebalances = {k: v for k, v in self._rebalances.items() if v[1] > now_ms}
         records: list[Record] = []
         for group_id, member_id in sorted(expired):
@@ -524,7 +768,7 @@ class ConsumerGroups:
             DescribedConsumerMember(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
                 m.subscribed_topic_names, m.subscribed_topic_regex, m.assigned,
-                group.targets.get(m.member_id, NO_PARTITIONS),
+                group.targets.get(m.member_id, NO_PARTITIONS), m.uses_classic,
             )
             for m in group.members.values()
         )
@@ -562,6 +806,8 @@ class ConsumerGroups:
         member = group.members.get(MemberId(member_id))
         if member is None:
             return _E.UNKNOWN_MEMBER_ID
+        if member.uses_classic:  # Kafka: a classic member's generation is its member epoch, exactly
+            return None if epoch == member.member_epoch else _E.ILLEGAL_GENERATION
         if not txn and api_version < 9:
             return _E.UNSUPPORTED_VERSION
         if epoch == member.member_epoch:
@@ -584,7 +830,9 @@ class ConsumerGroups:
         member = group.members.get(MemberId(member_id or ""))
         if member is None:
             return _E.UNKNOWN_MEMBER_ID
-        return None if epoch == member.member_epoch else _E.STALE_MEMBER_EPOCH
+        if epoch == member.member_epoch:
+            return None
+        return _E.ILLEGAL_GENERATION if member.uses_classic else _E.STALE_MEMBER_EPOCH
 
 
 def request_error(req: HeartbeatRequest, assignors: Iterable[str]) -> tuple[ErrorCode, str] | None:
@@ -628,6 +876,41 @@ def _regex_problem(regex: str | None) -> tuple[ErrorCode, str] | None:
     except re.error as exc:
         return _E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex} is invalid: {exc}"
     return None
+
+
+def _supported(group: ConsumerGroup, protocols: Sequence[tuple[str, bytes]]) -> bool:
+    """Kafka's supportsClassicProtocols: a protocol offered that every classic member supports."""
+    classic = [m.classic for m in group.members.values() if m.classic is not None]
+    return any(all(name in {n for n, _ in c.protocols} for c in classic) for name, _ in protocols)
+
+
+def _classic_protocol(
+    classic: ClassicGroup, metadata: bytes | None, assignment: bytes
+) -> tuple[Subscription, Assignment]:
+    """A classic member's subscription and assignment, if Kafka's upgrade takes them: not when
+    malformed, nor when the assignment carries a client-side assignor's user data, which the
+    consumer group would lose (Kafka 4.3's UnsupportedVersionException)."""
+    upgrade = f"Cannot upgrade classic group {classic.group_id} to consumer group because"
+    try:
+        subscription, decoded = decode_subscription(metadata or b""), decode_assignment(assignment)
+    except GroupLogDecodeError:
+        malformed = f"{upgrade} the embedded consumer protocol is malformed."
+        raise _Refusal(_E.GROUP_ID_NOT_FOUND, malformed) from None
+    if decoded.user_data:
+        message = f"{upgrade} an unsupported custom assignor is in use. Please refer to the documentation " \
+            "or switch to a default assignor before re-attempting the upgrade."
+        raise _Refusal(_E.GROUP_ID_NOT_FOUND, message)
+    return subscription, decoded
+
+
+def _waits_on_other(group: ConsumerGroup, member: ConsumerMember) -> bool:
+    """Kafka's waitingOnUnreleasedPartition: a partition of its target another member still holds."""
+    target = group.targets.get(member.member_id, NO_PARTITIONS)
+    return any(
+        p not in member.assigned.get(t, frozenset()) and group.is_owned_by_other(member.member_id, (t, p))
+        for t, ps in target.items()
+        for p in ps
+    )
 
 
 def _check_epoch(member: ConsumerMember, req: HeartbeatRequest) -> None:

@@ -21,6 +21,7 @@ from typing import NewType
 
 from protocol.consumer_group_log import (
     NO_PARTITIONS,
+    ClassicMemberMetadata,
     ConsumerKey,
     ConsumerValue,
     CurrentAssignmentValue,
@@ -74,6 +75,11 @@ class ConsumerMember:
     pending_revocation: TopicPartitions = field(default_factory=lambda: NO_PARTITIONS)
     # KIP-1251: the member epoch at which each assigned partition was given to the member
     assignment_epochs: Mapping[Owned, int] = field(default_factory=lambda: MappingProxyType({}))
+    classic: ClassicMemberMetadata | None = None  # a member of the classic protocol (online upgrade)
+
+    @property
+    def uses_classic(self) -> bool:
+        return self.classic is not None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -88,6 +94,7 @@ class ConsumerMember:
             self.subscribed_topic_regex or "",  # Kafka writes "" for no regular expression
             self.rebalance_timeout_ms,
             self.server_assignor,
+            self.classic,
         )
 
     def assignment_value(self) -> CurrentAssignmentValue:
@@ -111,6 +118,7 @@ class ConsumerMember:
             subscribed_topic_regex=v.subscribed_topic_regex or None,
             rebalance_timeout_ms=v.rebalance_timeout_ms,
             server_assignor=v.server_assignor,
+            classic=v.classic,
         )
 
     def with_assignment(self, v: CurrentAssignmentValue) -> ConsumerMember:

@@ -22,6 +22,15 @@ class ConsumerConfig:
     max_size: int = 0x7FFFFFFF  # group.consumer.max.size
     assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms (Kafka 4.3)
     assignors: tuple[str, ...] = (UNIFORM, "range")  # group.consumer.assignors; the first is the default
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy (Kafka 4's default)
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("downgrade", "bidirectional")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +72,7 @@ class DescribedConsumerMember:
     subscribed_topic_regex: str | None
     assignment: TopicPartitions
     target_assignment: TopicPartitions
+    classic: bool = False  # a member of the classic protocol in a consumer group
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,12 @@ from typing import TypeVar, cast
 
 from coordinator.group.assignors import TopicsImage
 from coordinator.group.consumer_machine import ConsumerGroups, request_error
+from coordinator.group.consumer_state import LEAVE_EPOCH, MemberId
 from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
 from coordinator.group.index import GroupIndex, cached_partition
 from coordinator.group.offsets import OffsetStore, expiration_base, is_expired, validate_offset_commit
 from coordinator.group.rebalance import Effects, PendingWrite, Rebalancer, WriteKind
-from coordinator.group.state import ClassicGroup, GroupState
+from coordinator.group.state import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
 from coordinator.group.types import (
     UNKNOWN_MEMBER_ID,
     Completion,
@@ -94,6 +95,7 @@ class GroupCoordinatorMachine:
         self._loading: set[int] = set()
         self._rebalancer = Rebalancer(self.config, self._pending_writes, new_member_id or _random_member_id)
         self.consumer = ConsumerGroups(self.config.consumer)
+        self._image: TopicsImage = {}  # the topics as the last consumer-group operation saw them
 
     # ------------------------------------------------------------ partitions
 
@@ -175,8 +177,9 @@ class GroupCoordinatorMachine:
         when the batch is transactional. Returns answers the record releases."""
         consumer_key = decode_consumer_key(key)
         if consumer_key is not None:
-            if self.partition_for(consumer_key.group) in self._epochs:
-                self._drop_simple_group(consumer_key.group)
+            group_id = consumer_key.group
+            if self.partition_for(group_id) in self._epochs and not self._converted_away(group_id, True):
+                self._drop_simple_group(group_id)
                 self.consumer.replay(key, value)
             return []
         try:
@@ -189,6 +192,17 @@ class GroupCoordinatorMachine:
             self._replay_offset(decoded, value, offset, producer_id)
             return []
         return self._replay_group(decoded, value, now_ms)
+
+    def _converted_away(self, group_id: str, consumer_record: bool) -> bool:
+        """A record of the group's other kind, written before a conversion (upgrade or downgrade)
+        and made durable after it: live, the conversion's own records (appended after it) end
+        what it would make again, so it is skipped; a load replays every record in log order."""
+        if self.partition_for(group_id) in self._loading:
+            return False
+        if consumer_record:
+            classic = self._groups.get(group_id)
+            return group_id not in self.consumer.groups and classic is not None and bool(classic.members)
+        return group_id not in self._groups and group_id in self.consumer.groups
 
     def _drop_simple_group(self, group_id: str) -> None:
         """A consumer group's records win over the "simple" group its offsets made (a compacted
@@ -222,6 +236,8 @@ class GroupCoordinatorMachine:
         if value is None:
             self._groups.pop(group_id)
             self._pending_writes.pop(group_id, None)
+            return []
+        if self._converted_away(group_id, False):
             return []
         try:
             decoded = decode_group_metadata_value(value)
@@ -272,13 +288,20 @@ class GroupCoordinatorMachine:
 
     # ------------------------------------------------------------ JoinGroup / SyncGroup
 
-    def join_group(self, req: JoinRequest, now_ms: int) -> Result[JoinResponse]:
+    def join_group(
+        self, req: JoinRequest, now_ms: int, image: TopicsImage | None = None
+    ) -> Result[JoinResponse]:
+        """``image``: the topics as the metadata knows them now, for a classic member of a consumer
+        group (its embedded subscription names topics, the group's records hold topic ids)."""
+        if image is not None:
+            self._image = image
         error = self._join_error(req)
         if error is not None:
             return Result(JoinResponse(error, member_id=req.member_id))
         consumer_group = self.consumer.groups.get(req.group_id)
-        if consumer_group is not None and consumer_group.members:
-            return Result(JoinResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id))
+        if consumer_group is not None and consumer_group.members:  # a classic member of a consumer group
+            answer, records = self.consumer.classic_join(req, self._image, now_ms)
+            return Result(answer, tuple(records))
         if consumer_group is not None:  # an Empty consumer group becomes a classic one
             dropped = self.consumer.delete_records(req.group_id)
             result = self.join_group(req, now_ms)
@@ -315,6 +338,8 @@ class GroupCoordinatorMachine:
         error = ErrorCode.INVALID_GROUP_ID if not req.group_id else self._ownership_error(req.group_id)
         if error is not None:
             return Result(SyncResponse(error))
+        if req.group_id in self.consumer.groups:
+            return Result(self.consumer.classic_sync(req, now_ms))
         group = self._groups.get(req.group_id)
         if group is None or group.is_in(_S.EMPTY):
             return Result(SyncResponse(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -344,6 +369,9 @@ class GroupCoordinatorMachine:
         error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
         if error is not None:
             return Result(error)
+        if group_id in self.consumer.groups:
+            consumer = self.consumer
+            return Result(consumer.classic_heartbeat(group_id, member_id, instance_id, generation, now_ms))
         group = self._groups.get(group_id)
         if group is None:
             return Result(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -356,6 +384,9 @@ class GroupCoordinatorMachine:
         error = ErrorCode.INVALID_GROUP_ID if not group_id else self._ownership_error(group_id)
         if error is not None:
             return Result(LeaveResponse(error))
+        if group_id in self.consumer.groups:
+            response, records = self.consumer.classic_leave(group_id, members)
+            return Result(response, tuple(records))
         group = self._groups.get(group_id)
         if group is None:
             return Result(LeaveResponse(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -386,6 +417,11 @@ class GroupCoordinatorMachine:
         fx = Effects()
         for group in self._timed_live_groups():
             self._rebalancer.on_timer(group, now_ms, fx)
+        fenced: dict[str, set[MemberId]] = {}
+        for group_id, member_id in self.consumer.due(now_ms, self._is_live):
+            fenced.setdefault(group_id, set()).add(member_id)
+        for group_id, members in sorted(fenced.items()):
+            self._downgrade(group_id, members, now_ms, fx)  # the group's members are then gone
         fx.records.extend(self.consumer.on_timer(now_ms, self._is_live))
         return Result(None, tuple(fx.records), tuple(fx.completions))
 
@@ -490,17 +526,103 @@ class GroupCoordinatorMachine:
             return Result(HeartbeatResponse(*refused))
         if (error := self._ownership_error(req.group_id)) is not None:
             return Result(HeartbeatResponse(error))
-        prefix: tuple[Record, ...] = ()
+        self._image = image
         classic = self._groups.get(req.group_id)
-        if classic is not None:
-            if classic.members or not classic.is_in(_S.EMPTY) or req.member_epoch != 0:
-                message = f"Group {req.group_id} is not a consumer group."
-                return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
-            self._groups.pop(req.group_id)  # an Empty classic group gives way (Kafka writes its tombstone)
-            self._pending_writes.pop(req.group_id, None)
-            prefix = ((encode_group_metadata_key(req.group_id), None),)
-        response, records = self.consumer.heartbeat(req, image, now_ms)
-        return Result(response, prefix + tuple(records) if records else ())
+        if classic is None:
+            fx = Effects()
+            if req.member_epoch == LEAVE_EPOCH and self._leaves_only_classic(req):
+                self._downgrade(req.group_id, {MemberId(req.member_id)}, now_ms, fx)
+            if fx.records:  # Kafka answers the leave as any other
+                left = HeartbeatResponse(ErrorCode.NONE, member_id=req.member_id, member_epoch=LEAVE_EPOCH)
+                return Result(left, tuple(fx.records), tuple(fx.completions))
+            response, records = self.consumer.heartbeat(req, image, now_ms)
+            return Result(response, tuple(records))
+        refusal = self._upgrade_refusal(classic) if req.member_epoch == 0 else "is not a consumer group."
+        if refusal is not None:
+            message = f"Group {req.group_id} {refusal}"
+            return Result(HeartbeatResponse(ErrorCode.GROUP_ID_NOT_FOUND, message))
+        return self._upgrade(classic, req, image, now_ms)
+
+    def _upgrade_refusal(self, classic: ClassicGroup) -> str | None:
+        """Kafka's validateOnlineUpgrade (an Empty group simply gives way): the migration policy
+        allows it, the group is one of consumers (protocol type "consumer") no larger than a
+        consumer group may be; else why not."""
+        if classic.is_in(_S.EMPTY):
+            return None
+        why = "cannot be upgraded to a consumer group because"
+        if not self.config.consumer.upgrade_enabled or classic.is_in(_S.DEAD):
+            return f"{why} online upgrade is disabled."
+        if not classic.uses_consumer_protocol():
+            return f"{why} the group does not use the consumer embedded protocol."
+        if len(classic.members) > self.config.consumer.max_size:
+            return f"{why} the group size exceeds the consumer group maximum size."
+        return None
+
+    def _upgrade(
+        self, classic: ClassicGroup, req: HeartbeatRequest, image: TopicsImage, now_ms: int
+    ) -> Result[HeartbeatResponse]:
+        """The classic group gives way to a consumer group (Kafka writes its tombstone); an Empty
+        one simply goes, a live one is converted (its members keep their assignments) and its
+        parked JoinGroup / SyncGroup requests are told REBALANCE_IN_PROGRESS, to rejoin."""
+        self._groups.pop(req.group_id)
+        pending = self._pending_writes.pop(req.group_id, None)
+        live = bool(classic.members)
+        response, records = self.consumer.heartbeat(req, image, now_ms, classic if live else None)
+        if response.error is not ErrorCode.NONE:
+            self._groups.add(classic)
+            if pending is not None:
+                self._pending_writes[req.group_id] = pending
+            return Result(response)
+        fx = Effects()
+        for member in classic.members.values():
+            self._rebalancer.complete_join(classic, member, JoinResponse(ErrorCode.REBALANCE_IN_PROGRESS), fx)
+            self._rebalancer.complete_sync(classic, member, SyncResponse(ErrorCode.REBALANCE_IN_PROGRESS), fx)
+        tombstone = (encode_group_metadata_key(req.group_id), None)
+        return Result(response, (tombstone, *records), tuple(fx.completions))
+
+    def _leaves_only_classic(self, req: HeartbeatRequest) -> bool:
+        """A dynamic member, or the static member its instance id names, leaving."""
+        group = self.consumer.groups.get(req.group_id)
+        if group is None or req.member_id not in group.members:
+            return False
+        return req.instance_id is None or group.static_members.get(req.instance_id) == req.member_id
+
+    def _downgrade(self, group_id: str, leaving: set[MemberId], now_ms: int, fx: Effects) -> None:
+        """The last member of the consumer protocol leaves (or is fenced): instead of its removal,
+        the classic members left become a classic group at the group's epoch, each member's
+        target its assignment, which rebalances so that they rejoin (Kafka's
+        convertToClassicGroup), if the migration policy allows it and the group is no larger
+        than a classic group may be."""
+        others = self.consumer.downgradable(group_id, leaving)
+        if not others or not self.config.consumer.downgrade_enabled:
+            return
+        if len(others) > self.config.max_group_size:
+            return
+        consumer = self.consumer.groups[group_id]
+        members: dict[str, Member] = {
+            str(m.member_id): Member(
+                m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.classic.session_timeout_ms, CONSUMER_PROTOCOL_TYPE, m.classic.protocols,
+                self.consumer.classic_assignment(consumer, m),
+            )
+            for m in others
+            if m.classic is not None
+        }
+        fx.records.extend(self.consumer.downgrade(group_id))
+        epoch = consumer.group_epoch
+        group = ClassicGroup(group_id, _S.STABLE, _S.EMPTY, now_ms, epoch, CONSUMER_PROTOCOL_TYPE)
+        group.members.update(members)
+        statics = {m.group_instance_id: i for i, m in members.items() if m.group_instance_id is not None}
+        group.static_members.update(statics)
+        group.protocol_name = group.select_protocol()
+        group.leader_id = next(iter(members))
+        self._groups.add(group)
+        self._groups.may_have_deadlines(group_id)
+        for member in members.values():
+            self._rebalancer.heartbeat_after(member, now_ms)
+        assignment = {i: m.assignment for i, m in members.items()}
+        self._rebalancer.write_group(group, assignment, PendingWrite(b""), fx)
+        self._rebalancer.prepare_rebalance(group, now_ms, fx)
 
     def consumer_group_describe(self, group_ids: Sequence[str]) -> list[DescribedConsumerGroup]:
         described = []

@@ -184,11 +184,126 @@ def coordinator_names_the_member() -> list[Any]:
     return [*new_topic(), join(0, member_id=""), describe(0)]
 
 
+def classic_subscription(side: Side) -> bytes:
+    """A ConsumerProtocolSubscription v0 of the case's topic."""
+    name = topic(side).encode()
+    return b"\x00\x00\x00\x00\x00\x01" + len(name).to_bytes(2, "big") + name + b"\xff\xff\xff\xff"
+
+
+def classic_member(side: Side) -> dict[str, Any]:
+    return {"group_id": group(side), "generation_id": side.vars.get("generation", -1),
+            "member_id": side.vars.get("classic", ""), "group_instance_id": None}
+
+
+def learn_classic(side: Side, resp: Any) -> None:
+    if resp.member_id:
+        side.vars["classic"] = resp.member_id
+    side.vars["generation"] = resp.generation_id
+
+
+def classic_join(protocol_type: str = "consumer") -> Step:
+    def request(side: Side) -> dict[str, Any]:
+        return {
+            "group_id": group(side), "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+            "member_id": side.vars.get("classic", ""), "group_instance_id": None,
+            "protocol_type": protocol_type,
+            "protocols": [{"name": "range", "metadata": classic_subscription(side)}],
+            "reason": None,
+        }
+
+    return Step(11, request, version=9, learn=learn_classic)
+
+
+def classic_sync(partitions: list[int] | None = None) -> Step:
+    """The leader's SyncGroup gives it ``partitions``; a follower's (None) gives nothing."""
+    def request(side: Side) -> dict[str, Any]:
+        given = []
+        if partitions is not None:
+            name = topic(side).encode()
+            assignment = (b"\x00\x00\x00\x00\x00\x01" + len(name).to_bytes(2, "big") + name
+                          + len(partitions).to_bytes(4, "big")
+                          + b"".join(p.to_bytes(4, "big") for p in partitions) + b"\xff\xff\xff\xff")
+            given = [{"member_id": side.vars["classic"], "assignment": assignment}]
+        return {**classic_member(side), "protocol_type": "consumer", "protocol_name": "range",
+                "assignments": given}
+
+    return Step(14, request, version=5)
+
+
+def classic_heartbeat() -> Step:
+    return Step(12, classic_member, version=4)
+
+
+def classic_leave() -> Step:
+    def request(side: Side) -> dict[str, Any]:
+        return {"group_id": group(side), "members": [
+            {"member_id": side.vars.get("classic", ""), "group_instance_id": None, "reason": None}]}
+
+    return Step(13, request, version=5)
+
+
+def listed(_side: Side, tree: Tree) -> Tree:
+    return {**tree, "groups": [g for g in tree["groups"] if g["group_id"] == group(_side)]}
+
+
+def list_groups(types: tuple[str, ...] = ()) -> Step:
+    return Step(16, {"states_filter": [], "types_filter": list(types)}, version=5, select=listed)
+
+
+def upgrade_and_downgrade(v: int) -> list[Any]:
+    """The online upgrade: a classic member holds both partitions; a consumer-protocol member's
+    first heartbeat converts the group; the classic member is told to rejoin, gives one
+    partition up, the new member gets it; when the new member leaves, the group is classic
+    again (the downgrade) and its member is told to rejoin."""
+    return [
+        *new_topic(partitions=2),
+        classic_join(),  # MEMBER_ID_REQUIRED
+        classic_join(),
+        classic_sync([0, 1]),
+        classic_heartbeat(),
+        list_groups(),
+        join(v),  # converts the group
+        describe(v),
+        list_groups(),
+        list_groups(("Classic",)),
+        list_groups(("consumer",)),
+        classic_describe(),
+        classic_heartbeat(),  # REBALANCE_IN_PROGRESS: rejoin
+        classic_join(),  # at the new epoch, as a follower
+        classic_sync(),  # one partition
+        classic_heartbeat(),
+        beat(v, report=True),  # the released partition
+        describe(v),
+        beat(v, epoch=-1),  # the last consumer-protocol member leaves: classic again
+        list_groups(),
+        classic_heartbeat(),  # REBALANCE_IN_PROGRESS
+        classic_join(),
+        classic_sync([0, 1]),
+        classic_heartbeat(),
+        list_groups(),
+        classic_leave(),
+        list_groups(),
+    ]
+
+
+def no_upgrade_of_other_groups(v: int) -> list[Any]:
+    """A live classic group whose protocol type is not "consumer" is not upgraded."""
+    return [
+        *new_topic(partitions=2),
+        classic_join("connect"),
+        classic_join("connect"),
+        join(v),
+        list_groups(),
+    ]
+
+
 CASES: Cases = {"consumer-group-heartbeat-v0-member-id-by-coordinator": coordinator_names_the_member()}
 for version in versions(HEARTBEAT):
     CASES[f"consumer-group-life-v{version}"] = life(version)
     CASES[f"consumer-group-heartbeat-refused-v{version}"] = refused(version)
     CASES[f"consumer-group-two-members-v{version}"] = two_members(version)
+    CASES[f"consumer-group-upgrade-and-downgrade-v{version}"] = upgrade_and_downgrade(version)
+    CASES[f"consumer-group-no-upgrade-of-other-groups-v{version}"] = no_upgrade_of_other_groups(version)
 for version in versions(DESCRIBE):
     CASES[f"consumer-group-describe-unknown-v{version}"] = [describe(version, "-none")]
 

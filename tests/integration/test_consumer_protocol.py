@@ -16,10 +16,16 @@
 - the Java 4.3 client with ``group.protocol=consumer`` in a consume-transform-produce
   transaction (TxnOffsetCommit with the member epoch), halted mid-transaction and run again:
   the output is exactly once.
+- the online upgrade and downgrade (``group.consumer.migration.policy``): the members of a
+  classic group replaced one at a time by consumer-protocol ones and back (confluent-kafka, and
+  the Java 4.3 client) while records flow: every record consumed and committed once, the group
+  listed as classic, then consumer, then classic again; a group whose client-side assignor keeps
+  user data in its assignments (librdkafka's cooperative-sticky) is not upgraded, as Kafka 4.3
+  refuses it.
 
 The broker's session timeout and heartbeat interval are small, so the waits are short. The
-joining and killed-member scenarios run against Apache Kafka 4.3.1 too, with the same settings
-and checks.
+joining, killed-member and migration scenarios run against Apache Kafka 4.3.1 too, with the
+same settings and checks.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ OVERRIDES = {
     "offsets.topic.num.partitions": 3,
     "transaction.state.log.num.partitions": 3,
     "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
     "group.consumer.min.session.timeout.ms": 1000,
     "group.consumer.session.timeout.ms": SESSION_MS,
     "group.consumer.min.heartbeat.interval.ms": 100,
@@ -110,6 +117,8 @@ def lib(request: pytest.FixtureRequest) -> str:
 def members(request: pytest.FixtureRequest) -> Iterator[Members]:
     target: Server = request.getfixturevalue("server" if "server" in request.fixturenames else "broker")
     java = "lib" in request.fixturenames and request.getfixturevalue("lib") == "java-consumer"
+    if "protocols" in request.fixturenames:
+        java = request.getfixturevalue("protocols")[1] == "java-consumer"
     started = Members(target.bootstrap, compile_group_member("4.3") if java else None)
     try:
         yield started
@@ -173,7 +182,7 @@ def describe(broker: Server, group: str) -> Any:
         return client.call(R(group_ids=[group], include_authorized_operations=False), 1).groups[0]
 
 
-def listed_type(broker: BrokerProcess, group: str) -> tuple[str, str] | None:
+def listed_type(broker: Server, group: str) -> tuple[str, str] | None:
     with WireClient(broker.port) as client:
         answer = client.call(REQUESTS[ApiKey.LIST_GROUPS](states_filter=[], types_filter=[]), 5)
     found = [(g.group_type, g.group_state) for g in answer.groups if g.group_id == group]
@@ -344,3 +353,87 @@ def test_java_consume_transform_produce_with_the_consumer_protocol(broker: Broke
     listed = listed_type(broker, shop.group)
     assert listed is not None and listed[0] == "consumer", listed
     kill_processors()
+
+
+def replace_member(members: Members, live: list[Member], old: Member, group: str, topic: str,
+                   name: str, lib: str) -> list[Member]:
+    """``old`` closes (LeaveGroup or a leaving heartbeat) and a member of ``lib`` takes its place."""
+    old.close()
+    return [m for m in live if m is not old] + start(members, group, topic, [name], lib)
+
+
+def wait_listed(broker: Server, group: str, live: list[Member], wanted: tuple[str, str]) -> None:
+    """ListGroups' (type, state) of the group reaches ``wanted`` (members settle a heartbeat or
+    a rejoin after their assignments)."""
+    wait_for(lambda: listed_type(broker, group) == wanted, 15, f"{group} listed as {wanted}", live)
+
+
+@pytest.fixture(params=[
+    pytest.param(("confluent", LIB), id="confluent"),
+    pytest.param(("java-classic", "java-consumer"), marks=pytest.mark.java, id="java"),
+])
+def protocols(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A client's classic and consumer-protocol members: confluent-kafka's, or the Java 4.3 client's."""
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_a_group_upgraded_and_downgraded_one_member_at_a_time_keeps_consuming(
+    server: Server, protocols: tuple[str, str], members: Members
+) -> None:
+    """The online upgrade (Kafka's group.consumer.migration.policy, bidirectional by default):
+    the first member restarted with group.protocol=consumer turns the classic group into a
+    consumer group that still drives the classic member through JoinGroup / SyncGroup /
+    Heartbeat; when the last member of the consumer protocol is replaced by a classic one, the
+    group is classic again (the downgrade). The committed offsets stay, every record is consumed
+    and committed once."""
+    broker = server
+    classic, consumer = protocols
+    topic, group = new_topic(broker, "kip848-upgrade")
+    live = start(members, group, topic, ["c1", "c2"], classic)
+    wait_balanced(live, PARTITIONS)
+    wanted = produce_and_consume(broker, topic, live, "classic")
+    wait_committed_to_end(broker, group, topic, live)
+    wait_listed(broker, group, live, ("classic", "Stable"))
+    live = replace_member(members, live, live[0], group, topic, "n1", consumer)
+    wait_balanced(live, PARTITIONS)
+    wait_listed(broker, group, live, ("consumer", "Stable"))
+    described = describe(broker, group)
+    assert (described.error_code, len(described.members)) == (ErrorCode.NONE, 2)
+    wanted |= produce_and_consume(broker, topic, live, "mixed")
+    live = replace_member(members, live, live[0], group, topic, "n2", consumer)
+    wait_balanced(live, PARTITIONS)
+    wanted |= produce_and_consume(broker, topic, live, "upgraded")
+    wait_listed(broker, group, live, ("consumer", "Stable"))
+    # the downgrade: when the last member of the consumer protocol leaves, the group is classic again
+    live = replace_member(members, live, live[0], group, topic, "c3", classic)
+    wait_balanced(live, PARTITIONS)
+    wanted |= produce_and_consume(broker, topic, live, "mixed-again")
+    live = replace_member(members, live, live[0], group, topic, "c4", classic)
+    wait_balanced(live, PARTITIONS)
+    wanted |= produce_and_consume(broker, topic, live, "downgraded")
+    wait_committed_to_end(broker, group, topic, live)
+    assert_once_and_committed(members.started, wanted)
+    wait_listed(broker, group, live, ("classic", "Stable"))
+    assert not [e for m in members.started for e in m.errors() if e["fatal"]]
+    if isinstance(broker, BrokerProcess):  # one line each in Gregor's log
+        for way in ("upgraded to a consumer group", "downgraded to a classic group"):
+            assert f"group {group}: {way}" in broker.log_text()
+
+
+def test_a_group_whose_client_side_assignor_keeps_user_data_is_not_upgraded(
+    server: Server, members: Members
+) -> None:
+    """librdkafka's cooperative-sticky assignor writes user data into each assignment, which a
+    consumer group would lose: Kafka 4.3 refuses the upgrade (GROUP_ID_NOT_FOUND, fatal to the
+    consumer-protocol member) and the classic group goes on."""
+    broker = server
+    topic, group = new_topic(broker, "kip848-no-upgrade")
+    live = start(members, group, topic, ["c1", "c2"], "confluent-cooperative")
+    wait_balanced(live, PARTITIONS)
+    [refused] = start(members, group, topic, ["n1"], LIB)
+    wait_for(lambda: any("group id does not exist" in e["error"] for e in refused.errors()),  # _FATAL
+             20, "the consumer-protocol member refused", [refused])
+    wanted = produce_and_consume(broker, topic, live, "still-classic")
+    wait_committed_to_end(broker, group, topic, live)
+    assert_once_and_committed(live, wanted)
+    wait_listed(broker, group, live, ("classic", "Stable"))

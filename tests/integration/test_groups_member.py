@@ -87,10 +87,11 @@ def batch_offsets(recs: list[list[Any]]) -> dict[int, int]:
 
 def run_confluent(
     bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None,
-    protocol: str = "classic",
+    protocol: str = "classic", strategy: str | None = None,
 ) -> None:
     """``protocol`` "consumer": KIP-848's group protocol, the broker's session timeout and
-    heartbeat interval (librdkafka refuses its own with it)."""
+    heartbeat interval (librdkafka refuses its own with it); ``strategy``: the classic
+    protocol's partition.assignment.strategy (librdkafka's default: range,roundrobin)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     timeouts = {"session.timeout.ms": session_ms, "heartbeat.interval.ms": hb_ms}
@@ -108,11 +109,15 @@ def run_confluent(
     }
     if inst:
         conf["group.instance.id"] = inst
+    if strategy:
+        conf["partition.assignment.strategy"] = strategy
     c = Consumer(conf)
+
+    incremental = protocol == "consumer" or strategy == "cooperative-sticky"
 
     def on_assign(_c: Any, tps: list[Any]) -> None:  # librdkafka does not expose the generation
         added = {tp.partition for tp in tps}
-        if protocol == "consumer":  # incremental: the callback names only the partitions added
+        if incremental:  # the callback names only the partitions added
             added |= {tp.partition for tp in c.assignment()}
         emit("assigned", tps=sorted(added), gen=None, member=c.memberid())
 
@@ -274,9 +279,16 @@ def run_confluent_consumer_protocol(
     run_confluent(bootstrap, group, topic, session_ms, hb_ms, inst, protocol="consumer")
 
 
+def run_confluent_cooperative(
+    bootstrap: str, group: str, topic: str, session_ms: int, hb_ms: int, inst: str | None
+) -> None:
+    run_confluent(bootstrap, group, topic, session_ms, hb_ms, inst, strategy="cooperative-sticky")
+
+
 RUNNERS: dict[str, Callable[..., None]] = {
     "confluent": run_confluent,
     "confluent-consumer": run_confluent_consumer_protocol,
+    "confluent-cooperative": run_confluent_cooperative,
     "kafka-python": run_kafka_python,
     "aiokafka": run_aiokafka,
 }
@@ -297,13 +309,14 @@ def main(argv: list[str]) -> None:
 
 def member_command(lib: str, java_classes: Path | None) -> list[str]:
     """"java": GroupMember with the 3.9 client; "java-consumer": with the 4.3 client and KIP-848's
-    group protocol (compile it with `compile_group_member("4.3")`)."""
-    if lib in ("java", "java-consumer"):
+    group protocol, "java-classic" with the 4.3 client and the classic protocol (compile it with
+    `compile_group_member("4.3")`)."""
+    if lib in ("java", "java-consumer", "java-classic"):
         from tests.integration.harness import JAVA_CLIENTS
 
         assert java_classes is not None, "compile java/GroupMember.java first (the java_classes fixture)"
         consumer = lib == "java-consumer"
-        jars = JAVA_CLIENTS["4.3" if consumer else "3.9"]
+        jars = JAVA_CLIENTS["3.9" if lib == "java" else "4.3"]
         return [
             "java",
             "-XX:TieredStopAtLevel=1",
