@@ -9,6 +9,9 @@ from dataclasses import dataclass, fields, replace
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+# Kafka 4.4's max.decompressed.message.bytes default and maximum: the largest array a JVM
+# allocates, so no limit.
+MAX_DECOMPRESSED = INT_MAX - 8
 
 
 class ConfigSource(enum.IntEnum):
@@ -56,6 +59,14 @@ def _throttled_replicas(value: ConfigValue) -> str | None:
     if items == ["*"] or all(_pair_of_ints(v) for v in items):
         return None
     return "must be the literal '*' or a list of replicas in the format [PartitionId]:[BrokerId]"
+
+
+def _between(low: int, high: int) -> Validator:
+    def check(value: ConfigValue) -> str | None:
+        fits = isinstance(value, int) and low <= value <= high
+        return None if fits else f"Value must be in range [{low},...,{high}]"
+
+    return check
 
 
 def _pair_of_ints(item: str) -> bool:
@@ -134,6 +145,10 @@ _DEFS = [
     ),
     TopicConfigDef(
         "max.message.bytes", "message.max.bytes", "int", 1048588, "max_message_bytes", _at_least(0)
+    ),
+    TopicConfigDef(
+        "max.decompressed.message.bytes", "max.decompressed.message.bytes", "int", MAX_DECOMPRESSED,
+        "max_decompressed_message_bytes", _between(1, MAX_DECOMPRESSED),
     ),
     TopicConfigDef(
         "message.timestamp.after.max.ms",
@@ -315,6 +330,7 @@ class LogConfig:
     retention_bytes: int = -1
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
+    max_decompressed_message_bytes: int = MAX_DECOMPRESSED
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     message_timestamp_type: str = "CreateTime"
