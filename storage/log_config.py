@@ -112,6 +112,9 @@ _DEFS = [
         "delete.retention.ms", "log.cleaner.delete.retention.ms", "long", 86400000, "delete_retention_ms",
         _at_least(0),
     ),
+    # Share groups' dead-letter queue (Kafka 4.4): known as Kafka knows it; Gregor has no share
+    # groups to use it.
+    TopicConfigDef("errors.deadletterqueue.group.enable", None, "boolean", False),
     TopicConfigDef(
         "file.delete.delay.ms",
         "log.segment.delete.delay.ms",
