@@ -1,4 +1,4 @@
-"""Apache Kafka's own command-line tools (4.3.1, from .deps/kafka, each run by the main class
+"""Apache Kafka's own command-line tools (4.4.0, from .deps/kafka-4.4, each run by the main class
 its bin/ script runs) against a Gregor broker: topics, configs, console producer and consumer,
 consumer groups, offsets, records, log dirs, API versions, features, cluster id, elections,
 reassignments, the perf tools with transactions, kafka-transactions, and kafka-dump-log on
