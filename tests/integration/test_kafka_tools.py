@@ -20,7 +20,7 @@ from tests.integration.harness import BrokerProcess, started_broker, unique_topi
 from tests.integration.kafka import kafka_tool
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
-CONFIGS = "kafka.admin.ConfigCommand"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"  # kafka.admin.ConfigCommand until Kafka 4.4
 PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
