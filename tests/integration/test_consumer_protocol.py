@@ -18,7 +18,7 @@
   the output is exactly once.
 
 The broker's session timeout and heartbeat interval are small, so the waits are short. The
-joining and killed-member scenarios run against Apache Kafka 4.3.1 too, with the same settings
+joining and killed-member scenarios run against Apache Kafka 4.4.0 too, with the same settings
 and checks.
 """
 
@@ -96,7 +96,7 @@ Server = BrokerProcess | KafkaNode
 
 @pytest.fixture(params=["gregor", "kafka"])
 def server(request: pytest.FixtureRequest) -> Server:
-    """Gregor, or Apache Kafka 4.3.1 for the same scenario."""
+    """Gregor, or Apache Kafka 4.4.0 for the same scenario."""
     return request.getfixturevalue("broker" if request.param == "gregor" else "kafka")  # type: ignore[no-any-return]
 
 
