@@ -427,6 +427,18 @@ CASES["produce-tv2-first-sequence"] = [
     txn_produce([b"s"], sequence=1, version=11),
     end_txn(5, commit=False),
 ]
+# ... unless an older request began the partition's check: a Produce below v12 (its partition
+# not added: refused, the check left behind) sets the rule for the checks after it, here a v12
+# batch of the next epoch at sequence 1 (found by the generated sequences against Kafka 4.4.0;
+# Kafka 4.3.1 answers the same).
+CASES["produce-tv2-first-sequence-after-v6-check"] = [
+    *new_topic(),
+    init_txn(0),
+    txn_produce([b"s"], version=6),
+    init_txn(4),
+    txn_produce([b"s"], sequence=1),
+    end_txn(5, commit=False),
+]
 # Once a difference, found by the generated sequences and fixed: a batch of a stale epoch, refused
 # by the coordinator, does not hold back the open transaction's next batch.
 CASES["produce-stale-epoch-in-open-transaction"] = [
