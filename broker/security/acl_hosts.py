@@ -42,7 +42,9 @@ def host_applies(pattern: str, host: str) -> bool:
 @lru_cache(maxsize=1024)  # the authorizer asks for the same few patterns on every request
 def _network(pattern: str) -> Network | None:
     """The range `address/prefix` names (host bits may be set, as Kafka's SubnetUtils allows),
-    or None when it names none."""
+    or None when it names none (a netmask instead of a prefix length is none for Kafka)."""
+    if not pattern.rpartition("/")[2].isdigit():
+        return None
     try:
         return ipaddress.ip_network(pattern, strict=False)
     except ValueError:

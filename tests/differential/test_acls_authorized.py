@@ -332,6 +332,7 @@ CASES: Cases = {
         refused(TOPIC, None, LITERAL, READ, host="10.0.0.0/33"),
         refused(TOPIC, None, LITERAL, READ, host="localhost/8"),
         refused(TOPIC, None, LITERAL, READ, host="10.0.0.0/"),
+        refused(TOPIC, None, LITERAL, READ, host="10.0.0.0/255.0.0.0"),  # a prefix length only
         # nothing was created: bob's ACLs on this case's topic, and the cluster's (the fixture's
         # only; a broker-wide listing of bob's would race with Kafka's metadata propagation of
         # other cases' ACLs)

@@ -85,7 +85,7 @@ def test_cidr_hosts_kafka_4_4() -> None:
 def test_host_patterns_kafka_refuses() -> None:
     for good in ("*", "10.0.0.1", "somehost", "10.0.0.0/8", "fd00::/8", "10.0.0.0/0"):
         assert host_problem(good) is None, good
-    for bad in ("", "10.0.0.0/33", "localhost/8", "10.0.0.0/", "/8", "10.0.0.256/8"):
+    for bad in ("", "10.0.0.0/33", "localhost/8", "10.0.0.0/", "/8", "10.0.0.256/8", "10.0.0.0/255.0.0.0"):
         assert host_problem(bad) is not None, bad
 
 
