@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed .deps/java4/.installed
-KAFKA_DEPS := .deps/kafka/.installed
+KAFKA_DEPS := .deps/kafka-4.4/.installed
 SPARK_KAFKA_DEPS := .deps/spark-kafka/.installed
 STREAMS_DEPS := .deps/streams/.installed
 CONNECT_DEPS := .deps/connect/.installed
@@ -38,10 +38,11 @@ venv: $(STAMP)
 .deps/java4/.installed: scripts/kafka/clients-pom.xml scripts/maven-deps.sh
 	bash scripts/maven-deps.sh scripts/kafka/clients-pom.xml .deps/java4 -Dkafka.version=4.3.1
 
-# Apache Kafka 4.3.1 itself (broker, storage, tools, log4j2) from Maven Central
-# (scripts/kafka/pom.xml): the reference broker of the differential suite and Kafka's CLI tools.
+# Apache Kafka 4.4.0 itself (broker, storage, tools, log4j2) from Maven Central
+# (scripts/kafka/pom.xml): the reference broker of the differential suite, of every test and
+# benchmark beside Kafka, and Kafka's CLI tools. Its own directory: .deps/kafka held 4.3.1.
 $(KAFKA_DEPS): scripts/kafka/pom.xml scripts/maven-deps.sh
-	bash scripts/maven-deps.sh scripts/kafka/pom.xml .deps/kafka
+	bash scripts/maven-deps.sh scripts/kafka/pom.xml .deps/kafka-4.4 -Dkafka.version=4.4.0
 
 kafka-deps: $(KAFKA_DEPS)
 

@@ -10,7 +10,7 @@ compares each row's figure with bench/baseline.json: a row more than 25% below i
 baseline says REGRESSION and the benchmark exits 1. `--update-baseline` records this
 run's figures as the new baseline (commit it with the reason).
 
-Apache Kafka 4.3.1 (bench/reference.py: one KRaft node, and three for the cluster rows, started
+Apache Kafka 4.4.0 (bench/reference.py: one KRaft node, and three for the cluster rows, started
 as its own scripts start it: -Xmx1G -Xms1G, G1) runs the same workloads in the same run as the
 reference: each row is printed with Gregor's figure, Kafka's and the ratio. Kafka's figures are
 not compared with the baseline.

@@ -12,6 +12,7 @@ from urllib.parse import ParseResult, urlparse
 import yaml
 
 from broker.store.address import EtcdAddress
+from storage.log_config import MAX_DECOMPRESSED
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -277,6 +278,9 @@ KEYS: dict[str, Key] = {
     "delete.topic.enable": Key(Boolean(), True, "Allow DeleteTopics."),
     "message.max.bytes": Key(_NON_NEGATIVE, 1048588, "Largest record batch accepted (topic: "
                              "`max.message.bytes`)."),
+    "max.decompressed.message.bytes": Key(Integer(1, MAX_DECOMPRESSED), MAX_DECOMPRESSED,
+                                          "Largest record, decompressed, accepted in a compressed "
+                                          "batch: INVALID_RECORD beyond (Kafka 4.4; topic: same name)."),
     "socket.request.max.bytes": Key(_POSITIVE, 104857600, "Largest request frame; a larger one closes "
                                     "the connection."),
     "log.segment.bytes": Key(Integer(14), 1073741824, "Size at which a segment is rolled (topic: "

@@ -4,7 +4,7 @@
 # then holds exactly those jars and a `.installed` stamp.
 #
 # usage: scripts/maven-deps.sh POM DEST_DIR [-Dproperty=value ...]
-#   scripts/maven-deps.sh scripts/kafka/pom.xml .deps/kafka                         (Kafka 4.3.1)
+#   scripts/maven-deps.sh scripts/kafka/pom.xml .deps/kafka-4.4 -Dkafka.version=4.4.0   (Kafka 4.4.0)
 #   scripts/maven-deps.sh scripts/kafka/clients-pom.xml .deps/java -Dkafka.version=3.9.2
 set -euo pipefail
 

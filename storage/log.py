@@ -442,12 +442,14 @@ class Log:
             return self.producer_state.check_pending_sequence(header)
         return self.producer_state.check_verified(header, verification)
 
-    def start_verification(self, header: BatchHeader, now_ms: int) -> Verification | None:
+    def start_verification(
+        self, header: BatchHeader, now_ms: int, supports_epoch_bump: bool = False
+    ) -> Verification | None:
         """See ProducerStateManager.start_verification; None too when verification is off."""
         if not self.verify_transactions:
             return None
         return self.producer_state.start_verification(
-            header.producer_id, header.base_sequence, header.producer_epoch, now_ms
+            header.producer_id, header.base_sequence, header.producer_epoch, now_ms, supports_epoch_bump
         )
 
     def _rejected(self, rejected: Rejected) -> AppendResult:

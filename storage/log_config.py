@@ -9,6 +9,9 @@ from dataclasses import dataclass, fields, replace
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+# Kafka 4.4's max.decompressed.message.bytes default and maximum: the largest array a JVM
+# allocates, so no limit.
+MAX_DECOMPRESSED = INT_MAX - 8
 
 
 class ConfigSource(enum.IntEnum):
@@ -58,6 +61,14 @@ def _throttled_replicas(value: ConfigValue) -> str | None:
     return "must be the literal '*' or a list of replicas in the format [PartitionId]:[BrokerId]"
 
 
+def _between(low: int, high: int) -> Validator:
+    def check(value: ConfigValue) -> str | None:
+        fits = isinstance(value, int) and low <= value <= high
+        return None if fits else f"Value must be in range [{low},...,{high}]"
+
+    return check
+
+
 def _pair_of_ints(item: str) -> bool:
     partition, sep, broker = item.partition(":")
     return sep == ":" and partition.strip().isdigit() and broker.strip().isdigit()
@@ -101,6 +112,9 @@ _DEFS = [
         "delete.retention.ms", "log.cleaner.delete.retention.ms", "long", 86400000, "delete_retention_ms",
         _at_least(0),
     ),
+    # Share groups' dead-letter queue (Kafka 4.4): known as Kafka knows it; Gregor has no share
+    # groups to use it.
+    TopicConfigDef("errors.deadletterqueue.group.enable", None, "boolean", False),
     TopicConfigDef(
         "file.delete.delay.ms",
         "log.segment.delete.delay.ms",
@@ -134,6 +148,10 @@ _DEFS = [
     ),
     TopicConfigDef(
         "max.message.bytes", "message.max.bytes", "int", 1048588, "max_message_bytes", _at_least(0)
+    ),
+    TopicConfigDef(
+        "max.decompressed.message.bytes", "max.decompressed.message.bytes", "int", MAX_DECOMPRESSED,
+        "max_decompressed_message_bytes", _between(1, MAX_DECOMPRESSED),
     ),
     TopicConfigDef(
         "message.timestamp.after.max.ms",
@@ -315,6 +333,7 @@ class LogConfig:
     retention_bytes: int = -1
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
+    max_decompressed_message_bytes: int = MAX_DECOMPRESSED
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     message_timestamp_type: str = "CreateTime"

@@ -333,13 +333,16 @@ class Verification:
 
     __slots__ = ("epoch", "lowest_seq", "started_ms", "supports_epoch_bump")
 
-    def __init__(self, sequence: int, epoch: ProducerEpoch, now_ms: int) -> None:
+    def __init__(
+        self, sequence: int, epoch: ProducerEpoch, now_ms: int, supports_epoch_bump: bool = False
+    ) -> None:
         self.lowest_seq = sequence
         self.epoch = epoch
         self.started_ms = now_ms
         # Checked for a transaction version 2 client (Produce v12+): a producer with no state
-        # here must start at sequence 0 (Kafka's VerificationStateEntry.supportsEpochBump)
-        self.supports_epoch_bump = False
+        # here must start at sequence 0 (Kafka's VerificationStateEntry.supportsEpochBump). Set
+        # by the request that began the check, kept by later ones (Kafka's computeIfAbsent).
+        self.supports_epoch_bump = supports_epoch_bump
 
     def saw(self, sequence: int, epoch: ProducerEpoch) -> None:
         """A lower sequence of the same epoch, or any sequence of a newer epoch."""
@@ -546,7 +549,8 @@ class ProducerStateManager:
     # -- transaction verification (KIP-890) ------------------------------------
 
     def start_verification(
-        self, producer_id: ProducerId, sequence: int, epoch: ProducerEpoch, now_ms: int
+        self, producer_id: ProducerId, sequence: int, epoch: ProducerEpoch, now_ms: int,
+        supports_epoch_bump: bool = False,
     ) -> Verification | None:
         """Before a client's transactional batch is checked with its coordinator: the guard
         to append it with, or None when the producer has a transaction open here already
@@ -558,7 +562,8 @@ class ProducerStateManager:
             return None
         pending = self._verifying.get(producer_id)
         if pending is None:
-            pending = self._verifying[producer_id] = Verification(sequence, epoch, now_ms)
+            pending = Verification(sequence, epoch, now_ms, supports_epoch_bump)
+            self._verifying[producer_id] = pending
         pending.saw(sequence, epoch)
         return pending
 

@@ -51,7 +51,7 @@ from protocol.record_batch import (
     TimestampType,
     compute_crc,
 )
-from storage.log_config import LONG_MAX, LogConfig
+from storage.log_config import LONG_MAX, MAX_DECOMPRESSED, LogConfig
 from storage.producer_state import AppendOrigin
 
 OFFSET = attrgetter("offset")
@@ -106,6 +106,7 @@ class ValidationPolicy:
     timestamp_after_max_ms: int = LONG_MAX
     compression: str = PRODUCER
     max_message_bytes: int = 1048588
+    max_decompressed_message_bytes: int = MAX_DECOMPRESSED
 
     @classmethod
     def of(cls, config: LogConfig, topic_partition: str) -> ValidationPolicy:
@@ -117,6 +118,7 @@ class ValidationPolicy:
             timestamp_after_max_ms=config.timestamp_after_max_ms,
             compression=config.compression_type,
             max_message_bytes=config.max_message_bytes,
+            max_decompressed_message_bytes=config.max_decompressed_message_bytes,
         )
 
     @property
@@ -205,7 +207,7 @@ def validate_records(
         policy.compacted or policy.checks_timestamp_range or target != header.compression
         or header.timestamp_type is TimestampType.LOG_APPEND_TIME
     )
-    walked = _walk(records, header, needs_records)
+    walked = _walk(records, header, needs_records, policy.max_decompressed_message_bytes)
     if isinstance(walked, Rejected):
         return walked
     if walked is None:
@@ -218,9 +220,12 @@ def validate_records(
     return _rebuild(walked, header, target, policy)
 
 
-def _walk(records: bytes, header: BatchHeader, keep: bool) -> list[DefaultRecord] | Rejected | None:
-    """Read every record in C (no Python code runs per record): structure, count and
-    offsets; the records themselves when ``keep``, else None."""
+def _walk(
+    records: bytes, header: BatchHeader, keep: bool, max_decompressed: int = MAX_DECOMPRESSED
+) -> list[DefaultRecord] | Rejected | None:
+    """Read every record in C (no Python code runs per record unless a decompressed record
+    size limit is set): structure, count and offsets; the records themselves when ``keep``,
+    else None."""
     plain: memoryview | None = None
     if header.compression != Compression.NONE:
         try:
@@ -229,6 +234,8 @@ def _walk(records: bytes, header: BatchHeader, keep: bool) -> list[DefaultRecord
             codec = Compression(header.compression).name.lower()
             return Rejected(ErrorCode.CORRUPT_MESSAGE, f"cannot decompress {codec} records: {exc}")
     try:
+        if plain is not None and max_decompressed < MAX_DECOMPRESSED:
+            _check_record_sizes(plain[HEADER_SIZE:], max_decompressed)
         recs, offsets = _read(records if plain is None else plain, keep)
     except (CorruptRecordException, UnicodeDecodeError) as exc:
         return Rejected(ErrorCode.INVALID_RECORD, f"invalid record structure: {exc}")
@@ -238,6 +245,33 @@ def _walk(records: bytes, header: BatchHeader, keep: bool) -> list[DefaultRecord
     if offsets != list(range(header.base_offset, header.base_offset + header.records_count)):
         return _bad_offsets(offsets, header)
     return recs
+
+
+def _check_record_sizes(body: memoryview, limit: int) -> None:
+    """Kafka 4.4's max.decompressed.message.bytes (DefaultRecord.readFrom): a record of a
+    compressed batch whose length prefix exceeds the limit is an invalid record."""
+    pos = 0
+    while pos < len(body):
+        size, pos = _zigzag_varint(body, pos)
+        if size > limit:
+            raise CorruptRecordException(
+                f"Invalid record size: {size} exceeds the configured maximum record size of {limit}."
+            )
+        if size < 0:
+            return  # malformed: the C reader says how
+        pos += size
+
+
+def _zigzag_varint(view: memoryview, pos: int) -> tuple[int, int]:
+    raw = shift = 0
+    while pos < len(view):
+        byte = view[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def _read(view: bytes | memoryview, keep: bool) -> tuple[list[DefaultRecord] | None, list[int]]:

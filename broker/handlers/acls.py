@@ -30,6 +30,7 @@ from broker.security.acl import (
     Permission,
     ResourceType,
 )
+from broker.security.acl_hosts import host_problem
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -134,7 +135,7 @@ def creation_problem(acl: AclBinding) -> str | None:
     ):
         if value == 0:
             return f"Invalid {label} UNKNOWN"
-    return None
+    return host_problem(acl.host)  # Kafka 4.4 checks the host last
 
 
 async def _create(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:

@@ -163,11 +163,10 @@ async def _check_round(
         if _stale_epoch(t.part, t.header):  # KAFKA-18042: refused before any check
             found.errors[tp] = (ErrorCode.INVALID_PRODUCER_EPOCH, None)
             continue
-        guard = ctx.services.partitions.start_verification(t.part, t.header, ctx.now_ms())
+        guard = ctx.services.partitions.start_verification(t.part, t.header, ctx.now_ms(), operation.adds)
         if guard is None:  # its producer's transaction is open here now: nothing to check
             found.guards.pop(tp, None)
             continue
-        guard.supports_epoch_bump = operation.adds
         found.guards[tp] = guard
         guarded.append((t, guard))
         by_producer.setdefault((t.header.producer_id, t.header.producer_epoch), []).append(tp)

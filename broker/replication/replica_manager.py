@@ -337,10 +337,12 @@ class ReplicaManager:
         if self.write_failures.failed((part.topic, part.index), exc) and self.on_unwritable is not None:
             self.on_unwritable(part)
 
-    def start_verification(self, part: Partition, header: BatchHeader, now_ms: int) -> Verification | None:
+    def start_verification(
+        self, part: Partition, header: BatchHeader, now_ms: int, supports_epoch_bump: bool
+    ) -> Verification | None:
         """A client's transactional batch is about to be checked with its coordinator: the
         guard to append it with, None when its producer has a transaction open here."""
-        return part.log.start_verification(header, now_ms)
+        return part.log.start_verification(header, now_ms, supports_epoch_bump)
 
     def verification_current(self, part: Partition, guard: Verification) -> bool:
         """`guard` still holds: no batch or marker of its producer ended it."""

@@ -5,8 +5,9 @@ question "may this principal, from this host, do this operation on this resource
 - the ACLs that apply to a resource are the LITERAL ones on its name, the LITERAL ones on
   `*`, and the PREFIXED ones whose prefix starts its name;
 - an ACL applies to a request when its principal is the caller's or `User:*`, its host the
-  caller's or `*`, and its operation the one asked or ALL; an ALLOW on Read, Write, Delete
-  or Alter also allows Describe, an ALLOW on AlterConfigs also DescribeConfigs (never DENY);
+  caller's, `*` or a CIDR range holding the caller's address (Kafka 4.4, acl_hosts), and its
+  operation the one asked or ALL; an ALLOW on Read, Write, Delete or Alter also allows
+  Describe, an ALLOW on AlterConfigs also DescribeConfigs (never DENY);
 - any applying DENY denies, else any applying ALLOW allows;
 - with no ACL at all on the resource, `allow.everyone.if.no.acl.found` decides;
   ACLs on the resource that do not apply to the caller deny.
@@ -27,6 +28,7 @@ from broker.security.acl import (
     Permission,
     ResourceType,
 )
+from broker.security.acl_hosts import host_applies
 
 _O = AclOperation
 IMPLIES_DESCRIBE = frozenset({_O.DESCRIBE, _O.READ, _O.WRITE, _O.DELETE, _O.ALTER})
@@ -80,7 +82,7 @@ def entry_result(
     acl: AclBinding, principal: str, host: str, operation: AclOperation
 ) -> Permission | None:
     """What one ACL says about the request, None when it does not apply (findResult)."""
-    if acl.principal not in (principal, WILDCARD_PRINCIPAL) or acl.host not in (host, WILDCARD):
+    if acl.principal not in (principal, WILDCARD_PRINCIPAL) or not host_applies(acl.host, host):
         return None
     if acl.operation != _O.ALL and not _operation_applies(acl, operation):
         return None
@@ -126,7 +128,7 @@ def decide_any(
     deny_prefixed: set[str] = set()
     allows: list[AclBinding] = []
     for acl in index.of_type(resource):
-        if acl.principal not in (principal, WILDCARD_PRINCIPAL) or acl.host not in (host, WILDCARD):
+        if acl.principal not in (principal, WILDCARD_PRINCIPAL) or not host_applies(acl.host, host):
             continue
         if acl.operation not in (operation, _O.ALL):
             continue

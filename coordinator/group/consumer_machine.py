@@ -503,9 +503,14 @@ class ConsumerGroups:
         return HeartbeatResponse(_E.NONE, member_id=member_id, member_epoch=req.member_epoch)
 
     def _fence(self, writer: _Writer, member_id: MemberId) -> None:
-        """The member goes with its records; the group epoch is bumped for a new target."""
+        """The member goes with its records; the group epoch is bumped for a new target. The
+        last member gone, the (empty) target is at the new epoch at once (KAFKA-20442, Kafka
+        4.4: an empty group's assignment epoch equals its group epoch)."""
         writer.remove_member(member_id)
         writer.bump_epoch(metadata_hash(self._all_subscribed(writer.group), self.image))
+        if not writer.group.members:
+            epoch = TargetAssignmentMetadataValue(writer.group.group_epoch)
+            writer.write(RecordType.TARGET_ASSIGNMENT_METADATA, epoch)
         self._forget(writer.group.group_id, member_id)
 
     def _forget(self, group_id: str, member_id: MemberId) -> None:

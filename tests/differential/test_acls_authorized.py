@@ -84,12 +84,15 @@ def name_of(side: Side, rtype: int, suffix: str) -> str:
     return "kafka-cluster" if rtype == CLUSTER else topic(side, suffix)
 
 
-def create_acls(*acls: tuple[int, str, int, str, int, int], version: int | None = None) -> Step:
-    """(resource type, name suffix, pattern, principal, operation, permission) each."""
+def create_acls(
+    *acls: tuple[int, str, int, str, int, int], version: int | None = None, host: str = "*"
+) -> Step:
+    """(resource type, name suffix, pattern, principal, operation, permission) each, all from
+    `host`."""
     def request(side: Side) -> dict[str, Any]:
         return {"creations": [{
             "resource_type": rtype, "resource_name": name_of(side, rtype, suffix),
-            "resource_pattern_type": pattern, "principal": principal, "host": "*", "operation": op,
+            "resource_pattern_type": pattern, "principal": principal, "host": host, "operation": op,
             "permission_type": permission,
         } for rtype, suffix, pattern, principal, op, permission in acls]}
 
@@ -250,6 +253,19 @@ CASES: Cases = {
         acls_in_force(TOPIC, "", 0),
         describe_acls(),
     ],
+    # Kafka 4.4 (AclControlManager.validateHostPattern, StandardAuthorizerData.findResult):
+    # a host with a `/` is a CIDR range; this connection comes from 127.0.0.1
+    "topic-acls-by-cidr-host": [
+        *new_topic(),
+        create_acls((TOPIC, "", LITERAL, "User:ANONYMOUS", WRITE, ALLOW), host="127.0.0.0/8"),
+        create_acls((TOPIC, "", LITERAL, "User:ANONYMOUS", READ, ALLOW), host="10.1.2.3/8"),
+        create_acls((TOPIC, "", LITERAL, "User:ANONYMOUS", DESCRIBE, ALLOW), host="127.0.0.1/32"),
+        acls_in_force(TOPIC, "", 3),
+        metadata([""]),
+        produce(version=9),
+        fetch(12),
+        describe_acls(),
+    ],
     "group-acl-for-someone-else": [
         *new_topic(),
         *bob_only(GROUP, "-g"),
@@ -312,7 +328,11 @@ CASES: Cases = {
             (TOPIC, None, LITERAL, ANY), (TOPIC, None, ANY, READ), (ANY, None, LITERAL, READ),
         )),
         refused(TOPIC, None, LITERAL, READ, principal="bob"),
-        refused(TOPIC, None, LITERAL, READ, principal="User:bob", host=""),
+        refused(TOPIC, None, LITERAL, READ, principal="User:bob", host=""),  # stored by Kafka 4.3
+        refused(TOPIC, None, LITERAL, READ, host="10.0.0.0/33"),
+        refused(TOPIC, None, LITERAL, READ, host="localhost/8"),
+        refused(TOPIC, None, LITERAL, READ, host="10.0.0.0/"),
+        refused(TOPIC, None, LITERAL, READ, host="10.0.0.0/255.0.0.0"),  # a prefix length only
         # nothing was created: bob's ACLs on this case's topic, and the cluster's (the fixture's
         # only; a broker-wide listing of bob's would race with Kafka's metadata propagation of
         # other cases' ACLs)

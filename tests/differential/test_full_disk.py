@@ -3,7 +3,7 @@ Gregor, each a single node on a small tmpfs of its own: both refuse to start, an
 and serve every acknowledged record once space is back.
 
 Recovery after kill -9 needs space (Kafka maps its index files, Gregor rewrites indexes and
-producer snapshots), and a full disk fails it. Kafka 4.3.1 exits with code 1: "Encountered
+producer snapshots), and a full disk fails it. Kafka 4.4.0 (as 4.3.1) exits with code 1: "Encountered
 fatal fault", a Java InternalError from the mapped offset index of its metadata log, with the
 stack trace. Gregor exits with code 2 and one line (tests/integration/test_faults.py checks
 that there is no traceback). A supervisor's restarts fail on either until space returns."""

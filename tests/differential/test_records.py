@@ -347,6 +347,31 @@ CASES["delete-records-empty-cleanup-policy"] = [  # no policy at all: records ma
     delete_records(2, 1),
     list_offsets(8, [-2]),
 ]
+# Kafka 4.4's max.decompressed.message.bytes: a record of a compressed batch longer than the
+# limit, decompressed, is an invalid record (a record's length counts its body: attributes,
+# timestamp and offset deltas and the header count a byte each, the key's length and its 2
+# bytes, the value's length in 2 bytes and the value: 9 + the value); an uncompressed batch is
+# not checked, and a record at the limit passes.
+GZIP, SNAPPY = 1, 2
+DECOMPRESSED = "max.decompressed.message.bytes"
+CASES["max-decompressed-message-bytes"] = [
+    *new_topic(configs={"max.decompressed.message.bytes": "100"}),
+    produce(batch([b"v" * 200], compression=GZIP), version=11),
+    produce(batch([b"a", b"v" * 200, b"b"], compression=SNAPPY), version=9),
+    produce(batch([b"v" * 200]), version=11),
+    produce(batch([b"v" * 91], compression=GZIP), version=11),
+    produce(batch([b"v" * 92], compression=GZIP), version=11),
+    Step(32, lambda side: {"resources": [{
+        "resource_type": 2, "resource_name": topic(side), "configuration_keys": [DECOMPRESSED],
+    }], "include_synonyms": True, "include_documentation": False}, version=4),
+]
+CASES["max-decompressed-message-bytes-out-of-range"] = [
+    *new_topic(),
+    *(Step(44, lambda side, v=v: {"resources": [{
+        "resource_type": 2, "resource_name": topic(side),
+        "configs": [{"name": DECOMPRESSED, "config_operation": 0, "value": v}],
+    }], "validate_only": False}, version=1) for v in ("0", "2147483640", "2147483639")),
+]
 CASES["empty-log-leader-epoch"] = [*new_topic(), leader_epoch(4, 0), leader_epoch(4, -3)]
 
 

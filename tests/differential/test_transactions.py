@@ -365,6 +365,21 @@ CASES["init-producer-id-ongoing"] = [
     init_until_done("new"),
     describe_txn(),
 ]
+# EndTxn v5 of the producer at the epoch before the one the coordinator's abort bumped to (a new
+# InitProducerId made it abort): Gregor answers PRODUCER_FENCED, which clients survive
+# (KAFKA-20785); Kafka 4.3.1 and 4.4.0 answer a commit INVALID_TXN_STATE, fatal for the Java
+# client (an accepted row of docs/differences.md); an abort is a retry both accept.
+CASES["end-txn-commit-after-coordinator-abort"] = [
+    *new_topic(),
+    init_txn(),
+    txn_produce([b"f"]),
+    init_txn(key="new"),  # CONCURRENT_TRANSACTIONS: the coordinator aborts, bumping the epoch
+    wait_state("CompleteAbort"),
+    end_txn(5, commit=True),
+    end_txn(5, commit=False),
+    init_until_done("new"),
+    end_txn(5, commit=True),
+]
 CASES["produce-partition-not-added"] = [
     *new_topic(),
     init_txn(3),
@@ -410,6 +425,18 @@ CASES["produce-tv2-first-sequence"] = [
     txn_produce([b"s"], sequence=3),
     txn_produce([b"s"], sequence=0),
     txn_produce([b"s"], sequence=1, version=11),
+    end_txn(5, commit=False),
+]
+# ... unless an older request began the partition's check: a Produce below v12 (its partition
+# not added: refused, the check left behind) sets the rule for the checks after it, here a v12
+# batch of the next epoch at sequence 1 (found by the generated sequences against Kafka 4.4.0;
+# Kafka 4.3.1 answers the same).
+CASES["produce-tv2-first-sequence-after-v6-check"] = [
+    *new_topic(),
+    init_txn(0),
+    txn_produce([b"s"], version=6),
+    init_txn(4),
+    txn_produce([b"s"], sequence=1),
     end_txn(5, commit=False),
 ]
 # Once a difference, found by the generated sequences and fixed: a batch of a stale epoch, refused

@@ -1,4 +1,4 @@
-"""The clusters the console's tests run it against, Gregor and Apache Kafka 4.3.1 (one broker
+"""The clusters the console's tests run it against, Gregor and Apache Kafka 4.4.0 (one broker
 each, `transaction.partition.verification.enable: false` as the clusters on which hanging
 transactions happened ran, and a quick scan for timed-out transactions), and what the tests
 do to them: topics, a transactional producer, a hanging transaction crafted at the byte

@@ -92,6 +92,14 @@ def port_open(host: str, port: int, wrapper: list[str] | None = None) -> bool:
         return False
 
 
+def own_code_first() -> None:
+    """Every process the tests start (brokers, `gregor` commands) imports this checkout's code:
+    the virtualenv's editable install points at the checkout that made it, which in another
+    git worktree sharing the virtualenv is not this one."""
+    paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
 def gregor_command() -> list[str]:
     script = Path(sys.executable).with_name("gregor")
     if script.exists():

@@ -1,4 +1,4 @@
-"""Apache Kafka itself (the jars `make kafka-deps` copies into .deps/kafka) as a test process.
+"""Apache Kafka itself (the jars `make kafka-deps` copies into .deps/kafka-4.4) as a test process.
 
 A `KafkaNode` is one KRaft combined node (process.roles=broker,controller, a static
 controller.quorum.voters): a generated server.properties on free ports, storage formatted with
@@ -35,8 +35,8 @@ import pytest
 
 from tests.integration.harness import REPO_ROOT, free_port
 
-KAFKA_DEPS = REPO_ROOT / ".deps" / "kafka"
-KAFKA_VERSION = "4.3.1"  # scripts/kafka/pom.xml
+KAFKA_VERSION = "4.4.0"  # the Makefile's kafka-deps target
+KAFKA_DEPS = REPO_ROOT / ".deps" / "kafka-4.4"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # Small heaps (the CI machine has 2 cores): C1 only and a serial collector start the JVM soonest.

@@ -1,4 +1,4 @@
-"""`gregor console` against a real Gregor broker and a real Apache Kafka 4.3.1, each shared by
+"""`gregor console` against a real Gregor broker and a real Apache Kafka 4.4.0, each shared by
 the module: its pages and their JSON, fetched over HTTP, show a transaction a real producer
 leaves open (state, partitions, LSO lag, the partition's open offset) and then commits; a
 hanging transaction flagged by Kafka's find-hanging rules and aborted through the console

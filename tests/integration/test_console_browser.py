@@ -1,6 +1,6 @@
 """`gregor console` in a real browser: Debian's Chromium, headless, driven by Selenium through
 Debian's chromedriver (`make chromium`; nothing downloads a browser), against Gregor and
-against Apache Kafka 4.3.1. A hanging transaction appears flagged on the partitions page with
+against Apache Kafka 4.4.0. A hanging transaction appears flagged on the partitions page with
 its LSO lag chart risen; a read_committed group stands at the LSO with no lag to it; a click on
 abort, then on the confirmation page's button, releases the LSO; the group, reading on, has
 no lag again. Each page's screenshot is saved under test-output/console/<cluster>/."""

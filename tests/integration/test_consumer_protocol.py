@@ -24,7 +24,7 @@
   refuses it.
 
 The broker's session timeout and heartbeat interval are small, so the waits are short. The
-joining, killed-member and migration scenarios run against Apache Kafka 4.3.1 too, with the
+joining, killed-member and migration scenarios run against Apache Kafka 4.4.0 too, with the
 same settings and checks.
 """
 
@@ -103,7 +103,7 @@ Server = BrokerProcess | KafkaNode
 
 @pytest.fixture(params=["gregor", "kafka"])
 def server(request: pytest.FixtureRequest) -> Server:
-    """Gregor, or Apache Kafka 4.3.1 for the same scenario."""
+    """Gregor, or Apache Kafka 4.4.0 for the same scenario."""
     return request.getfixturevalue("broker" if request.param == "gregor" else "kafka")  # type: ignore[no-any-return]
 
 

@@ -1,4 +1,4 @@
-"""Apache Kafka's own command-line tools (4.3.1, from .deps/kafka, each run by the main class
+"""Apache Kafka's own command-line tools (4.4.0, from .deps/kafka-4.4, each run by the main class
 its bin/ script runs) against a Gregor broker: topics, configs, console producer and consumer,
 consumer groups, offsets, records, log dirs, API versions, features, cluster id, elections,
 reassignments, the perf tools with transactions, kafka-transactions, and kafka-dump-log on
@@ -20,7 +20,7 @@ from tests.integration.harness import BrokerProcess, started_broker, unique_topi
 from tests.integration.kafka import kafka_tool
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
-CONFIGS = "kafka.admin.ConfigCommand"
+CONFIGS = "org.apache.kafka.tools.ConfigCommand"  # kafka.admin.ConfigCommand until Kafka 4.4
 PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"

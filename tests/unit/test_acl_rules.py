@@ -10,6 +10,7 @@ from broker.security.acl import (
     Permission,
     ResourceType,
 )
+from broker.security.acl_hosts import host_applies, host_problem
 from broker.security.rules import AclIndex, Policy, decide, decide_any
 
 Op, R, P = AclOperation, ResourceType, Permission
@@ -66,6 +67,26 @@ def test_wildcard_principal_and_host() -> None:
     assert may([acl("orders", Op.READ, host=HOST)], Op.READ)
     assert not may([acl("orders", Op.READ, host="10.0.0.2")], Op.READ)
     assert may([acl("orders", Op.READ, P.DENY, host="10.0.0.2"), acl("orders", Op.READ)], Op.READ)
+
+
+def test_cidr_hosts_kafka_4_4() -> None:
+    assert may([acl("orders", Op.READ, host="10.0.0.0/8")], Op.READ)
+    assert may([acl("orders", Op.READ, host="10.0.0.3/30")], Op.READ)  # host bits set, as SubnetUtils
+    assert not may([acl("orders", Op.READ, host="10.0.1.0/24")], Op.READ)
+    assert may([acl("orders", Op.READ, P.DENY, host="10.0.1.0/24"), acl("orders", Op.READ)], Op.READ)
+    assert not may([acl("orders", Op.READ, P.DENY, host="0.0.0.0/0"), acl("orders", Op.READ)], Op.READ)
+    assert may([acl("orders", Op.READ, host="10.0.0.1/32")], Op.READ)
+    assert may([acl("orders", Op.READ, host="10.0.0.0/31")], Op.READ, host="10.0.0.0")  # network address
+    assert not host_applies("::/0", HOST)  # an IPv6 range holds no IPv4 address
+    assert host_applies("fd00::/8", "fd00::1")
+    assert not host_applies("10.0.0.0/8", "somehost")
+
+
+def test_host_patterns_kafka_refuses() -> None:
+    for good in ("*", "10.0.0.1", "somehost", "10.0.0.0/8", "fd00::/8", "10.0.0.0/0"):
+        assert host_problem(good) is None, good
+    for bad in ("", "10.0.0.0/33", "localhost/8", "10.0.0.0/", "/8", "10.0.0.256/8", "10.0.0.0/255.0.0.0"):
+        assert host_problem(bad) is not None, bad
 
 
 def test_wildcard_literal_name_and_prefixed() -> None:

@@ -27,6 +27,7 @@ from tests.differential.generated.play import (
     write_case,
 )
 from tests.differential.runner import api_name, unaccepted
+from tests.integration.harness import own_code_first
 
 
 def fuzz(ports: Ports, seed: int, steps: int, length: int, out: Path, shrink_s: float) -> int:
@@ -91,6 +92,7 @@ def main(argv: list[str]) -> int:
     r = sub.add_parser("replay")
     r.add_argument("case", type=Path)
     args = parser.parse_args(argv)
+    own_code_first()
     # a stopped run still stops its brokers (the context managers below)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="difgen-") as tmp:

@@ -588,3 +588,20 @@ def test_checks_whose_batch_never_came_expire_with_idle_producers(tmp_path: Path
     log.producer_state.remove_expired_producers(NOW + 1000, 1000)
     guard = log.start_verification(header_of(txn_batch(A, 9)), NOW + 1000)
     assert log.append_as_leader(txn_batch(A, 9), 0, NOW, verification=guard).error == ErrorCode.NONE
+
+
+def test_the_first_sequence_rule_is_the_one_of_the_request_that_began_the_check(tmp_path: Path) -> None:
+    """Transaction version 2 (Produce v12+): a producer with no state here starts at sequence
+    0. The rule is set when the check begins (Kafka's computeIfAbsent of the verification
+    entry): a check an older request began keeps it off for a later v12 batch, and one a v12
+    batch began keeps it on."""
+    log = verified_log(tmp_path)
+    log.start_verification(header_of(txn_batch(A, 0, epoch=0)), NOW)  # Produce v6: refused
+    later = txn_batch(A, 1, epoch=1)
+    guard = log.start_verification(header_of(later), NOW, supports_epoch_bump=True)
+    assert guard is not None and not guard.supports_epoch_bump
+    assert log.append_as_leader(later, 0, NOW, verification=guard).error == ErrorCode.NONE
+    guard = log.start_verification(header_of(txn_batch(B, 1)), NOW, supports_epoch_bump=True)
+    assert guard is not None
+    result = log.append_as_leader(txn_batch(B, 1), 0, NOW, verification=guard)
+    assert result.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
