@@ -34,7 +34,7 @@ BENCHMARK = "scale"
 PER_TOPIC = 100
 METADATA, VERSION = 3, 12
 SAMPLES = 30
-FDS_PER_PARTITION = 4  # Kafka: a segment's log, index and time index, with room to spare
+FDS_PER_PARTITION = 3  # Kafka: a segment's log, index and time index
 SINGLE = {"transaction.state.log.replication.factor": 1, "offsets.topic.replication.factor": 1}
 
 
