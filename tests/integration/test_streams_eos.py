@@ -79,7 +79,11 @@ STREAMS_CONFIG = {
     "repartition.purge.interval.ms": "500",
     "session.timeout.ms": "2000",
     "heartbeat.interval.ms": "500",
-    "transaction.timeout.ms": "5000",  # a wiped instance's open transactions end by timeout
+    # A wiped instance's open transactions end by this timeout. Not shorter: a transaction open
+    # while the killed broker was its coordinator must outlive the coordinator's failover, or
+    # Kafka aborts it and answers the commit INVALID_TXN_STATE, fatal to Streams (KAFKA-20785;
+    # Gregor answers PRODUCER_FENCED, which Streams survives): Kafka 4.4.0's did at 5 s in CI
+    "transaction.timeout.ms": "15000",
     "num.standby.replicas": "1",  # standby tasks restoring from the changelogs
     "retry.backoff.ms": "100",
 }
