@@ -32,7 +32,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +40,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec
 
-from tests.integration.cluster import LAG_MS, SESSION_MS, running_cluster
+from tests.integration.cluster import LAG_MS, SESSION_MS
+from tests.integration.eos_targets import NAMES, Target, three_brokers
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, wait_until
-from tests.integration.kafka import KafkaCluster, require_kafka
 from tests.integration.wire import WireClient
 
 STREAMS_DEPS = REPO_ROOT / ".deps" / "streams"  # scripts/kafka/streams-pom.xml
@@ -95,14 +95,6 @@ JVM = ["-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 
 
 @dataclass(frozen=True)
-class Target:
-    name: str
-    bootstrap: str
-    log_tails: Callable[[], str]
-    bounce: Callable[[int], threading.Thread]  # kill -9 the broker of this node id; its restart
-
-
-@dataclass(frozen=True)
 class Outcome:
     """What a run leaves for the comparison of both brokers."""
 
@@ -113,57 +105,10 @@ class Outcome:
 OUTCOMES: dict[str, Outcome] = {}
 
 
-@pytest.fixture(params=["gregor", "kafka"])
+@pytest.fixture(params=NAMES)
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    (tmp_path / request.param).mkdir()
-    if request.param == "gregor":
-        with running_cluster(tmp_path / "gregor", overrides=BROKER_CONFIG) as cluster:
-            def bounce_broker(node_id: int) -> Restart:
-                cluster.broker(node_id).kill9()
-                return restarting(cluster.broker(node_id).start)
-
-            yield Target("gregor", cluster.bootstrap, cluster.log_tails, bounce_broker)
-    else:
-        require_kafka()
-        kafka = KafkaCluster(tmp_path / "kafka", KAFKA_CONFIG).start()
-
-        def bounce_node(node_id: int) -> Restart:
-            kafka.nodes[node_id - 1].kill9()
-            return restarting(kafka.nodes[node_id - 1].start)
-
-        try:
-            yield Target("kafka", kafka.bootstrap, kafka.log_tails, bounce_node)
-        finally:
-            for node in kafka.nodes:  # nothing to keep: no controlled shutdown to wait for
-                node.kill9()
-
-
-class Restart(threading.Thread):
-    """A broker's `start` on a thread, half a second from now: the scenario goes on meanwhile;
-    `join` raises what the start raised."""
-
-    def __init__(self, start: Callable[[], object]) -> None:
-        super().__init__(name="broker-restart")
-        self.start_broker = start
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        time.sleep(0.5)
-        try:
-            self.start_broker()
-        except BaseException as e:
-            self.error = e
-
-    def join(self, timeout: float | None = None) -> None:
-        super().join(timeout)
-        if self.error is not None:
-            raise self.error
-
-
-def restarting(start: Callable[[], object]) -> Restart:
-    restart = Restart(start)
-    restart.start()
-    return restart
+    with three_brokers(request.param, tmp_path, BROKER_CONFIG, KAFKA_CONFIG) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
