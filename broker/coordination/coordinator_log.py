@@ -62,20 +62,25 @@ class CoordinatorLog:
         part = self.replicas.led_partition(self.topic, index)
         return part if part is not None and self.replicas.may_lead() else None
 
-    async def write(self, index: int, batch: bytes, now_ms: int) -> Written:
+    async def write(
+        self, index: int, batch: bytes, now_ms: int, appended: Callable[[int], object] | None = None
+    ) -> Written:
         """Append `batch` to partition `index` and wait until it is replicated: NONE;
         NOT_LEADER_OR_FOLLOWER when this broker does not (or no longer) lead it;
-        REQUEST_TIMED_OUT or NOT_ENOUGH_REPLICAS(_AFTER_APPEND) when the outcome is open."""
+        REQUEST_TIMED_OUT or NOT_ENOUGH_REPLICAS(_AFTER_APPEND) when the outcome is open.
+        `appended(coordinator_epoch)` runs once the batch is in the leader's log, before the wait."""
         await slow_point(f"{self.topic}-write")
         part = self.leader(index)
         if part is None:
             return Written(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         epoch = part.leader_epoch
-        appended = self.replicas.append(part, batch, now_ms, AppendOrigin.COORDINATOR)
-        if appended.error != ErrorCode.NONE:
-            return Written(ErrorCode(appended.error), coordinator_epoch=epoch)
-        [error] = await replicated([(part, appended.last_offset + 1)], self.timeout_s)
-        return Written(error, appended.base_offset, epoch)
+        result = self.replicas.append(part, batch, now_ms, AppendOrigin.COORDINATOR)
+        if result.error != ErrorCode.NONE:
+            return Written(ErrorCode(result.error), coordinator_epoch=epoch)
+        if appended is not None:
+            appended(epoch)
+        [error] = await replicated([(part, result.last_offset + 1)], self.timeout_s)
+        return Written(error, result.base_offset, epoch)
 
     def start_load(
         self, part: Partition, replay: Callable[[InternalRecord], object], loaded: Callable[[float], None],

@@ -173,47 +173,70 @@ class TransactionCoordinator:
 
     # -- operations ------------------------------------------------------------------
 
-    async def _persist(self, outcome: Outcome) -> ErrorCode:
+    async def _persist(self, outcome: Outcome, early: bool = False) -> ErrorCode:
         """Append the outcome's record (if any), wait until it is replicated, then replay it;
         the error to answer with. A write whose coordinator epoch ended meanwhile answers
         NOT_COORDINATOR and leaves the machine alone (the successor owns the id now). Either
-        way the requests parked on the id then ask again."""
+        way the requests parked on the id then ask again.
+
+        `early` (Complete* records): replay as soon as the record is in the leader's log. The
+        id's next request, parked on it, goes on at once, and its own record, written behind
+        this one in the same partition, is replicated only with it; nobody waits on a Complete*
+        alone, and a failover that loses it reloads Prepare* and completes again. That is one
+        replication round less per transaction: the next one no longer waits for this record's."""
         if outcome.record is None:
             return outcome.error
         try:
-            return await self._write(outcome)
+            return await self._write(outcome, early)
         finally:
             self._parking.wake(outcome.transactional_id)
 
-    async def _write(self, outcome: Outcome) -> ErrorCode:
+    async def _write(self, outcome: Outcome, early: bool) -> ErrorCode:
         assert outcome.record is not None
         tid = outcome.transactional_id
         index = self.machine.partition_for(tid)
         state = outcome.transit.state.display_name if outcome.transit else "Dead"
         crash_point(f"before-txn-log-{state}")
         now = now_ms()
-        written = await self.log.write(index, record_batch([outcome.record], now), now)
+        appended = self._replay_appended(outcome, index) if early else None
+        written = await self.log.write(index, record_batch([outcome.record], now), now, appended)
         if written.coordinator_epoch < 0:  # not the leader: nothing was written
             self.machine.write_failed(tid)
             return ErrorCode.NOT_COORDINATOR
         if self.machine.coordinator_epoch(index) != written.coordinator_epoch:
             return ErrorCode.NOT_COORDINATOR  # unloaded meanwhile: the successor owns the id
-        if written.error != ErrorCode.NONE:
+        if written.error != ErrorCode.NONE and not (early and written.base_offset >= 0):
             self.machine.write_failed(tid)
             log.warning("transactional id %s: writing %s failed: %s", tid, TRANSACTION_STATE_TOPIC,
                         written.error.name)
             return append_error_to_coordinator_error(written.error)
+        if written.error != ErrorCode.NONE:
+            log.info("transactional id %s: %s appended, not yet replicated (%s); a coordinator that "
+                     "loads without it completes the transaction again", tid, state, written.error.name)
         crash_point(f"after-txn-log-{state}")
+        if not early:
+            self._replay(outcome)
+        return outcome.error
+
+    def _replay_appended(self, outcome: Outcome, index: int) -> Callable[[int], None]:
+        def appended(coordinator_epoch: int) -> None:
+            if self.machine.coordinator_epoch(index) == coordinator_epoch:
+                self._replay(outcome)
+                self._parking.wake(outcome.transactional_id)
+        return appended
+
+    def _replay(self, outcome: Outcome) -> None:
+        """The outcome's record is ours to apply: into the machine, the metrics, the markers."""
+        assert outcome.record is not None
         key, value = outcome.record
         self.machine.replay(key, value)
         metrics.txn_transition(outcome.transit)
         if outcome.transit is not None:
-            log.debug("transactional id %s: %s (producer id %d, epoch %d)", tid,
-                     outcome.transit.state.display_name, outcome.transit.producer_id,
-                     outcome.transit.producer_epoch)
+            log.debug("transactional id %s: %s (producer id %d, epoch %d)", outcome.transactional_id,
+                      outcome.transit.state.display_name, outcome.transit.producer_id,
+                      outcome.transit.producer_epoch)
         if outcome.markers is not None:
             self.markers.send(outcome.markers)
-        return outcome.error
 
     def _deadline(self, wait_ms: int | None = None) -> float:
         """When a request parked from now on is answered anyway: after the configured wait,
@@ -374,7 +397,7 @@ class TransactionCoordinator:
         index = self.machine.partition_for(tid)
         epoch = self.machine.coordinator_epoch(index)
         while True:
-            error = await self._persist(self.machine.complete_markers(tid, now_ms()))
+            error = await self._persist(self.machine.complete_markers(tid, now_ms()), early=True)
             if error not in COMPLETE_RETRIABLE or self.machine.coordinator_epoch(index) != epoch:
                 break
             await asyncio.sleep(COMPLETE_RETRY_S)
