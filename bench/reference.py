@@ -157,9 +157,11 @@ class GregorBroker(Server):
 
 
 @dataclass
-class KafkaBroker(Server):
-    node: KafkaNode
-    side: str = KAFKA
+class NodeBroker(Server):
+    """A reference broker of one process (a Kafka node, a Tansu node)."""
+
+    node: KafkaNode | TansuNode
+    side: str
 
     @property
     def bootstrap(self) -> str:
@@ -173,6 +175,7 @@ class KafkaBroker(Server):
         return self.node.log_path.read_text(errors="replace")
 
     def bounce(self, kill9: bool) -> None:
+        """Stopped and started again (a Tansu node's topics and records, in memory, are gone)."""
         if kill9:
             self.node.kill9()
         else:
@@ -181,28 +184,13 @@ class KafkaBroker(Server):
 
 
 @dataclass
-class TansuBroker(Server):
-    node: TansuNode
+class KafkaBroker(NodeBroker):
+    side: str = KAFKA
+
+
+@dataclass
+class TansuBroker(NodeBroker):
     side: str = TANSU
-
-    @property
-    def bootstrap(self) -> str:
-        return self.node.bootstrap
-
-    def pid(self) -> int:
-        assert self.node.proc is not None
-        return self.node.proc.pid
-
-    def log_text(self) -> str:
-        return self.node.log_text()
-
-    def bounce(self, kill9: bool) -> None:
-        """Stopped and started again: its topics and records, in memory, are gone."""
-        if kill9:
-            self.node.kill9()
-        else:
-            self.node.stop()
-        self.node.start()
 
 
 @dataclass
@@ -412,7 +400,8 @@ class Comparison:
         return [row for row in self.rows if GREGOR in self.figures.get(row, {}) and self.units[row][1]]
 
     def sides(self) -> list[str]:
-        present = {s for d in [*self.figures.values(), *self.failures.values()] for s in d}
+        present = {s for d in self.figures.values() for s in d}
+        present |= {s for d in self.failures.values() for s in d}
         return [s for s in SIDES if s in present]
 
     def print_table(self) -> None:
