@@ -416,7 +416,8 @@ class Comparison:
             ratios = [f"{r:>9.2f}" if (r := self.ratio(row, s)) is not None else f"{'-':>9}" for s in others]
             spent = f"  {self._cpu_cell(row, sides):<34}" if self.cpu else ""
             verdict = (baseline.verdict(self.benchmark, row).text(self.measured(row)) if row in judged
-                       else "FAILED" if GREGOR in self.failures.get(row, {}) else "")
+                       else "FAILED" if GREGOR in self.failures.get(row, {})
+                       else "lower is better: not judged" if GREGOR in self.figures.get(row, {}) else "")
             unit = self.units.get(row, ("", True))[0]
             line = " ".join(cells + ratios)
             print(f"{' ' * len(self.benchmark)}  {row:<62} {line}{spent}  {verdict} ({unit})")
