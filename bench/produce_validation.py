@@ -6,7 +6,7 @@ compression codec asked for, produces RECORDS records of 1 KiB to a fresh
 
 - records/s and MB/s (wall clock: noisy when the machine is shared);
 - the broker's CPU time per MB produced (user + system time of the broker
-  process from /proc/<pid>/stat over the produce phase): the repeatable figure,
+  process from /proc/<pid>/stat over the produce phase, reference.broker_cpu_s): the repeatable figure,
   much less sensitive to other load on the machine than the wall clock.
 
 Each codec is run ROUNDS times; the median of each figure is printed last. Then the same on
@@ -17,7 +17,6 @@ and the ratio. Run with `make bench`.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -31,7 +30,6 @@ from bench.reference import Comparison, Server
 BENCHMARK = "produce_validation"
 
 PARTITIONS = 4
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -49,21 +47,13 @@ class Round:
         return 1000 * self.cpu_seconds / self.megabytes
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (fields 14 and 15 of /proc/<pid>/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
 def _round(server: Server, topic: str, count: int, size: int, compression: str) -> Round:
     server.create_topic(topic, PARTITIONS, 1)
-    pid = server.pid()
-    cpu_before = _cpu_seconds(pid)
+    cpu_before = reference.broker_cpu_s(server)
     start = time.perf_counter()
     _produce(server.bootstrap, topic, count, size, compression)
     seconds = time.perf_counter() - start
-    return Round(seconds, _cpu_seconds(pid) - cpu_before, count * size / 1e6)
+    return Round(seconds, reference.broker_cpu_s(server) - cpu_before, count * size / 1e6)
 
 
 def _line(label: str, r: Round, count: int) -> str:

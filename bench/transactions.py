@@ -12,8 +12,14 @@ run's figures as the new baseline (commit it with the reason).
 
 Apache Kafka 4.4.0 (bench/reference.py: one KRaft node, and three for the cluster rows, started
 as its own scripts start it: -Xmx1G -Xms1G, G1) runs the same workloads in the same run as the
-reference: each row is printed with Gregor's figure, Kafka's and the ratio. Kafka's figures are
-not compared with the baseline.
+reference, and Tansu 0.6 (one node, its data in memory) the single-broker ones: each row is
+printed with every broker's figure and Gregor's ratio to each. A single-broker row runs on a
+fresh broker of each kind in turn (Gregor, Kafka, Tansu); the cluster rows share one cluster of
+each kind. Beside each figure: the broker CPU per operation (utime + stime from /proc of the
+broker processes, the three brokers together for the cluster rows, over the run with its
+warm-up): ms per transaction on the txn/s rows, per MiB on the MiB/s rows. A workload that fails
+on Tansu says so in its row. Gregor's rows are judged on the ratio to Kafka and on the CPU per
+operation (bench/baseline.py); the other brokers' figures are not compared with the baseline.
 
 A transaction's next request used to find the previous transaction still completing and
 be bounced with CONCURRENT_TRANSACTIONS (20-100 ms of client back-off); these rows would
@@ -24,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -65,6 +70,7 @@ class Result:
     mib_per_s: float
     p50_ms: float
     p99_ms: float
+    cpu_ms: float  # broker CPU per transaction (txn/s rows) or per MiB (MiB/s rows)
 
     def figure(self, unit: str) -> float:
         return self.txn_per_s if unit == "txn/s" else self.mib_per_s
@@ -79,25 +85,36 @@ def workloads(scale: float) -> list[Workload]:
     ]
 
 
-def run(bootstrap: str, topic: str, w: Workload) -> Result:
-    warmup = str(max(5, w.transactions // 10))
-    command = java_command("TxnPerf.java", bootstrap, topic, str(w.transactions), str(w.records),
-                           str(VALUE_BYTES), w.mode, warmup, client=w.client)
+def run(server: Server, topic: str, w: Workload) -> Result:
+    warmup = max(5, w.transactions // 10)
+    command = java_command("TxnPerf.java", server.bootstrap, topic, str(w.transactions), str(w.records),
+                           str(VALUE_BYTES), w.mode, str(warmup), client=w.client)
+    cpu_before = reference.broker_cpu_s(server)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    cpu_s = reference.broker_cpu_s(server) - cpu_before
     found = prefixed_json(done.stdout)
     if done.returncode != 0 or not found:
-        sys.exit(f"{w.name} failed (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+        print(f"{done.stdout[-2000:]}{done.stderr[-4000:]}")
+        raise RuntimeError(f"TxnPerf exit {done.returncode}: {done.stderr.strip()[-200:]}")
     r = found[0]
-    return Result(r["transactions"] / r["seconds"], r["bytes"] / MIB / r["seconds"], r["p50_ms"], r["p99_ms"])
+    done_txns = w.transactions + warmup  # the warm-up's transactions cost the broker too
+    ops = done_txns if w.unit == "txn/s" else done_txns * w.records * VALUE_BYTES / MIB
+    return Result(r["transactions"] / r["seconds"], r["bytes"] / MIB / r["seconds"], r["p50_ms"], r["p99_ms"],
+                  1000 * cpu_s / ops)
 
 
-def measure(comparison: Comparison, topology: str, server: Server, replicas: int, scale: float) -> None:
+def measure(
+    comparison: Comparison, topology: str, server: Server, replicas: int, rows: list[Workload]
+) -> None:
     topic = server.create_topic(f"bench-txn-{uuid.uuid4().hex[:6]}", 1, replicas)
-    for w in workloads(scale):
-        r = run(server.bootstrap, topic, w)
-        detail = (f"{r.txn_per_s:>7,.0f} txn/s {r.mib_per_s:>6.1f} MiB/s  p50 {r.p50_ms:>6.1f} ms"
-                  f"  p99 {r.p99_ms:>7.1f} ms")
-        comparison.record(server.side, f"{topology}: {w.name}", r.figure(w.unit), w.unit, detail)
+    for w in rows:
+        row = f"{topology}: {w.name}"
+        with comparison.attempt(server.side, row):
+            r = run(server, topic, w)
+            detail = (f"{r.txn_per_s:>7,.0f} txn/s {r.mib_per_s:>6.1f} MiB/s  p50 {r.p50_ms:>6.1f} ms"
+                      f"  p99 {r.p99_ms:>7.1f} ms")
+            per = "txn" if w.unit == "txn/s" else "MiB"
+            comparison.record(server.side, row, r.figure(w.unit), w.unit, detail, cpu_ms=r.cpu_ms, per=per)
 
 
 def main() -> None:
@@ -105,12 +122,14 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the default transactions")
     args = parser.parse_args()
     comparison = Comparison(BENCHMARK)
-    shapes = ((ONE, reference.SINGLE, SINGLE, 1), (CLUSTER, reference.CLUSTER, {}, 3))
     with tempfile.TemporaryDirectory(prefix="gregor-bench-txn-") as tmp:
-        for topology, starts, overrides, replicas in shapes:
-            for n, start in enumerate(starts):
-                with start(Path(tmp) / f"{replicas}-{n}", overrides) as server:
-                    measure(comparison, topology, server, replicas, args.scale)
+        for i, w in enumerate(workloads(args.scale)):  # a fresh broker of each kind per row
+            for n, start in enumerate(reference.WITH_TANSU):
+                with start(Path(tmp) / f"1-{i}-{n}", SINGLE) as server:
+                    measure(comparison, ONE, server, 1, [w])
+        for n, start in enumerate(reference.CLUSTER):
+            with start(Path(tmp) / f"3-{n}", {}) as server:
+                measure(comparison, CLUSTER, server, 3, workloads(args.scale))
     comparison.finish(args.update_baseline)
 
 
