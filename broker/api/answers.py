@@ -1,12 +1,30 @@
 """Parts of answers built per topic and kept while the topic does not change (Metadata's
-partitions): a request then costs what changed since, not what the cluster holds."""
+topics, with their encodings): a request then costs what changed since, not what the cluster
+holds."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Kept(Generic[T]):
+    """A part of an answer and its encodings, one per wire version asked, each made on first
+    use (`protocol.spliced` writes them into the answer)."""
+
+    part: T
+    encode: Callable[[T, int], bytes]
+    _encoded: dict[int, bytes] = field(default_factory=dict)
+
+    def encoded(self, version: int) -> bytes:
+        found = self._encoded.get(version)
+        if found is None:
+            found = self._encoded[version] = self.encode(self.part, version)
+        return found
 
 
 class TopicAnswers(Generic[T]):
@@ -29,6 +47,11 @@ class TopicAnswers(Generic[T]):
         else:
             self._parts[topic] = (key, part)
         return part
+
+    def peek(self, topic: str) -> T | None:
+        """The part kept for `topic`, whatever its key."""
+        kept = self._parts.get(topic)
+        return None if kept is None else kept[1]
 
     def retain(self, topics: Iterable[str]) -> None:
         """Forget the parts of topics not among `topics` (the ones that exist now)."""

@@ -13,6 +13,14 @@ from protocol.messages import REQUESTS, RESPONSES, Request, Response, schema_ver
 # in, its response class out), so an entry of the table takes any API's (protocol.messages).
 Handler = Callable[[Any, Request], Coroutine[Any, Any, Response]]
 Handlers = Mapping[int, Handler]
+# How an API's answer becomes bytes at a version: its own `encode`, unless its module names an
+# encoder of its own (ENCODERS, e.g. Metadata's, which writes kept parts into the answer).
+Encoder = Callable[[Any, Response, int], bytes]
+
+
+def encode_response(ctx: object, response: Response, version: int) -> bytes:
+    encoded: bytes = response.encode(version=version)
+    return encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +32,7 @@ class ApiHandler:
     response: type[Response]
     handle: Handler
     advertised_max: int  # ApiVersions may show less than is served (broker-only versions)
+    encode: Encoder = encode_response
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -36,9 +45,10 @@ def handler_from(module: ModuleType, api_key: int) -> ApiHandler:
     assert max_version <= high and min_version >= 0, (api_key, min_version, max_version, low, high)
     handle = module.HANDLERS[api_key]
     advertised: dict[int, int] = getattr(module, "ADVERTISED_MAX", {})
+    encoders: dict[int, Encoder] = getattr(module, "ENCODERS", {})
     return ApiHandler(
         api_key, min_version, max_version, REQUESTS[api_key], RESPONSES[api_key], handle,
-        advertised.get(api_key, max_version),
+        advertised.get(api_key, max_version), encoders.get(api_key, encode_response),
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker.api.answers import TopicAnswers
+from broker.api.answers import Kept, TopicAnswers
 from protocol.messages import Request, Response
 from protocol.types import CoordinatorEpoch, ProducerEpoch, ProducerId, TopicPartition, TransactionVersion
 
@@ -314,7 +314,7 @@ class ProducerIds(Protocol):
 
 
 if TYPE_CHECKING:
-    MetadataPartition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+    MetadataTopic = MetadataResponse.MetadataResponseTopic
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,5 +336,5 @@ class Services:
     fetch_sessions: FetchSessionCache  # followers' incremental fetches (KIP-227)
     acls: Acls | None = None  # the ACL store; None when no authorizer is configured
     scram: ScramCredentials | None = None
-    # Metadata's partitions of each topic, kept while the topic does not change
-    metadata_partitions: TopicAnswers[list[MetadataPartition]] = field(default_factory=TopicAnswers)
+    # Metadata's answer for each topic and its encodings, kept while the topic does not change
+    metadata_topics: TopicAnswers[Kept[MetadataTopic]] = field(default_factory=TopicAnswers)

@@ -289,7 +289,7 @@ class Connection:
         try:
             fail_point(f"request-{header.api_key}")
             response = await handler.handle(ctx, request)
-            body = response.encode(version=header.api_version) if answer else None
+            body = handler.encode(ctx, response, header.api_version) if answer else None
         except Exception:
             self.failed = f"{handler.request.__name__} v{header.api_version} failed"
             raise

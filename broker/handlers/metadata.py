@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from broker.api.answers import Kept
 from broker.api.authorize import authorize, authorize_cluster, authorized_operations, cluster_operations
 from broker.api.registry import Handlers
 from broker.security.acl import NOT_PROVIDED, AclOperation, ResourceType
 from broker.store.local_store import TopicMetadata, topic_name_error
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.spliced import encode_item, encode_spliced
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -52,16 +54,38 @@ def _partitions(services: Services, topic: TopicMetadata) -> list[Topic.Metadata
 
 
 def _topic(services: Services, topic: TopicMetadata) -> Topic:
-    """The topic's partitions are built once per change of the topic (`topic_token`), not per
-    request: a full Metadata costs what changed since the last, not what the cluster holds."""
+    """A topic's answer is built once per change of the topic (`topic_token`), not per
+    request, and encoded once per version (`encode_metadata`): a full Metadata costs what
+    changed since the last, not what the cluster holds. The answer is shared: not to be changed."""
     key = services.cluster.topic_token(topic.name)
-    partitions = services.metadata_partitions.get(
-        topic.name, None if key is None else (key, topic.partitions), lambda: _partitions(services, topic)
+    kept = services.metadata_topics.get(
+        topic.name, None if key is None else (key, topic.topic_id, topic.partitions),
+        lambda: Kept(_built_topic(services, topic), _encode_topic),
     )
+    return kept.part
+
+
+def _built_topic(services: Services, topic: TopicMetadata) -> Topic:
     return M.MetadataResponseTopic(
         error_code=ErrorCode.NONE, name=topic.name, topic_id=topic.topic_id,
-        is_internal=topic.internal, partitions=partitions,
+        is_internal=topic.internal, partitions=_partitions(services, topic),
     )
+
+
+def _encode_topic(topic: Topic, version: int) -> bytes:
+    return encode_item(M, "topics", topic, version)
+
+
+def encode_metadata(ctx: RequestContext, response: M, version: int) -> bytes:
+    """The answer with each kept topic's bytes written in as they are (a topic built for this
+    request alone, an error or one with its authorized operations, is encoded here)."""
+    kept = ctx.services.metadata_topics
+    items = []
+    for topic in response.topics:
+        found = kept.peek(topic.name) if topic.name is not None else None
+        items.append(found.encoded(version) if found is not None and found.part is topic
+                     else _encode_topic(topic, version))
+    return encode_spliced(response, "topics", items, version)
 
 
 def _error_topic(error: ErrorCode, name: str | None, topic_id: uuid.UUID = ZERO_UUID) -> Topic:
@@ -115,13 +139,13 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> M:
     named = request.topics
     if named is None or (ctx.version == 0 and not named):  # every topic
         every = services.topics.all()
-        services.metadata_partitions.retain(every)
+        services.metadata_topics.retain(every)
         topics = [_topic(services, t) for t in every.values() if _may_describe(ctx, t.name)]
     else:
         auto = bool(request.allow_auto_topic_creation)  # true below v4, the schema's default
         topics = [_lookup(ctx, wanted, auto) for wanted in named]
     if request.include_topic_authorized_operations:
-        _add_topic_operations(ctx, topics)
+        topics = [_with_operations(ctx, t) for t in topics]
     asks_cluster = request.include_cluster_authorized_operations  # the field of v8-10 only
     return M(
         throttle_time_ms=0, brokers=_brokers(ctx), cluster_id=services.cluster.cluster_id,
@@ -130,12 +154,16 @@ async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> M:
     )
 
 
-def _add_topic_operations(ctx: RequestContext, topics: list[Topic]) -> None:
+def _with_operations(ctx: RequestContext, topic: Topic) -> Topic:
     """As Kafka: every topic looked up by name gets them, found or not (an unknown topic id
-    does not, nor a topic the caller may not describe)."""
-    for topic in topics:
-        if topic.name is not None and topic.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-            topic.authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, topic.name)
+    does not, nor a topic the caller may not describe); on a copy, the kept answer is shared."""
+    if topic.name is None or topic.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+        return topic
+    return M.MetadataResponseTopic(
+        error_code=topic.error_code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
+        partitions=topic.partitions,
+        authorized_operations=authorized_operations(ctx, ResourceType.TOPIC, topic.name),
+    )
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterRequest) -> D:
@@ -156,3 +184,4 @@ async def handle_describe_cluster(ctx: RequestContext, request: DescribeClusterR
 
 VERSIONS = {METADATA: (0, 13), DESCRIBE_CLUSTER: (0, 2)}
 HANDLERS: Handlers = {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}
+ENCODERS = {METADATA: encode_metadata}
