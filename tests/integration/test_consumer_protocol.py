@@ -427,11 +427,13 @@ def test_a_group_whose_client_side_assignor_keeps_user_data_is_not_upgraded(
     consumer group would lose: Kafka 4.3 refuses the upgrade (GROUP_ID_NOT_FOUND, fatal to the
     consumer-protocol member) and the classic group goes on.
 
-    librdkafka's sticky user data names the partitions a member owned before it joined, so a
-    member that joins before its first assignment has none: c2 is started only once c1 owns
-    the topic, so c1 joins the next generation with user data. Started together, both could
-    join their first generation before either was assigned, and Kafka and Gregor alike upgraded
-    the group (a flake, 2 runs in 10)."""
+    librdkafka's assignment carries the user data of the member's JoinGroup, which names the
+    partitions and generation it held before; a member that joins before its first assignment
+    has none. So c2 starts only once c1 owns the topic, and c1 joins the next generation with
+    user data. Started together, both could join generation 2 before either was assigned
+    (generations 1 and 2 were 8 ms apart), no assignment carried user data and the group was
+    upgraded, as Kafka's check (ConsumerGroup.fromClassicGroup) would upgrade it too: a flake
+    of 2 runs in 10."""
     broker = server
     topic, group = new_topic(broker, "kip848-no-upgrade")
     live = start(members, group, topic, ["c1"], "confluent-cooperative")
