@@ -20,23 +20,20 @@ Session and rebalance deadlines are soft state: a heartbeat pushes the member's 
 by ``group.consumer.session.timeout.ms``; a member asked to revoke partitions has its rebalance
 timeout to do so. Either lapsing fences the member (``on_timer``).
 
-Members of the classic protocol (a group upgraded online, Kafka's migration policy) take the
-same three steps through JoinGroup (``classic_join``: the subscription and owned partitions from
-the embedded consumer protocol); SyncGroup hands them their current assignment, Heartbeat tells
-them to rejoin (REBALANCE_IN_PROGRESS) when their epoch is behind or they must revoke. Told so,
-a member has its rebalance timeout to join and then to sync (Kafka's join and sync timeouts).
+The classic protocol's members of a group upgraded online are ``ClassicMembers``
+(consumer_migration.py); the records of one operation are made by ``Writer``
+(consumer_writer.py), the request checks are in consumer_checks.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from coordinator.group.assignors import ASSIGNORS, TopicsImage
+from coordinator.group.consumer_checks import check_epoch
+from coordinator.group.consumer_migration import ClassicMembers
 from coordinator.group.consumer_state import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -52,138 +49,48 @@ from coordinator.group.consumer_types import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
-from coordinator.group.reconcile import FencedMember, OwnedReport, next_member
-from coordinator.group.state import CONSUMER_PROTOCOL_TYPE, ClassicGroup
-from coordinator.group.types import (
-    JoinRequest,
-    JoinResponse,
-    LeaveMember,
-    LeaveResponse,
-    Record,
-    SyncRequest,
-    SyncResponse,
+from coordinator.group.consumer_writer import (
+    MemberKey,
+    PendingWrite,
+    Refusal,
+    Writer,
+    metadata_hash,
+    random_member_id,
+    subscribed_topics,
 )
+from coordinator.group.reconcile import FencedMember, OwnedReport, next_member
+from coordinator.group.state import ClassicGroup
+from coordinator.group.types import Record
 from protocol.consumer_group_log import (
     NO_PARTITIONS,
-    ClassicMemberMetadata,
-    ConsumerKey,
-    ConsumerValue,
-    GroupMetadataValue,
     RecordType,
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
     TopicPartitions,
     decode_consumer_key,
     decode_consumer_value,
-    encode_consumer_key,
-    encode_consumer_value,
-    partitions,
-)
-from protocol.consumer_protocol import (
-    Assignment,
-    ByTopic,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    subscription_version,
 )
 from protocol.errors import ErrorCode
 from protocol.group_log import GroupLogDecodeError
 from protocol.types import TopicId, TopicPartition
 
 _E = ErrorCode
-MemberKey = tuple[str, MemberId]
 
 
-class _Refusal(Exception):
-    """An expected refusal inside an operation; the operation answers it as a value."""
-
-    def __init__(self, error: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
-
-
-@dataclass(slots=True)
-class _PendingWrite:
-    records: list[Record]  # not yet replayed as durable, in order
-    snapshot: ConsumerGroup | None  # the group before the operation (None: it did not exist)
-
-
-class _Writer:
-    """Makes one operation's records of one group and applies each as it is made; keeps the group
-    as it was before the first one (``snapshot``), to restore if the operation is refused or its
-    write fails. ``existed`` False: the group was made for this operation (no snapshot)."""
-
-    def __init__(self, group: ConsumerGroup, existed: bool = True) -> None:
-        self.group = group
-        self.existed = existed
-        self.snapshot: ConsumerGroup | None = None
-        self.records: list[Record] = []
-
-    def write(self, record: RecordType, value: ConsumerValue | None, member: str = "") -> None:
-        if not self.records and self.existed:
-            self.snapshot = self.group.copy()
-        key = ConsumerKey(record, self.group.group_id, member)
-        encoded = None if value is None else encode_consumer_value(value)
-        self.records.append((encode_consumer_key(key), encoded))
-        self.group.apply(key, value)
-
-    def remove_member(self, member_id: MemberId) -> None:
-        self.write(RecordType.CURRENT_MEMBER_ASSIGNMENT, None, member_id)
-        self.write(RecordType.TARGET_ASSIGNMENT_MEMBER, None, member_id)
-        self.write(RecordType.MEMBER_METADATA, None, member_id)
-
-    def bump_epoch(self, metadata_hash: int | None = None) -> None:
-        hashed = self.group.metadata_hash if metadata_hash is None else metadata_hash
-        self.write(RecordType.GROUP_METADATA, GroupMetadataValue(self.group.group_epoch + 1, hashed))
-
-
-def _random_member_id() -> str:
-    return str(uuid.uuid4())
-
-
-def subscribed_topics(member: ConsumerMember, image: TopicsImage) -> frozenset[str]:
-    """The member's topic names, and the topics its regular expression matches whole."""
-    names = set(member.subscribed_topic_names)
-    if member.subscribed_topic_regex:
-        try:
-            pattern = re.compile(member.subscribed_topic_regex)
-        except re.error:
-            pattern = None
-        if pattern is not None:
-            names.update(t for t in image if not t.startswith("__") and pattern.fullmatch(t))
-    return frozenset(names)
-
-
-def metadata_hash(topics: Iterable[str], image: TopicsImage) -> int:
-    """A stable 64-bit hash of the subscribed topics as the metadata knows them: a change (a
-    topic created, deleted or given partitions) asks for a new target assignment."""
-    if not topics:
-        return 0
-    digest = hashlib.sha256()
-    for name in sorted(topics):
-        topic = image.get(name)
-        if topic is not None:
-            digest.update(f"{name}/{topic.topic_id}/{topic.partitions};".encode())
-    return int.from_bytes(digest.digest()[:8], "big", signed=True)
-
-
-class ConsumerGroups:
+class ConsumerGroups(ClassicMembers):
     """The consumer-protocol groups of the ``__consumer_offsets`` partitions this broker leads."""
 
     def __init__(self, config: ConsumerConfig, new_member_id: Callable[[], str] | None = None) -> None:
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
         self.image: TopicsImage = {}  # the topics as the last heartbeat saw them
-        self._pending: dict[str, list[_PendingWrite]] = {}
+        self._pending: dict[str, list[PendingWrite]] = {}
         self._sessions: dict[MemberKey, int] = {}
         self._rebalances: dict[MemberKey, tuple[int, int]] = {}  # epoch to leave, deadline
         # a classic member told to rejoin must join, and once joined sync, within its rebalance timeout
         self._classic_deadlines: dict[MemberKey, int] = {}
         self._assigned_at: dict[str, int] = {}  # when each group's target was last computed
-        self._new_member_id = new_member_id or _random_member_id
+        self._new_member_id = new_member_id or random_member_id
 
     # ------------------------------------------------------------ replay
 
@@ -264,7 +171,7 @@ class ConsumerGroups:
         existed = req.group_id in self.groups
         if not existed and req.member_epoch != 0:
             return HeartbeatResponse(_E.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found."), []
-        writer = _Writer(self._group(req.group_id), existed)
+        writer = Writer(self._group(req.group_id), existed)
         try:
             if upgrading is not None:
                 self._convert(writer, upgrading, now_ms)
@@ -272,17 +179,17 @@ class ConsumerGroups:
                 response = self._leave(writer, req)
             else:
                 response = self._heartbeat(writer, req, now_ms)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             self._restore(writer)
             return HeartbeatResponse(refusal.error, refusal.message), []
         if writer.records:
-            pending = _PendingWrite(list(writer.records), writer.snapshot)
+            pending = PendingWrite(list(writer.records), writer.snapshot)
             self._pending.setdefault(req.group_id, []).append(pending)
         elif not existed:
             del self.groups[req.group_id]
         return response, writer.records
 
-    def _restore(self, writer: _Writer) -> None:
+    def _restore(self, writer: Writer) -> None:
         """The group as it was before the operation (gone, if the operation made it)."""
         group_id = writer.group.group_id
         if not writer.existed:
@@ -290,7 +197,7 @@ class ConsumerGroups:
         elif writer.snapshot is not None:
             self.groups[group_id] = writer.snapshot
 
-    def _heartbeat(self, writer: _Writer, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+    def _heartbeat(self, writer: Writer, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         group = writer.group
         member_id = MemberId(req.member_id or self._new_member_id())
         member = self._member(writer, req, member_id)
@@ -316,46 +223,46 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ step 1: the member
 
-    def _member(self, writer: _Writer, req: HeartbeatRequest, member_id: MemberId) -> ConsumerMember:
+    def _member(self, writer: Writer, req: HeartbeatRequest, member_id: MemberId) -> ConsumerMember:
         group = writer.group
         joining = req.member_epoch == 0
         if len(group.members) >= self.config.max_size and member_id not in group.members:
-            raise _Refusal(_E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum size.")
+            raise Refusal(_E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum size.")
         if req.instance_id is not None:
             return self._static_member(writer, req, member_id)
         member = group.members.get(member_id)
         if member is None:
             if not joining:
-                raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
+                raise Refusal(_E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
             return ConsumerMember(member_id)
-        _check_epoch(member, req)
+        check_epoch(member, req)
         return member
 
-    def _static_member(self, writer: _Writer, req: HeartbeatRequest, member_id: MemberId) -> ConsumerMember:
+    def _static_member(self, writer: Writer, req: HeartbeatRequest, member_id: MemberId) -> ConsumerMember:
         group = writer.group
         assert req.instance_id is not None
         existing_id = group.static_members.get(req.instance_id)
         existing = None if existing_id is None else group.members.get(existing_id)
         if req.member_epoch != 0:
             if existing is None:
-                raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+                raise Refusal(_E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
             if existing.member_id != member_id:
                 message = f"Static member {member_id} was fenced by {existing.member_id}."
-                raise _Refusal(_E.FENCED_INSTANCE_ID, message)
-            _check_epoch(existing, req)
+                raise Refusal(_E.FENCED_INSTANCE_ID, message)
+            check_epoch(existing, req)
             return existing
         if existing is None:
             return group.members.get(member_id) or ConsumerMember(member_id)
         if existing.member_id == member_id:
             return existing
         if existing.member_epoch != STATIC_LEAVE_EPOCH:
-            raise _Refusal(
+            raise Refusal(
                 _E.UNRELEASED_INSTANCE_ID,
                 f"Instance id {req.instance_id} is owned by member {existing.member_id}.",
             )
         return self._replace_static(writer, existing, member_id)
 
-    def _replace_static(self, writer: _Writer, old: ConsumerMember, member_id: MemberId) -> ConsumerMember:
+    def _replace_static(self, writer: Writer, old: ConsumerMember, member_id: MemberId) -> ConsumerMember:
         """The rejoining static member takes over its predecessor's target and partitions."""
         target = writer.group.targets.get(old.member_id, NO_PARTITIONS)
         new = replace(old, member_id=member_id, member_epoch=0, previous_member_epoch=0)
@@ -392,7 +299,7 @@ class ConsumerGroups:
             client_host=req.client_host,
         )
 
-    def _write_member(self, writer: _Writer, member: ConsumerMember, updated: ConsumerMember) -> None:
+    def _write_member(self, writer: Writer, member: ConsumerMember, updated: ConsumerMember) -> None:
         """A changed member is written; a changed subscription or changed subscribed topics bump
         the group epoch."""
         group = writer.group
@@ -412,7 +319,7 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ step 2: the target
 
-    def _target(self, writer: _Writer, member: ConsumerMember, now_ms: int) -> tuple[int, TopicPartitions]:
+    def _target(self, writer: Writer, member: ConsumerMember, now_ms: int) -> tuple[int, TopicPartitions]:
         """A new target when the group epoch moved on, at most once per
         ``group.consumer.assignment.interval.ms`` (Kafka 4.3's assignment batching, KIP-1263);
         meanwhile members reconcile towards the previous target."""
@@ -424,7 +331,7 @@ class ConsumerGroups:
             self._assigned_at[group.group_id] = now_ms
         return group.assignment_epoch, group.targets.get(member.member_id, NO_PARTITIONS)
 
-    def _assign(self, writer: _Writer, member: ConsumerMember) -> None:
+    def _assign(self, writer: Writer, member: ConsumerMember) -> None:
         group = writer.group
         assignor = ASSIGNORS[self._assignor_name(group, member)]
         subscriptions = {m.member_id: subscribed_topics(m, self.image) for m in group.members.values()}
@@ -447,7 +354,7 @@ class ConsumerGroups:
 
     def _reconcile(
         self,
-        writer: _Writer,
+        writer: Writer,
         member: ConsumerMember,
         target_epoch: int,
         target: TopicPartitions,
@@ -466,7 +373,7 @@ class ConsumerGroups:
                 owned,
             )
         except FencedMember as exc:
-            raise _Refusal(_E.FENCED_MEMBER_EPOCH, str(exc)) from None
+            raise Refusal(_E.FENCED_MEMBER_EPOCH, str(exc)) from None
         if updated == member:
             return member
         writer.write(RecordType.CURRENT_MEMBER_ASSIGNMENT, updated.assignment_value(), member.member_id)
@@ -480,19 +387,19 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------ leaving and fencing
 
-    def _leave(self, writer: _Writer, req: HeartbeatRequest) -> HeartbeatResponse:
+    def _leave(self, writer: Writer, req: HeartbeatRequest) -> HeartbeatResponse:
         group = writer.group
         member_id = MemberId(req.member_id)
         if req.instance_id is None:
             if member_id not in group.members:
-                raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
+                raise Refusal(_E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
             self._fence(writer, member_id)
             return HeartbeatResponse(_E.NONE, member_id=member_id, member_epoch=req.member_epoch)
         existing_id = group.static_members.get(req.instance_id)
         if existing_id is None:
-            raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+            raise Refusal(_E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
         if existing_id != member_id:
-            raise _Refusal(_E.FENCED_INSTANCE_ID, f"Static member {member_id} was fenced by {existing_id}.")
+            raise Refusal(_E.FENCED_INSTANCE_ID, f"Static member {member_id} was fenced by {existing_id}.")
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             leaving = replace(
                 group.members[member_id], member_epoch=STATIC_LEAVE_EPOCH, pending_revocation=NO_PARTITIONS
@@ -502,7 +409,7 @@ class ConsumerGroups:
         self._fence(writer, member_id)
         return HeartbeatResponse(_E.NONE, member_id=member_id, member_epoch=req.member_epoch)
 
-    def _fence(self, writer: _Writer, member_id: MemberId) -> None:
+    def _fence(self, writer: Writer, member_id: MemberId) -> None:
         """The member goes with its records; the group epoch is bumped for a new target. The
         last member gone, the (empty) target is at the new epoch at once (KAFKA-20442, Kafka
         4.4: an empty group's assignment epoch equals its group epoch)."""
@@ -518,208 +425,6 @@ class ConsumerGroups:
         self._rebalances.pop((group_id, member_id), None)
         self._classic_deadlines.pop((group_id, member_id), None)
 
-    # ------------------------------------------------------------ the classic protocol's members
-
-    def _convert(self, writer: _Writer, classic: ClassicGroup, now_ms: int) -> None:
-        """Kafka's ConsumerGroup.fromClassicGroup: each classic member becomes a member at the
-        group's generation, Stable, its classic assignment both its target and its current one;
-        the joining member's heartbeat then bumps the epoch and a new target follows."""
-        epoch = classic.generation
-        for m in classic.members.values():
-            metadata = m.metadata(classic.protocol_name)
-            subscription, assignment = _classic_protocol(classic, metadata, m.assignment)
-            assigned = self._by_topic_id(assignment.partitions)
-            member = ConsumerMember(
-                MemberId(m.member_id), m.group_instance_id, subscription.rack_id, m.client_id, m.client_host,
-                tuple(sorted(set(subscription.topics))), None, m.rebalance_timeout_ms, None, epoch, epoch,
-                MemberState.STABLE, assigned,
-                assignment_epochs=MappingProxyType({(t, p): epoch for t, ps in assigned.items() for p in ps}),
-                classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols),
-            )
-            writer.write(RecordType.MEMBER_METADATA, member.metadata_value(), member.member_id)
-            target = TargetAssignmentMemberValue(assigned)
-            writer.write(RecordType.TARGET_ASSIGNMENT_MEMBER, target, member.member_id)
-            writer.write(RecordType.CURRENT_MEMBER_ASSIGNMENT, member.assignment_value(), member.member_id)
-            self._sessions[(classic.group_id, member.member_id)] = now_ms + m.session_timeout_ms
-        hashed = metadata_hash(self._all_subscribed(writer.group), self.image)
-        writer.write(RecordType.GROUP_METADATA, GroupMetadataValue(epoch, hashed))
-        writer.write(RecordType.TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadataValue(epoch))
-
-    def _by_topic_id(self, by_name: ByTopic) -> TopicPartitions:
-        known = {name: self.image[name].topic_id for name, _ in by_name if name in self.image}
-        return partitions({known[name]: ps for name, ps in by_name if name in known})
-
-    def _by_name(self, assigned: TopicPartitions) -> dict[str, frozenset[int]]:
-        names = {info.topic_id: name for name, info in self.image.items()}
-        return {names[t]: ps for t, ps in assigned.items() if t in names}
-
-    def classic_join(
-        self, req: JoinRequest, image: TopicsImage, now_ms: int
-    ) -> tuple[JoinResponse, list[Record]]:
-        """Kafka's classicGroupJoinToConsumerGroup: a classic member's JoinGroup runs the
-        heartbeat's three steps (the subscription and owned partitions come from the embedded
-        consumer protocol) and is answered at once, as a follower, with its member epoch as the
-        generation; SyncGroup then hands it its current assignment."""
-        self.image = image
-        group = self.groups[req.group_id]
-        if req.protocol_type != CONSUMER_PROTOCOL_TYPE or not _supported(group, req.protocols):
-            return JoinResponse(_E.INCONSISTENT_GROUP_PROTOCOL, member_id=req.member_id), []
-        known = None if req.group_instance_id is None else group.static_members.get(req.group_instance_id)
-        # a static member coming back without its id takes its place again (Kafka gives it a new id)
-        member_id = MemberId(req.member_id or known or self._new_member_id())
-        if not req.member_id and req.group_instance_id is None and req.api_version >= 4:
-            return JoinResponse(_E.MEMBER_ID_REQUIRED, member_id=member_id), []
-        writer = _Writer(group)
-        try:
-            member = self._classic_joining(writer, req, member_id, now_ms)
-        except _Refusal as refusal:
-            self._restore(writer)
-            return JoinResponse(refusal.error, member_id=req.member_id), []
-        self._keep_pending(writer)
-        self._sessions[(req.group_id, member_id)] = now_ms + req.session_timeout_ms
-        self._classic_deadlines[(req.group_id, member_id)] = now_ms + max(member.rebalance_timeout_ms, 0)
-        name = req.protocols[0][0]
-        response = JoinResponse(_E.NONE, member_id, member.member_epoch, CONSUMER_PROTOCOL_TYPE, name)
-        return response, writer.records
-
-    def _classic_joining(
-        self, writer: _Writer, req: JoinRequest, member_id: MemberId, now_ms: int
-    ) -> ConsumerMember:
-        group = writer.group
-        member = self._classic_member(group, member_id, req.group_instance_id, joining=True)
-        try:
-            subscription = decode_subscription(req.protocols[0][1])
-        except GroupLogDecodeError:
-            raise _Refusal(_E.INCONSISTENT_GROUP_PROTOCOL, "Malformed embedded consumer protocol.") from None
-        updated = replace(
-            member,
-            instance_id=req.group_instance_id,
-            rack_id=subscription.rack_id or member.rack_id,
-            rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
-            else member.rebalance_timeout_ms,
-            server_assignor=None,
-            subscribed_topic_names=tuple(sorted(set(subscription.topics))),
-            client_id=req.client_id,
-            client_host=req.client_host,
-            classic=ClassicMemberMetadata(req.session_timeout_ms, req.protocols),
-        )
-        self._write_member(writer, member, updated)
-        target_epoch, target = self._target(writer, updated, now_ms)
-        owned = [(t, tuple(ps)) for t, ps in self._by_topic_id(subscription.owned).items()]
-        return self._reconcile(writer, group.members[member_id], target_epoch, target, owned, now_ms)
-
-    def _classic_member(
-        self, group: ConsumerGroup, member_id: MemberId, instance_id: str | None, joining: bool = False
-    ) -> ConsumerMember:
-        """Kafka's validateConsumerGroupMember for a classic request (a joining member may be new)."""
-        if instance_id is not None and (known := group.static_members.get(instance_id)) is not None:
-            if known != member_id and member_id:
-                raise _Refusal(_E.FENCED_INSTANCE_ID, f"Static member {member_id} was fenced by {known}.")
-            member_id = known
-        member = group.members.get(member_id)
-        if member is None and joining:
-            if len(group.members) >= self.config.max_size:
-                raise _Refusal(_E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum size.")
-            return ConsumerMember(member_id)
-        if member is None or not member.uses_classic:
-            raise _Refusal(_E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a classic member of the group.")
-        return member
-
-    def classic_sync(self, req: SyncRequest, now_ms: int) -> SyncResponse:
-        """Kafka's classicGroupSyncToConsumerGroup: the member's current assignment, once it has
-        joined at the group's epoch (or is revoking)."""
-        group = self.groups[req.group_id]
-        try:
-            member = self._classic_member(group, MemberId(req.member_id), req.group_instance_id)
-        except _Refusal as refusal:
-            return SyncResponse(refusal.error)
-        assert member.classic is not None
-        name, subscription = member.classic.protocols[0]
-        if req.generation_id != member.member_epoch:
-            return SyncResponse(_E.ILLEGAL_GENERATION)
-        if req.protocol_type not in (None, CONSUMER_PROTOCOL_TYPE) or req.protocol_name not in (None, name):
-            return SyncResponse(_E.INCONSISTENT_GROUP_PROTOCOL)
-        key = (group.group_id, member.member_id)
-        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-            self._classic_deadlines.setdefault(key, now_ms + max(member.rebalance_timeout_ms, 0))
-            return SyncResponse(_E.REBALANCE_IN_PROGRESS)
-        self._classic_deadlines.pop(key, None)
-        self._sessions[key] = now_ms + member.classic.session_timeout_ms
-        assignment = encode_assignment(self._by_name(member.assigned), subscription_version(subscription))
-        return SyncResponse(_E.NONE, CONSUMER_PROTOCOL_TYPE, name, assignment)
-
-    def classic_heartbeat(
-        self, group_id: str, member_id: str, instance_id: str | None, generation: int, now_ms: int
-    ) -> ErrorCode:
-        """Kafka's classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS tells the member to
-        rejoin when the group epoch moved on, it must revoke, or what it waits for is released."""
-        group = self.groups[group_id]
-        try:
-            member = self._classic_member(group, MemberId(member_id), instance_id)
-        except _Refusal as refusal:
-            return refusal.error
-        assert member.classic is not None
-        if generation != member.member_epoch:
-            return _E.ILLEGAL_GENERATION
-        self._sessions[(group_id, member.member_id)] = now_ms + member.classic.session_timeout_ms
-        unrevoked = member.state is MemberState.UNREVOKED_PARTITIONS
-        released = member.state is MemberState.UNRELEASED_PARTITIONS and not _waits_on_other(group, member)
-        if member.member_epoch < group.group_epoch or unrevoked or released:
-            deadline = now_ms + max(member.rebalance_timeout_ms, 0)
-            self._classic_deadlines.setdefault((group_id, member.member_id), deadline)
-            return _E.REBALANCE_IN_PROGRESS
-        return _E.NONE
-
-    def classic_leave(
-        self, group_id: str, leaving: Sequence[LeaveMember]
-    ) -> tuple[LeaveResponse, list[Record]]:
-        """Kafka's classicGroupLeaveToConsumerGroup: each classic member named goes; the group
-        epoch is bumped once."""
-        writer = _Writer(self.groups[group_id])
-        answers: list[tuple[str, str | None, ErrorCode]] = []
-        for one in leaving:
-            try:
-                member = self._classic_member(writer.group, MemberId(one.member_id), one.group_instance_id)
-            except _Refusal as refusal:
-                answers.append((one.member_id, one.group_instance_id, refusal.error))
-                continue
-            writer.remove_member(member.member_id)
-            self._forget(group_id, member.member_id)
-            answers.append((member.member_id, one.group_instance_id, _E.NONE))
-        if writer.records:
-            writer.bump_epoch(metadata_hash(self._all_subscribed(writer.group), self.image))
-            self._keep_pending(writer)
-        return LeaveResponse(_E.NONE, tuple(answers)), writer.records
-
-    def downgradable(self, group_id: str, leaving: Iterable[MemberId]) -> list[ConsumerMember]:
-        """Kafka's validateOnlineDowngradeWithFencedMembers: when the members ``leaving`` go and
-        only classic members remain, these (else nothing)."""
-        group = self.groups.get(group_id)
-        if group is None:
-            return []
-        gone = set(leaving)
-        others = [m for i, m in group.members.items() if i not in gone]
-        return others if all(m.uses_classic for m in others) else []
-
-    def downgrade(self, group_id: str) -> list[Record]:
-        """Tombstones for every record of the group (its members' too); it is forgotten here."""
-        group = self.groups[group_id]
-        writer = _Writer(ConsumerGroup(group_id))
-        for member_id in list(group.members):
-            writer.remove_member(member_id)
-            self._forget(group_id, member_id)
-        return writer.records + self.delete_records(group_id)
-
-    def classic_assignment(self, group: ConsumerGroup, member: ConsumerMember) -> bytes:
-        """The member's target as its classic assignment (Kafka's ClassicGroup.fromConsumerGroup)."""
-        assert member.classic is not None
-        target = self._by_name(group.targets.get(member.member_id, NO_PARTITIONS))
-        return encode_assignment(target, subscription_version(member.classic.protocols[0][1]))
-
-    def _keep_pending(self, writer: _Writer) -> None:
-        if writer.records:
-            pending = _PendingWrite(list(writer.records), writer.snapshot)
-            self._pending.setdefault(writer.group.group_id, []).append(pending)
 
     # ------------------------------------------------------------ timers
 
@@ -758,9 +463,9 @@ class ConsumerGroups:
         self._forget(group_id, member_id)
         if group is None or member_id not in group.members:
             return []
-        writer = _Writer(group)
+        writer = Writer(group)
         self._fence(writer, member_id)
-        self._pending.setdefault(group_id, []).append(_PendingWrite(list(writer.records), writer.snapshot))
+        self._pending.setdefault(group_id, []).append(PendingWrite(list(writer.records), writer.snapshot))
         return writer.records
 
     # ------------------------------------------------------------ describe, delete
@@ -788,7 +493,7 @@ class ConsumerGroups:
         """Tombstones for every record of an Empty group (DeleteGroups, or a classic join)."""
         group = self.groups.pop(group_id)
         self._pending.pop(group_id, None)
-        writer = _Writer(ConsumerGroup(group_id))
+        writer = Writer(ConsumerGroup(group_id))
         for member_id in list(group.targets):
             writer.write(RecordType.TARGET_ASSIGNMENT_MEMBER, None, member_id)
         writer.write(RecordType.TARGET_ASSIGNMENT_METADATA, None)
@@ -838,101 +543,3 @@ class ConsumerGroups:
         if epoch == member.member_epoch:
             return None
         return _E.ILLEGAL_GENERATION if member.uses_classic else _E.STALE_MEMBER_EPOCH
-
-
-def request_error(req: HeartbeatRequest, assignors: Iterable[str]) -> tuple[ErrorCode, str] | None:
-    """Kafka's checks of a ConsumerGroupHeartbeat before the group is looked at."""
-    if not req.group_id:
-        return _E.INVALID_REQUEST, "GroupId can't be empty."
-    if req.instance_id == "" or req.rack_id == "":
-        return _E.INVALID_REQUEST, "InstanceId and RackId can't be empty."
-    if req.member_epoch == 0:
-        problem = _join_problem(req)
-    elif req.member_epoch > 0 or req.member_epoch == LEAVE_EPOCH:
-        problem = None
-    elif req.member_epoch == STATIC_LEAVE_EPOCH:
-        problem = "InstanceId can't be null." if req.instance_id is None else None
-    else:
-        problem = "MemberEpoch is invalid."
-    if problem is None and not req.member_id and (req.api_version >= 1 or req.member_epoch != 0):
-        problem = "MemberId can't be empty."
-    if problem is not None:
-        return _E.INVALID_REQUEST, problem
-    if req.server_assignor is not None and req.server_assignor not in assignors:
-        return _E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported."
-    return _regex_problem(req.subscribed_topic_regex)
-
-
-def _join_problem(req: HeartbeatRequest) -> str | None:
-    if req.rebalance_timeout_ms == -1:
-        return "RebalanceTimeoutMs must be provided in first request."
-    if req.owned is None or len(req.owned) > 0:
-        return "TopicPartitions must be empty when (re-)joining."
-    if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-        return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-    return None
-
-
-def _regex_problem(regex: str | None) -> tuple[ErrorCode, str] | None:
-    if not regex:
-        return None
-    try:
-        re.compile(regex)
-    except re.error as exc:
-        return _E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex} is invalid: {exc}"
-    return None
-
-
-def _supported(group: ConsumerGroup, protocols: Sequence[tuple[str, bytes]]) -> bool:
-    """Kafka's supportsClassicProtocols: a protocol offered that every classic member supports."""
-    classic = [m.classic for m in group.members.values() if m.classic is not None]
-    return any(all(name in {n for n, _ in c.protocols} for c in classic) for name, _ in protocols)
-
-
-def _classic_protocol(
-    classic: ClassicGroup, metadata: bytes | None, assignment: bytes
-) -> tuple[Subscription, Assignment]:
-    """A classic member's subscription and assignment, if Kafka's upgrade takes them: not when
-    malformed, nor when the assignment carries a client-side assignor's user data, which the
-    consumer group would lose (Kafka 4.3's UnsupportedVersionException)."""
-    upgrade = f"Cannot upgrade classic group {classic.group_id} to consumer group because"
-    try:
-        subscription, decoded = decode_subscription(metadata or b""), decode_assignment(assignment)
-    except GroupLogDecodeError:
-        malformed = f"{upgrade} the embedded consumer protocol is malformed."
-        raise _Refusal(_E.GROUP_ID_NOT_FOUND, malformed) from None
-    if decoded.user_data:
-        message = f"{upgrade} an unsupported custom assignor is in use. Please refer to the documentation " \
-            "or switch to a default assignor before re-attempting the upgrade."
-        raise _Refusal(_E.GROUP_ID_NOT_FOUND, message)
-    return subscription, decoded
-
-
-def _waits_on_other(group: ConsumerGroup, member: ConsumerMember) -> bool:
-    """Kafka's waitingOnUnreleasedPartition: a partition of its target another member still holds."""
-    target = group.targets.get(member.member_id, NO_PARTITIONS)
-    return any(
-        p not in member.assigned.get(t, frozenset()) and group.is_owned_by_other(member.member_id, (t, p))
-        for t, ps in target.items()
-        for p in ps
-    )
-
-
-def _check_epoch(member: ConsumerMember, req: HeartbeatRequest) -> None:
-    """Kafka's member epoch check: a member may come back with epoch 0 (KAFKA-19233), or with
-    its previous epoch when it owns no more than it is assigned (the answer was lost)."""
-    received = req.member_epoch
-    if received == 0 or received == member.member_epoch:
-        return
-    if received > member.member_epoch:
-        message = f"The member epoch {received} is ahead of {member.member_epoch}."
-        raise _Refusal(_E.FENCED_MEMBER_EPOCH, message)
-    if received != member.previous_member_epoch or not _is_subset(req.owned, member.assigned):
-        message = f"The member epoch {received} is behind {member.member_epoch}."
-        raise _Refusal(_E.FENCED_MEMBER_EPOCH, message)
-
-
-def _is_subset(owned: OwnedReport, assigned: TopicPartitions) -> bool:
-    if owned is None:
-        return False
-    return all(p in assigned.get(t, frozenset()) for t, ps in owned for p in ps)

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar, cast
 
 from coordinator.group.assignors import TopicsImage
-from coordinator.group.consumer_machine import ConsumerGroups, request_error
+from coordinator.group.consumer_checks import request_error
+from coordinator.group.consumer_machine import ConsumerGroups
 from coordinator.group.consumer_state import LEAVE_EPOCH, MemberId
 from coordinator.group.consumer_types import DescribedConsumerGroup, HeartbeatRequest, HeartbeatResponse
 from coordinator.group.index import GroupIndex, cached_partition
