@@ -174,13 +174,18 @@ class LogManager:
 
     # -- changes ------------------------------------------------------------
 
-    def create_log(self, topic: str, partition: int, config: LogConfig, now_ms: int = 0) -> Log:
-        """Create (or return the existing) log; new logs go to the least-loaded dir."""
+    def create_log(
+        self, topic: str, partition: int, config: LogConfig, now_ms: int = 0, sync: bool = True
+    ) -> Log:
+        """Create (or return the existing) log; new logs go to the least-loaded dir (its entry
+        fsync'd, unless `sync=False` for a caller that calls `sync_log_dirs` after many)."""
         tp = (topic, partition)
         existing = self._logs.get(tp)
         if existing is not None:
             return existing
-        fsync_dir(self._open_new(topic, partition, config, now_ms))
+        directory = self._open_new(topic, partition, config, now_ms)
+        if sync:
+            fsync_dir(directory)
         return self._logs[tp]
 
     def create_logs(

@@ -45,6 +45,7 @@ class ClusterRoles:
         self.fetchers: dict[NodeId, ReplicaFetcher] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._checker: asyncio.Task[None] | None = None
+        self._apply_due = False  # an apply is scheduled for this event-loop turn's changes
         # per hosted topic: its config overrides and the LogConfig its logs use, built once per change
         self._configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         replicas.isr_changes = self._propose
@@ -83,20 +84,30 @@ class ClusterRoles:
         await asyncio.gather(*(f.close() for f in self.fetchers.values()))
 
     def _on_change(self, key: str) -> None:
-        if key == "" or key.startswith(("partitions/", "topics/", "brokers/")):
-            self.apply()
+        """Changes arrive one key at a time (a topic of N partitions is N + 1 of them, read from
+        one watch answer in one turn of the event loop): they are applied once, at the end of
+        the turn, so that creating a topic costs what it adds, not N times every partition."""
+        if self._apply_due or not (key == "" or key.startswith(("partitions/", "topics/", "brokers/"))):
+            return
+        self._apply_due = True
+        asyncio.get_running_loop().call_soon(self._apply_changes)
+
+    def _apply_changes(self) -> None:
+        self._apply_due = False
+        self.apply()
 
     def apply(self) -> None:
         """Make every hosted partition's role match the image; drop what it no longer lists."""
         image = self.store.image
         wanted = self._wanted()
         self._apply_configs({topic for topic, _index in wanted})
-        for topic, index in wanted:
-            state = image.partitions[(topic, index)]
-            if state.leader == self.me:
-                self._lead(topic, index, state)
-            else:
-                self._follow(topic, index, state)
+        with self.replicas.one_dir_sync():
+            for topic, index in wanted:
+                state = image.partitions[(topic, index)]
+                if state.leader == self.me:
+                    self._lead(topic, index, state)
+                else:
+                    self._follow(topic, index, state)
         for part in self.replicas.all_partitions():
             if (part.topic, part.index) not in wanted:
                 self._drop(part)

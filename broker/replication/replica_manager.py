@@ -11,9 +11,10 @@ futures resolved when the HW passes their last offset, never on sleeping loops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from broker.replication.leader import LeaderState
@@ -181,6 +182,19 @@ class ReplicaManager:
         # Cluster mode: a led partition whose log just became unwritable (its leadership is
         # handed to an in-sync follower, as Kafka's controller does for an offline log dir).
         self.on_unwritable: Callable[[Partition], None] | None = None
+        self._unsynced: list[TopicPartition] | None = None  # logs created in `one_dir_sync`
+
+    @contextlib.contextmanager
+    def one_dir_sync(self) -> Iterator[None]:
+        """Logs created inside share one fsync of the log dirs, when it ends (ClusterRoles'
+        apply, where a new topic's partitions arrive together), not one each."""
+        self._unsynced = []
+        try:
+            yield
+        finally:
+            created, self._unsynced = self._unsynced, None
+            if created:
+                self.log_manager.sync_log_dirs()
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -233,7 +247,9 @@ class ReplicaManager:
             return part
         log_ = self.log_manager.get_log(topic, index)
         if log_ is None:
-            log_ = self.log_manager.create_log(topic, index, config)
+            log_ = self.log_manager.create_log(topic, index, config, sync=self._unsynced is None)
+            if self._unsynced is not None:
+                self._unsynced.append((topic, index))
         log_.verify_transactions = self.verify_transactions
         part = Partition(topic, index, log_, -1)
         part.set_high_watermark(self._checkpointed_hw.get((topic, index), 0))
@@ -250,7 +266,10 @@ class ReplicaManager:
             part.leader.committed(state)
             part.advance_high_watermark()  # the store's ISR may have dropped a member that held it back
             return part
-        part.log.epoch_cache.assign(state.leader_epoch, part.log.log_end_offset)
+        # An empty log's epoch entry is written with its first append (which assigns it again
+        # before writing): one fsync'd checkpoint less per partition of a new topic.
+        part.log.epoch_cache.assign(state.leader_epoch, part.log.log_end_offset,
+                                    persist=part.log.log_end_offset > 0)
         part.leader_epoch = state.leader_epoch
         min_isr = min(config.min_insync_replicas, len(state.replicas))
         part.leader = LeaderState(NodeId(self.node_id), state, part.log.log_end_offset, min_isr, now_ms)

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 Listener = Callable[[str], None]
+# etcd refuses a transaction of more than --max-txn-ops operations (128 unless its operator
+# raised it): a topic's partition states are written in transactions of at most this many.
+TXN_PUTS = 100
 REGISTERED = "registered"  # told to listeners once this broker's registration and its lease are known here
 
 
@@ -227,26 +230,45 @@ class EtcdMetadataStore:
     async def create_topic(
         self, topic: TopicRecord, states: list[PartitionState], controller: ControllerRecord | None = None
     ) -> bool:
-        """Topic and all its partition states in one transaction; False if it exists."""
+        """The partitions' states, then the topic record; False if the topic exists. Every
+        transaction holds only while the topic does not exist (and `controller` leads), so a
+        reader sees the topic once all its partitions are there (a partition without its topic
+        is nobody's: ClusterRoles and Metadata go by the topic); the first clears what an
+        interrupted creation of the name left (alone: etcd refuses a put and a delete of one key
+        in one transaction)."""
         tx = self.client.transactions
         key = self._key(f"topics/{topic.name}")
-        puts = [tx.put(key, encode(topic))] + [
-            tx.put(self._key(f"partitions/{topic.name}/{i}"), encode(s)) for i, s in enumerate(states)
-        ]
-        return await self._txn([tx.version(key) == 0, *self._controller_guard(controller)], puts)
+        guards = [tx.version(key) == 0, *self._controller_guard(controller)]
+        prefix = self._key(f"partitions/{topic.name}/")
+        clear = tx.delete(prefix, range_end=aetcd.utils.prefix_range_end(prefix))
+        if not await self._txn(guards, [clear]):
+            return False
+        puts = self._partition_puts(topic.name, dict(enumerate(states)))
+        return await self._txns(guards, puts, tx.put(key, encode(topic)))
 
     async def add_partitions(
         self, old: TopicRecord, new: TopicRecord, states: dict[int, PartitionState],
         controller: ControllerRecord | None = None,
     ) -> bool:
-        """The grown topic record and its new partitions' states at once; False if the
-        topic changed (or went) meanwhile."""
+        """The new partitions' states, then the grown topic record; False if the topic changed
+        (or went) meanwhile. As in `create_topic`, the record comes last: the new states are
+        nobody's until it names them."""
         tx = self.client.transactions
         key = self._key(f"topics/{old.name}")
-        puts = [tx.put(key, encode(new))] + [
-            tx.put(self._key(f"partitions/{new.name}/{i}"), encode(s)) for i, s in sorted(states.items())
-        ]
-        return await self._txn([tx.value(key) == encode(old), *self._controller_guard(controller)], puts)
+        guards = [tx.value(key) == encode(old), *self._controller_guard(controller)]
+        return await self._txns(guards, self._partition_puts(new.name, states), tx.put(key, encode(new)))
+
+    def _partition_puts(self, topic: str, states: dict[int, PartitionState]) -> list[Any]:
+        tx = self.client.transactions
+        return [tx.put(self._key(f"partitions/{topic}/{i}"), encode(s)) for i, s in sorted(states.items())]
+
+    async def _txns(self, guards: list[Any], ops: list[Any], last: Any) -> bool:
+        """`ops` in transactions of at most TXN_PUTS, then `last`, each under `guards`; False
+        as soon as one finds them broken."""
+        for start in range(0, len(ops), TXN_PUTS):
+            if not await self._txn(guards, ops[start:start + TXN_PUTS]):
+                return False
+        return await self._txn(guards, [last])
 
     async def set_topic_configs(self, old: TopicRecord, configs: dict[str, str]) -> bool:
         """`old` with new config overrides; False if the topic changed (or went) meanwhile."""
