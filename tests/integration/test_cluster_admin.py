@@ -144,6 +144,20 @@ def test_create_partitions_through_a_non_controller_and_produce_to_the_new_ones(
         shrink.result(30)
 
 
+def test_a_topic_wider_than_one_etcd_transaction_is_created_and_grown(cluster: Cluster) -> None:
+    """etcd refuses a transaction of more than 128 operations (its --max-txn-ops): a topic of
+    300 partitions, grown to 450, is written in several, and served whole."""
+    topic = unique("wide")
+    admin = AdminClient({"bootstrap.servers": non_controller(cluster)})
+    admin.create_topics([NewTopic(topic, 300, 3)], operation_timeout=30)[topic].result(40)
+    assert cluster.image().topics[topic].partitions == 300
+    admin.create_partitions([NewPartitions(topic, 450)], operation_timeout=30)[topic].result(40)
+    served_everywhere(cluster, topic, 450)
+    produce_values(cluster.bootstrap, topic, list(range(900)), 450)
+    got = read_values(cluster, topic, 450)
+    assert sorted(v for vs in got.values() for v in vs) == list(range(900))
+
+
 # -- 3. manual replica assignments ------------------------------------------------------------
 
 Manual = list[tuple[int, list[int]]]
