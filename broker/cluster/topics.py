@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from broker.cluster.controller import ClusterController
@@ -219,7 +219,7 @@ class ClusterTopicManager(TopicManager):
         log.info("topic %s now has %d partitions", old.name, count)
         return TopicResult(ErrorCode.NONE, None, self.get(old.name))
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

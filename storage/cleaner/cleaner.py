@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 from protocol.types import TopicPartition
 from storage.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +308,7 @@ class LogCleaner:
             return False
         return self._on_loop(self.install, tp, result)
 
-    def _on_loop(self, fn: Callable[..., T], *args: Any) -> T:
+    def _on_loop(self, fn: Callable[[*Args], T], *args: *Args) -> T:
         """Run ``fn`` on the event-loop thread and wait for it (CleaningAborted when the
         cleaner stops before it ran)."""
         loop = self._loop
