@@ -121,7 +121,7 @@ class Topics(Protocol):
     async def delete(self, name: str) -> TopicResult: ...
 
     async def add_partitions_many(
-        self, wanted: Sequence[tuple[str, int]], validate_only: bool,
+        self, wanted: Sequence[TopicPartition], validate_only: bool,
         assignments: Sequence[Sequence[Sequence[int]] | None] | None = None,
     ) -> list[TopicResult]: ...
 

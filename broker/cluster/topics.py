@@ -35,6 +35,7 @@ from broker.store.image import ClusterImage, TopicRecord
 from broker.store.local_store import TopicMetadata
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
+from protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class ClusterTopicManager(TopicManager):
         self.controller = controller
         self.channel = channel
         self._background: set[asyncio.Task[Any]] = set()
-        self._waiting_logged: set[tuple[str, int]] = set()
+        self._waiting_logged: set[TopicPartition] = set()
 
     def broker_count(self) -> int:
         return len(self.etcd.image.brokers)

@@ -118,7 +118,7 @@ class GroupCoordinator:
     async def start(self) -> None:
         self._expiry = asyncio.create_task(self._expire_offsets_loop())
 
-    def coordinator_partition(self, key: str) -> tuple[str, int]:
+    def coordinator_partition(self, key: str) -> TopicPartition:
         """The internal partition whose leader coordinates `key` (FindCoordinator)."""
         return OFFSETS_TOPIC, self.machine.partition_for(key)
 

@@ -124,8 +124,8 @@ class Checked:
     """What the transaction checks of one request found: per partition the error to answer
     (absent: none), and the guard to append with where the check opened the transaction."""
 
-    errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = field(default_factory=dict)
-    guards: dict[tuple[str, int], Verification] = field(default_factory=dict)
+    errors: dict[TopicPartition, tuple[ErrorCode, str | None]] = field(default_factory=dict)
+    guards: dict[TopicPartition, Verification] = field(default_factory=dict)
 
 
 async def _transaction_checks(

@@ -42,6 +42,7 @@ from protocol.record_batch import (
     crc_ok,
     iter_batches,
 )
+from protocol.types import TopicPartition
 from storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -492,7 +493,7 @@ def partition_files(directory: Path) -> list[Path]:
     return ordered + ([epochs] if epochs.is_file() else [])
 
 
-def _partition_key(path: Path) -> tuple[str, int]:
+def _partition_key(path: Path) -> TopicPartition:
     found = parse_partition_dir(path.name)
     assert found is not None
     return found

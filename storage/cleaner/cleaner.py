@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple
 
-from protocol.types import TopicPartition
+from protocol.types import Offset, TopicPartition
 from storage.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
 from storage.cleaner.job import CleanJob, CleanResult
 from storage.cleaner.offset_map import OffsetMap
@@ -111,7 +111,7 @@ class LogCleaner:
         self._logs = logs
         self.config = config
         self._crash_point = crash_point
-        self._checkpoints: dict[Path, dict[TopicPartition, int]] = {}
+        self._checkpoints: dict[Path, dict[TopicPartition, Offset]] = {}
         self._uncleanable: set[TopicPartition] = set()  # data it cannot decode: until restart
         self._io_failed: dict[TopicPartition, int] = {}  # after an I/O error: not before (ms)
         self._held: dict[TopicPartition, int] = {}  # last reported hanging-transaction offset
@@ -122,7 +122,7 @@ class LogCleaner:
 
     # -- checkpoints ------------------------------------------------------------------
 
-    def _checkpoint_of(self, directory: Path) -> dict[TopicPartition, int]:
+    def _checkpoint_of(self, directory: Path) -> dict[TopicPartition, Offset]:
         found = self._checkpoints.get(directory)
         if found is None:
             try:
@@ -133,10 +133,10 @@ class LogCleaner:
             self._checkpoints[directory] = found
         return found
 
-    def first_dirty_checkpoint(self, tp: TopicPartition, lg: Log) -> int | None:
+    def first_dirty_checkpoint(self, tp: TopicPartition, lg: Log) -> Offset | None:
         return self._checkpoint_of(lg.directory.parent).get(tp)
 
-    def _update_checkpoint(self, tp: TopicPartition, lg: Log, offset: int) -> None:
+    def _update_checkpoint(self, tp: TopicPartition, lg: Log, offset: Offset) -> None:
         directory = lg.directory.parent
         offsets = self._checkpoint_of(directory)
         offsets[tp] = offset
@@ -195,7 +195,7 @@ class LogCleaner:
         for group, segment in zip(result.groups, new, strict=True):
             lg.replace_segments([ref.segment for ref in group.replaced], segment)
         self._crash_point("cleaner.after_swap")
-        self._update_checkpoint(tp, lg, result.first_dirty_offset)
+        self._update_checkpoint(tp, lg, Offset(result.first_dirty_offset))
         self.passes += 1
         if self._io_failed.pop(tp, None) is not None:
             log.info("%s: cleaned again after an I/O error", job.name)
