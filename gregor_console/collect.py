@@ -207,7 +207,7 @@ def _max_timeout(admin: AdminPort, problems: list[str]) -> int:
 def max_timeout_of(configs: Mapping[str, ConfigEntry]) -> int | None:
     entry = configs.get(MAX_TIMEOUT_KEY)
     try:
-        return int(str(entry["value"] if entry else None))
+        return int(str(entry.get("value") if entry else None))
     except (TypeError, ValueError):
         return None
 
