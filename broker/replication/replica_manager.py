@@ -363,8 +363,8 @@ class ReplicaManager:
             )
         except OSError as exc:
             self._write_failed(part, exc)
-            error = f"cannot write the log: {exc.strerror}"
-            return MarkerResult(ErrorCode.KAFKA_STORAGE_ERROR, NO_OFFSET, error)
+            message = f"cannot write the log: {exc.strerror}"
+            return MarkerResult(ErrorCode.KAFKA_STORAGE_ERROR, NO_OFFSET, message)
         if result.error == 0:
             self.write_failures.succeeded((part.topic, part.index))
             part.advance_high_watermark()
