@@ -623,8 +623,10 @@ class BrokerConfig:
                 return protocol.strip().upper()
         return listener if listener in SECURITY_PROTOCOLS else "PLAINTEXT"  # Kafka: a name is its protocol
 
-    def for_listener(self, listener: str, key: str) -> Any:
-        """`listener.name.<listener>.<key>` when set, else `key` (Kafka's per-listener override)."""
+    def for_listener(self, listener: str, key: str) -> Any:  # Any: the value's type is the key's
+        """`listener.name.<listener>.<key>` when set, else `key` (Kafka's per-listener override).
+        Any key may be overridden, so the value has the type of `key` (str, int, a list), which
+        the caller knows: the typed getters cover the keys that have no override."""
         return self.values.get(f"{LISTENER_PREFIX}{listener.lower()}.{key}", self.values.get(key))
 
     @property

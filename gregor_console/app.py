@@ -10,10 +10,10 @@ import logging
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 
+from broker.tools.common import Security
 from gregor_console.collector import Cluster, Collector
 from gregor_console.web import Console, build_app
 
@@ -26,7 +26,7 @@ FIRST_READ_WAIT_S = 5.0
 class Settings:
     bootstrap: str
     timeout_ms: int
-    security: dict[str, Any]
+    security: Security
     host: str
     port: int
     refresh_s: float

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from kafka.admin import AbortTransactionSpec, ConfigResource, ConfigResourceType, OffsetSpec
+from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
 from kafka.errors import KafkaError, TransactionalIdNotFoundError
 from kafka.protocol.consumer.offsets import IsolationLevel
-from kafka.structs import TopicPartition
 
+from broker.tools.admin_port import (
+    AbortSpec,
+    AdminPort,
+    ConfigEntry,
+    GroupInfo,
+    GroupListing,
+    HasOffset,
+    TopicPartition,
+    TransactionDescriptionView,
+    TransactionListingView,
+)
 from broker.tools.common import call, describe_error
 from broker.tools.transactions import abort_spec_by_offset, open_transactions
 from coordinator.transaction.hanging import OpenTransaction
@@ -40,7 +50,7 @@ Partitions = tuple[dict[TopicPartition, int], dict[TopicPartition, int], dict[To
                    list[OpenTransaction]]
 
 
-def read_snapshot(admin: Any, now_ms: Callable[[], int], max_timeout_ms: int | None) -> Snapshot:
+def read_snapshot(admin: AdminPort, now_ms: Callable[[], int], max_timeout_ms: int | None) -> Snapshot:
     """Everything the pages show. `max_timeout_ms` None: the brokers' own
     transaction.max.timeout.ms (DescribeConfigs), as Kafka's tool is told it."""
     problems: list[str] = []
@@ -73,7 +83,7 @@ def _batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 # -- partitions -------------------------------------------------------------------------
 
 
-def read_partitions(admin: Any) -> Partitions:
+def read_partitions(admin: AdminPort) -> Partitions:
     """Leaders (Metadata), HW and LSO (ListOffsets latest, read_uncommitted and read_committed),
     and the open transactions of the partitions whose LSO lags (DescribeProducers): an open
     transaction with a replicated first batch holds the LSO below the HW."""
@@ -84,7 +94,7 @@ def read_partitions(admin: Any) -> Partitions:
     return leaders, high, stable, read_open_transactions(admin, lagging)
 
 
-def read_leaders(admin: Any) -> dict[TopicPartition, int]:
+def read_leaders(admin: AdminPort) -> dict[TopicPartition, int]:
     leaders = {}
     for topic in admin.describe_topics():
         if topic["error_code"] != 0:
@@ -96,7 +106,7 @@ def read_leaders(admin: Any) -> dict[TopicPartition, int]:
 
 
 def read_latest(
-    admin: Any, tps: Iterable[TopicPartition], isolation: int
+    admin: AdminPort, tps: Iterable[TopicPartition], isolation: int
 ) -> dict[TopicPartition, int]:
     specs = {tp: OffsetSpec.LATEST for tp in tps}
     if not specs:
@@ -105,7 +115,7 @@ def read_latest(
     return {tp: int(o.offset) for tp, o in found.items()}
 
 
-def read_open_transactions(admin: Any, tps: Sequence[TopicPartition]) -> list[OpenTransaction]:
+def read_open_transactions(admin: AdminPort, tps: Sequence[TopicPartition]) -> list[OpenTransaction]:
     found: list[OpenTransaction] = []
     for batch in _batches(tps, PRODUCERS_BATCH):
         found.extend(open_transactions(admin.describe_producers(list(batch))))
@@ -115,20 +125,27 @@ def read_open_transactions(admin: Any, tps: Sequence[TopicPartition]) -> list[Op
 # -- transactions -------------------------------------------------------------------------
 
 
-def read_transactions(admin: Any) -> tuple[Transaction, ...]:
+def read_transactions(admin: AdminPort) -> tuple[Transaction, ...]:
     """Every transactional id every broker lists, each described by its coordinator."""
     listed = {
         t.transactional_id: (broker_id, t)
         for broker_id, listings in admin.list_transactions().items() for t in listings
     }
     ids = sorted(listed)
-    described: dict[str, Any] = {}
+    described: dict[str, TransactionDescriptionView] = {}
     for batch in _batches(ids, DESCRIBE_BATCH):
         described.update(_describe(admin, batch))
     return tuple(_transaction(txn_id, *listed[txn_id], described.get(txn_id)) for txn_id in ids)
 
 
-def _describe(admin: Any, ids: Sequence[str]) -> dict[str, Any]:
+def _transaction(txn_id: str, broker_id: int, listing: TransactionListingView,
+                 d: TransactionDescriptionView | None) -> Transaction:
+    if d is None:
+        return Transaction(txn_id, broker_id, _state(listing.state), listing.producer_id, described=False)
+    return _described(txn_id, d)
+
+
+def _describe(admin: AdminPort, ids: Sequence[str]) -> dict[str, TransactionDescriptionView]:
     """Descriptions of `ids`; when one id fails the batch (an id expired meanwhile), each
     alone, leaving out those that fail."""
     try:
@@ -136,40 +153,38 @@ def _describe(admin: Any, ids: Sequence[str]) -> dict[str, Any]:
     except KafkaError:
         if len(ids) == 1:
             return {}
-    found: dict[str, Any] = {}
+    found: dict[str, TransactionDescriptionView] = {}
     for txn_id in ids:
         found.update(_describe(admin, [txn_id]))
     return found
 
 
-def _transaction(txn_id: str, broker_id: int, listing: Any, d: Any | None) -> Transaction:
-    if d is None:
-        return Transaction(txn_id, broker_id, _state(listing.state), listing.producer_id, described=False)
+def _described(txn_id: str, d: TransactionDescriptionView) -> Transaction:
     return Transaction(
         txn_id, d.coordinator_id, _state(d.state), d.producer_id, d.producer_epoch,
         d.transaction_timeout_ms, d.transaction_start_time_ms, tuple(sorted(d.topic_partitions)),
     )
 
 
-def _state(state: Any) -> str:
+def _state(state: object) -> str:
     return str(getattr(state, "value", state))
 
 
-def describe_one(admin: Any, txn_id: str) -> Transaction | None:
+def describe_one(admin: AdminPort, txn_id: str) -> Transaction | None:
     """One transactional id, described now (a coordinator loading, or the transaction log
     still being made, is waited for a while); None when its coordinator does not know it."""
     d = call("DescribeTransactions", partial(_description, admin, txn_id), RETRY_S)
-    return None if d is None else _transaction(txn_id, d.coordinator_id, None, d)
+    return None if d is None else _described(txn_id, d)
 
 
-def _description(admin: Any, txn_id: str) -> Any | None:
+def _description(admin: AdminPort, txn_id: str) -> TransactionDescriptionView | None:
     try:
         return admin.describe_transactions([txn_id]).get(txn_id)
     except TransactionalIdNotFoundError:
         return None
 
 
-def open_offsets(admin: Any, txn: Transaction) -> dict[TopicPartition, int]:
+def open_offsets(admin: AdminPort, txn: Transaction) -> dict[tuple[str, int], int]:
     """The first offset of `txn`'s producer's open transaction on each of its partitions
     that has one (DescribeProducers on their leaders)."""
     if not txn.partitions:
@@ -178,7 +193,7 @@ def open_offsets(admin: Any, txn: Transaction) -> dict[TopicPartition, int]:
     return {o.topic_partition: o.start_offset for o in found if o.producer_id == txn.producer_id}
 
 
-def _max_timeout(admin: Any, problems: list[str]) -> int:
+def _max_timeout(admin: AdminPort, problems: list[str]) -> int:
     """The brokers' transaction.max.timeout.ms; Kafka's default, named among the problems,
     when it cannot be read (kafka-python answers a denied DescribeConfigs with no entries)."""
     found = _section(problems, "DescribeConfigs", lambda: read_max_timeout(admin), None)
@@ -189,15 +204,15 @@ def _max_timeout(admin: Any, problems: list[str]) -> int:
     return found
 
 
-def max_timeout_of(configs: Mapping[str, Any]) -> int | None:
-    entry = configs.get(MAX_TIMEOUT_KEY) or {}
+def max_timeout_of(configs: Mapping[str, ConfigEntry]) -> int | None:
+    entry = configs.get(MAX_TIMEOUT_KEY)
     try:
-        return int(str(entry.get("value")))
+        return int(str(entry.get("value") if entry else None))
     except (TypeError, ValueError):
         return None
 
 
-def read_max_timeout(admin: Any) -> int | None:
+def read_max_timeout(admin: AdminPort) -> int | None:
     """transaction.max.timeout.ms of one broker (DescribeConfigs); None when not answered."""
     brokers = admin.describe_cluster()["brokers"]
     if not brokers:
@@ -211,14 +226,14 @@ def read_max_timeout(admin: Any) -> int | None:
 # -- groups -----------------------------------------------------------------------------
 
 
-def read_groups(admin: Any, partitions: Mapping[TopicPartition, PartitionRow]) -> tuple[Group, ...]:
+def read_groups(admin: AdminPort, partitions: Mapping[TopicPartition, PartitionRow]) -> tuple[Group, ...]:
     """Every group (ListGroups, DescribeGroups) with its committed offsets (OffsetFetch) and
     their lags to the LSO and the HW."""
     listed = {g["group_id"]: g for g in admin.list_groups()}
     if not listed:
         return ()
     ids = sorted(listed)
-    none: dict[str, Any] = {}
+    none: dict[str, GroupInfo] = {}
     described = _section([], "DescribeGroups", lambda: dict(admin.describe_groups(ids)), none)
     committed = admin.list_group_offsets({g: None for g in ids})
     return tuple(
@@ -226,12 +241,12 @@ def read_groups(admin: Any, partitions: Mapping[TopicPartition, PartitionRow]) -
     )
 
 
-def _offsets(found: Mapping[TopicPartition, Any]) -> dict[TopicPartition, int]:
+def _offsets(found: Mapping[TopicPartition, HasOffset]) -> dict[TopicPartition, int]:
     return {TopicPartition(tp.topic, tp.partition): int(o.offset) for tp, o in found.items()}
 
 
 def _group(
-    listed: Mapping[str, Any], described: Mapping[str, Any] | None,
+    listed: GroupListing, described: GroupInfo | None,
     committed: Mapping[TopicPartition, int], partitions: Mapping[TopicPartition, PartitionRow],
 ) -> Group:
     if described is not None and described.get("error"):
@@ -245,7 +260,7 @@ def _group(
 # -- the abort action ---------------------------------------------------------------------
 
 
-def find_open(admin: Any, tp: TopicPartition, start_offset: int) -> OpenTransaction | None:
+def find_open(admin: AdminPort, tp: TopicPartition, start_offset: int) -> OpenTransaction | None:
     """The open transaction whose first offset on `tp` is `start_offset`, read now."""
     for txn in open_transactions(admin.describe_producers([tp])):
         if txn.start_offset == start_offset:
@@ -253,7 +268,7 @@ def find_open(admin: Any, tp: TopicPartition, start_offset: int) -> OpenTransact
     return None
 
 
-def abort(admin: Any, tp: TopicPartition, start_offset: int) -> AbortTransactionSpec:
+def abort(admin: AdminPort, tp: TopicPartition, start_offset: int) -> AbortSpec:
     """Abort the open transaction starting at `start_offset` on `tp` (WriteTxnMarkers to its
     leader), as `gregor transactions abort --start-offset` does; raises ToolError when
     there is none."""

@@ -12,12 +12,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from broker.tools.common import ToolError, connect, describe_error
+from broker.tools.admin_port import AdminPort
+from broker.tools.common import Security, ToolError, connect, describe_error
 from gregor_console.collect import read_snapshot
 from gregor_console.metrics import BrokerMetrics, read_all
 from gregor_console.model import Snapshot
@@ -35,14 +36,14 @@ class Cluster:
     """One admin client of the cluster at `bootstrap`, made on first use and made again
     after a failure that was not an answer of the cluster's (unreachable, timed out)."""
 
-    def __init__(self, bootstrap: str, timeout_ms: int, security: dict[str, Any]) -> None:
+    def __init__(self, bootstrap: str, timeout_ms: int, security: Security) -> None:
         self.bootstrap = bootstrap
         self._timeout_ms = timeout_ms
         self._security = security
         self._lock = threading.Lock()
-        self._admin: Any | None = None
+        self._admin: AdminPort | None = None
 
-    async def run(self, what: str, fn: Callable[[Any], T]) -> T:
+    async def run(self, what: str, fn: Callable[[AdminPort], T]) -> T:
         """`fn(admin)` on a worker thread; a failure is a ClusterError naming `what`."""
         try:
             return await asyncio.to_thread(self._call, fn)
@@ -51,7 +52,7 @@ class Cluster:
         except KafkaError as exc:
             raise ClusterError(f"{what}: {describe_error(exc)}") from None
 
-    def _call(self, fn: Callable[[Any], T]) -> T:
+    def _call(self, fn: Callable[[AdminPort], T]) -> T:
         admin = self._client()
         try:
             return fn(admin)
@@ -60,13 +61,13 @@ class Cluster:
                 self._drop(admin)
             raise
 
-    def _client(self) -> Any:
+    def _client(self) -> AdminPort:
         with self._lock:
             if self._admin is None:
                 self._admin = connect(self.bootstrap, self._timeout_ms, CLIENT_ID, self._security)
             return self._admin
 
-    def _drop(self, admin: Any) -> None:
+    def _drop(self, admin: AdminPort) -> None:
         with self._lock:
             if self._admin is admin:
                 self._admin = None

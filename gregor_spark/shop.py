@@ -21,7 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -29,6 +29,10 @@ from confluent_kafka.cimpl import NewTopic
 
 from gregor_spark import kafka
 from gregor_spark.source import OffsetRange, read_range
+
+if TYPE_CHECKING:  # pyspark is imported where the pipeline runs
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 PURCHASE_SCHEMA = (
     "purchase_id string, user_id string, user_full_name string, product_id string, "
@@ -47,7 +51,7 @@ class Topics:
 # -- the pipeline -------------------------------------------------------------------------
 
 
-def shop_rows(purchases: Any, topics: Topics) -> Any:
+def shop_rows(purchases: DataFrame, topics: Topics) -> DataFrame:
     """(topic, key, value) rows: an invoice and a shipment per purchase record."""
     from pyspark.sql import functions as F
 
@@ -66,7 +70,7 @@ def shop_rows(purchases: Any, topics: Topics) -> Any:
 
 
 def start_pipeline(
-    spark: Any,
+    spark: SparkSession,
     bootstrap: str,
     checkpoint: str,
     topics: Topics = Topics(),
@@ -74,8 +78,8 @@ def start_pipeline(
     available_now: bool = False,
     max_offsets: int | None = None,
     sink_options: Mapping[str, str] | None = None,
-) -> Any:
-    """Start the query (a StreamingQuery): purchases from the earliest offset on first start."""
+) -> StreamingQuery:
+    """Start the query: purchases from the earliest offset on first start."""
     reader = (spark.readStream.format("gregor_kafka").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topics.purchases).option("startingOffsets", "earliest"))
     if max_offsets:

@@ -156,7 +156,7 @@ def _produce(
             producer.poll(0.1)
 
 
-def _bytes(v: Any) -> bytes | None:
+def _bytes(v: object) -> bytes | None:
     if v is None or isinstance(v, bytes):
         return v
     if isinstance(v, bytearray):

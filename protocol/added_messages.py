@@ -9,7 +9,6 @@ later is taken from kafka-python.
 from __future__ import annotations
 
 import types
-from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -23,11 +22,11 @@ NAMES = (
 )
 
 
-def _message_class(name: str) -> Any:
+def _message_class(name: str) -> type[ApiMessage]:
     """The class of ``protocol/schemas/<name>.json`` (the metaclass loads it by the name)."""
     return types.new_class(
         name, (ApiMessage,), {"load_json": _schemas}, lambda ns: ns.update(__module__=__name__)
     )
 
 
-ADDED: tuple[Any, ...] = tuple(_message_class(name) for name in NAMES)
+ADDED: tuple[type[ApiMessage], ...] = tuple(_message_class(name) for name in NAMES)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from protocol.types import ProducerEpoch, ProducerId
+from protocol.types import Offset, ProducerEpoch, ProducerId
 
 # baseOffset i64 · batchLength i32 · partitionLeaderEpoch i32 · magic i8 · crc u32 ·
 # attributes i16 · lastOffsetDelta i32 · baseTimestamp i64 · maxTimestamp i64 ·
@@ -82,7 +82,7 @@ class ControlType(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class BatchHeader:
-    base_offset: int
+    base_offset: Offset
     batch_length: int
     partition_leader_epoch: int
     magic: int
@@ -118,13 +118,14 @@ class BatchHeader:
             self.records_count,
         )
 
+    # Offset arithmetic is an Offset; no NewType call on this per-batch path.
     @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
+    def last_offset(self) -> Offset:
+        return self.base_offset + self.last_offset_delta  # type: ignore[return-value]
 
     @property
-    def next_offset(self) -> int:
-        return self.last_offset + 1
+    def next_offset(self) -> Offset:
+        return self.last_offset + 1  # type: ignore[return-value]
 
     @property
     def size_in_bytes(self) -> int:
@@ -296,7 +297,7 @@ def build_batch(
 ) -> bytes:
     """Frame already-encoded (uncompressed) records into a batch with a valid CRC."""
     header = BatchHeader(
-        base_offset=base_offset,
+        base_offset=Offset(base_offset),
         batch_length=MIN_BATCH_LENGTH + len(records),
         partition_leader_epoch=partition_leader_epoch,
         magic=CURRENT_MAGIC,

@@ -22,9 +22,9 @@ A plan per (message, version) is built once from the schema and cached.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 MAX_STRING_LENGTH = 0x7FFF
 _FIXED_SIZES = {"int8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8, "float64": 8,
@@ -69,12 +69,35 @@ class Struct:
 Node = Fixed | Blob | Array | Struct
 
 
-def plan_for(struct_field: Any, version: int, flexible: bool) -> Struct:
+class SchemaField(Protocol):
+    """A field of kafka-python's schema (kafka/protocol/schemas/fields), as the plan reads it:
+    kafka-python has no types there."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type_str(self) -> str: ...
+    @property
+    def tag(self) -> int: ...  # read only of a tagged field (None on the others)
+    @property
+    def fields(self) -> Mapping[str, SchemaField]: ...
+    @property
+    def array_of(self) -> SchemaField: ...
+    def untagged_fields(self, version: int) -> Iterable[SchemaField]: ...
+    def for_version_q(self, version: int) -> bool: ...
+    def tagged_field_q(self, version: int) -> bool: ...
+    def nullable_for_version_q(self, version: int) -> bool: ...
+    def is_array(self) -> bool: ...
+    def is_struct(self) -> bool: ...
+    def is_struct_array(self) -> bool: ...
+
+
+def plan_for(struct_field: SchemaField, version: int, flexible: bool) -> Struct:
     """The plan of a top-level message struct (kafka-python's ``cls._struct``)."""
     return _struct_plan(struct_field, version, flexible, nullable=False)
 
 
-def _struct_plan(field: Any, version: int, flexible: bool, nullable: bool) -> Struct:
+def _struct_plan(field: SchemaField, version: int, flexible: bool, nullable: bool) -> Struct:
     fields = tuple(_node(f, version, flexible) for f in field.untagged_fields(version))
     tagged = None
     if flexible:
@@ -86,7 +109,7 @@ def _struct_plan(field: Any, version: int, flexible: bool, nullable: bool) -> St
     return Struct(field.name, nullable, fields, tagged)
 
 
-def _node(field: Any, version: int, flexible: bool) -> Node:
+def _node(field: SchemaField, version: int, flexible: bool) -> Node:
     nullable = bool(field.nullable_for_version_q(version))
     if field.is_struct_array() or field.is_array():
         element = field.array_of
@@ -100,7 +123,7 @@ def _node(field: Any, version: int, flexible: bool) -> Node:
     return _simple(field, nullable)
 
 
-def _simple(field: Any, nullable: bool) -> Node:
+def _simple(field: SchemaField, nullable: bool) -> Node:
     type_str = field.type_str
     if type_str in _FIXED_SIZES:
         return Fixed(field.name, _FIXED_SIZES[type_str])
@@ -109,7 +132,7 @@ def _simple(field: Any, nullable: bool) -> Node:
     raise ValueError(f"field {field.name}: unknown type {type_str}")
 
 
-Checker = Callable[[Any, int, int], int]
+Checker = Callable[[memoryview, int, int], int]
 
 
 def compile_checker(plan: Struct, flexible: bool) -> Checker:
@@ -140,7 +163,7 @@ def _short(what: str, need: int, pos: int, end: int) -> None:
     raise SchemaError(f"{what} needs {need} bytes but only {max(end - pos, 0)} remain")
 
 
-def _uvarint(buf: Any, pos: int, end: int, what: str) -> tuple[int, int]:
+def _uvarint(buf: memoryview, pos: int, end: int, what: str) -> tuple[int, int]:
     value = 0
     for shift in range(0, 35, 7):
         if pos >= end:
@@ -155,7 +178,7 @@ def _uvarint(buf: Any, pos: int, end: int, what: str) -> tuple[int, int]:
     raise SchemaError(f"{what}: varint is longer than 5 bytes")
 
 
-def _tagged(buf: Any, pos: int, end: int, known: dict[int, Checker], name: str) -> int:
+def _tagged(buf: memoryview, pos: int, end: int, known: dict[int, Checker], name: str) -> int:
     count, pos = _uvarint(buf, pos, end, f"{name} tagged fields")
     if count > end - pos:
         raise SchemaError(f"{name}: {count} tagged fields but only {end - pos} bytes remain")

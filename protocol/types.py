@@ -18,6 +18,8 @@ NodeId = NewType("NodeId", int)
 TransactionVersion = NewType("TransactionVersion", int)
 TopicId = NewType("TopicId", uuid.UUID)
 
+NO_OFFSET = Offset(-1)  # "none": a failed append's offsets, a producer without data
+
 # The transaction.version level that bumps the producer epoch on every EndTxn (KIP-890 part 2);
 # its markers carry the bumped epoch, which the partitions check (KIP-1228).
 TV2 = TransactionVersion(2)

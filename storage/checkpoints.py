@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.types import TopicPartition
+from protocol.types import Offset, TopicPartition
 
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -81,11 +81,11 @@ class OffsetCheckpointFile:
         rows = [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
         atomic_write(self.path, _format_checkpoint(rows))
 
-    def read(self) -> dict[TopicPartition, int]:
+    def read(self) -> dict[TopicPartition, Offset]:
         if not self.path.exists():
             return {}
         try:
-            return {(t, int(p)): int(o) for t, p, o in _parse_checkpoint(self.path, 3)}
+            return {(t, int(p)): Offset(int(o)) for t, p, o in _parse_checkpoint(self.path, 3)}
         except ValueError as exc:
             raise CorruptCheckpointError(f"{self.path}: {exc}") from exc
 

@@ -26,7 +26,16 @@ from protocol.record_batch import (
     set_log_append_time,
     set_max_timestamp,
 )
-from protocol.types import TV0, CoordinatorEpoch, ProducerEpoch, ProducerId, TransactionVersion
+from protocol.types import (
+    NO_OFFSET,
+    TV0,
+    CoordinatorEpoch,
+    Offset,
+    ProducerEpoch,
+    ProducerId,
+    TopicPartition,
+    TransactionVersion,
+)
 from storage.checkpoints import fsync_dir
 from storage.index import AbortedTxn
 from storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
@@ -61,10 +70,10 @@ NO_TIMESTAMP = -1
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     error: ErrorCode
-    base_offset: int
-    last_offset: int
+    base_offset: Offset
+    last_offset: Offset
     log_append_time: int
-    log_start_offset: int
+    log_start_offset: Offset
     error_message: str | None = None
     record_errors: tuple[RecordError, ...] = ()
 
@@ -74,7 +83,7 @@ class MarkerResult:
     """Outcome of appending one COMMIT/ABORT marker (WriteTxnMarkers)."""
 
     error: ErrorCode
-    offset: int
+    offset: Offset
     error_message: str | None = None
 
 
@@ -86,9 +95,9 @@ class FetchDataInfo:
 
     error: ErrorCode
     records: bytes
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
+    log_start_offset: Offset
+    log_end_offset: Offset
+    high_watermark: Offset
     segment_path: Path | None = None
     file_position: int = 0
     aborted_transactions: list[AbortedTxn] | None = None
@@ -96,7 +105,7 @@ class FetchDataInfo:
 
 @dataclass(frozen=True, slots=True)
 class TimestampOffset:
-    offset: int
+    offset: Offset
     timestamp: int
     leader_epoch: int
 
@@ -131,7 +140,7 @@ class _WriteBuffer:
 _WRITE_BUFFER = _WriteBuffer()
 
 
-def parse_partition_dir(name: str) -> tuple[str, int] | None:
+def parse_partition_dir(name: str) -> TopicPartition | None:
     """``<topic>-<partition>`` → (topic, partition); None for anything else."""
     topic, sep, part = name.rpartition("-")
     if not sep or not topic or not part.isdigit() or "." in part:
@@ -149,8 +158,8 @@ class Log:
         directory: Path,
         config: LogConfig,
         segments: list[LogSegment],
-        log_start_offset: int,
-        recovery_point: int,
+        log_start_offset: Offset,
+        recovery_point: Offset,
         now_ms: int,
     ) -> None:
         if not segments:
@@ -162,7 +171,7 @@ class Log:
         self._recovery_point = recovery_point
         self._high_watermark = log_start_offset
         self._last_flush_ms = now_ms
-        self._pending_roll_flush: int | None = None
+        self._pending_roll_flush: Offset | None = None
         # Told the seconds each flush that fsynced something took (its owner's metrics).
         self.on_flush: Callable[[float], None] | None = None
         self.epoch_cache = LeaderEpochCache(directory)
@@ -181,8 +190,8 @@ class Log:
         """A new empty log in a directory made now (FileExistsError when it exists): nothing
         on disk to list, recover or reload, so none of `open`'s scans."""
         directory.mkdir(parents=True)
-        segment = LogSegment(directory, 0, config.index_interval_bytes, now_ms)
-        made = cls(directory, config, [segment], 0, 0, now_ms)
+        segment = LogSegment(directory, Offset(0), config.index_interval_bytes, now_ms)
+        made = cls(directory, config, [segment], Offset(0), Offset(0), now_ms)
         made.producer_state_load = ProducerStateLoad(None, 0, 0)
         return made
 
@@ -191,19 +200,19 @@ class Log:
         cls,
         directory: Path,
         config: LogConfig,
-        recovery_point: int,
-        log_start_offset: int | None,
+        recovery_point: Offset,
+        log_start_offset: Offset | None,
         clean_shutdown: bool,
         now_ms: int,
     ) -> Log:
         directory.mkdir(parents=True, exist_ok=True)
         for tmp in directory.glob("*.tmp"):
             tmp.unlink()
-        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in directory.glob("*" + LOG_SUFFIX))
+        bases = sorted(Offset(int(p.name[: -len(LOG_SUFFIX)])) for p in directory.glob("*" + LOG_SUFFIX))
         interval = config.index_interval_bytes
         segments = [LogSegment.open(directory, b, interval, now_ms) for b in bases]
         if not segments:
-            start = log_start_offset or 0
+            start = log_start_offset or Offset(0)
             segments = [LogSegment(directory, start, interval, now_ms)]
         recovered: list[LogSegment] = []
         if not clean_shutdown:
@@ -292,7 +301,7 @@ class Log:
             end,
         )
 
-    def _replay_producer_state(self, start: int, end: int) -> None:
+    def _replay_producer_state(self, start: Offset, end: Offset) -> None:
         """Apply the producer fields of every batch in [start, end) without validation."""
         for seg in self._segments[self._segment_index_for(start) :]:
             if seg.base_offset >= end:
@@ -313,7 +322,7 @@ class Log:
     # -- properties ---------------------------------------------------------
 
     @property
-    def topic_partition(self) -> tuple[str, int] | None:
+    def topic_partition(self) -> TopicPartition | None:
         return parse_partition_dir(self.directory.name)
 
     @property
@@ -325,19 +334,19 @@ class Log:
         return self._segments[-1]
 
     @property
-    def log_start_offset(self) -> int:
+    def log_start_offset(self) -> Offset:
         return self._log_start_offset
 
     @property
-    def log_end_offset(self) -> int:
+    def log_end_offset(self) -> Offset:
         return self._segments[-1].next_offset
 
     @property
-    def high_watermark(self) -> int:
+    def high_watermark(self) -> Offset:
         return self._high_watermark
 
     @property
-    def recovery_point(self) -> int:
+    def recovery_point(self) -> Offset:
         return self._recovery_point
 
     @property
@@ -352,23 +361,23 @@ class Log:
     def unflushed_messages(self) -> int:
         return self.log_end_offset - self._recovery_point
 
-    def update_high_watermark(self, offset: int) -> int:
+    def update_high_watermark(self, offset: int) -> Offset:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset];
         transactions whose marker falls below it stop holding the LSO back. Appends never
         move it: its one owner is the partition (the broker's replica manager)."""
-        self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+        self._high_watermark = Offset(min(max(offset, self._log_start_offset), self.log_end_offset))
         self.producer_state.on_high_watermark_updated(self._high_watermark)
         return self._high_watermark
 
     @property
-    def first_unstable_offset(self) -> int | None:
+    def first_unstable_offset(self) -> Offset | None:
         """Lowest first offset of an open (or completed but unreplicated) transaction,
         never below the log start offset; None when there is none."""
         fuo = self.producer_state.first_unstable_offset()
         return None if fuo is None else max(fuo, self._log_start_offset)
 
     @property
-    def last_stable_offset(self) -> int:
+    def last_stable_offset(self) -> Offset:
         """LSO = min(first unstable offset, high watermark): read_committed reads below it."""
         fuo = self.first_unstable_offset
         return fuo if fuo is not None and fuo < self._high_watermark else self._high_watermark
@@ -426,7 +435,7 @@ class Log:
             if isinstance(outcome, AppendError):
                 log.info("%s: producer %d: %s", self.directory.name, header.producer_id, outcome.message)
                 return AppendResult(
-                    outcome.error, -1, -1, NO_TIMESTAMP, self._log_start_offset, outcome.message
+                    outcome.error, NO_OFFSET, NO_OFFSET, NO_TIMESTAMP, self._log_start_offset, outcome.message
                 )
             entry = outcome
         self.epoch_cache.assign(leader_epoch, base)
@@ -454,7 +463,7 @@ class Log:
 
     def _rejected(self, rejected: Rejected) -> AppendResult:
         return AppendResult(
-            rejected.error, -1, -1, NO_TIMESTAMP, self._log_start_offset, rejected.message,
+            rejected.error, NO_OFFSET, NO_OFFSET, NO_TIMESTAMP, self._log_start_offset, rejected.message,
             rejected.record_errors,
         )
 
@@ -500,7 +509,7 @@ class Log:
         for a producer without an open transaction is still written."""
         if producer_id < 0 or producer_epoch < 0:  # -1 is "none": a marker must name one
             message = f"invalid producer id {producer_id} or epoch {producer_epoch} in a marker"
-            return MarkerResult(ErrorCode.INVALID_REQUEST, -1, message)
+            return MarkerResult(ErrorCode.INVALID_REQUEST, NO_OFFSET, message)
         current = self.producer_state.entry_for(producer_id)
         origin = AppendOrigin.COORDINATOR
         problem = validate_end_txn_marker(
@@ -508,7 +517,7 @@ class Log:
         )
         if problem is not None:
             log.info("%s: marker refused: %s", self.directory.name, problem.message)
-            return MarkerResult(problem.error, -1, problem.message)
+            return MarkerResult(problem.error, NO_OFFSET, problem.message)
         control = ControlType.COMMIT if commit else ControlType.ABORT
         base = self.log_end_offset
         buf = bytearray(
@@ -628,7 +637,7 @@ class Log:
             return self.roll(now_ms, header.base_offset)
         return seg
 
-    def roll(self, now_ms: int, new_base: int | None = None) -> LogSegment:
+    def roll(self, now_ms: int, new_base: Offset | None = None) -> LogSegment:
         """Start a new active segment at the log end offset (no-op when it is empty)."""
         seg = self.active_segment
         base = self.log_end_offset if new_base is None else new_base
@@ -682,11 +691,11 @@ class Log:
 
     def _read_from(
         self, seg: LogSegment, start: int, max_bytes: int, max_offset: int, min_one_batch: bool
-    ) -> tuple[FetchDataInfo, int | None]:
+    ) -> tuple[FetchDataInfo, Offset | None]:
         """The batches read, and the base offset of the first batch after them in this
         segment (None when they run to its end): the upper bound for aborted txns."""
         end = start
-        upper = None
+        upper: Offset | None = None
         for pos, header in seg.iter_headers(start):
             if header.last_offset >= max_offset:
                 upper = header.base_offset
@@ -767,18 +776,17 @@ class Log:
 
     def delete_records_before(self, offset: int) -> ErrorCode:
         """Advance the log start offset (DeleteRecords); -1 means the high watermark."""
-        if offset == -1:
-            offset = self._high_watermark
-        if offset < 0 or offset > self._high_watermark:
+        target = self._high_watermark if offset == -1 else Offset(offset)
+        if target < 0 or target > self._high_watermark:
             return ErrorCode.OFFSET_OUT_OF_RANGE
-        if offset > self._log_start_offset:
-            self._advance_log_start(offset)
+        if target > self._log_start_offset:
+            self._advance_log_start(target)
             self._delete_segments(
                 lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset
             )
         return ErrorCode.NONE
 
-    def _advance_log_start(self, offset: int) -> None:
+    def _advance_log_start(self, offset: Offset) -> None:
         self._log_start_offset = offset
         self._high_watermark = max(self._high_watermark, offset)
         self._recovery_point = max(self._recovery_point, offset)
@@ -886,7 +894,7 @@ class Log:
 
     # -- durability and lifecycle ------------------------------------------
 
-    def flush(self, up_to: int | None = None, now_ms: int | None = None) -> None:
+    def flush(self, up_to: Offset | None = None, now_ms: int | None = None) -> None:
         """fsync segments holding offsets in [recovery_point, up_to); move the recovery point."""
         target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
         if now_ms is not None:
@@ -931,8 +939,8 @@ class Log:
 
 
 def _recover_from(
-    segments: list[LogSegment], recovery_point: int, directory: Path, recovered: list[LogSegment]
-) -> int:
+    segments: list[LogSegment], recovery_point: Offset, directory: Path, recovered: list[LogSegment]
+) -> Offset:
     """Unclean shutdown: re-validate every segment from the one holding the recovery
     point; truncate at the first bad byte and drop later segments. Returns the new
     recovery point (the recovered log end, after an fsync); ``recovered`` gets every
@@ -979,7 +987,7 @@ def _marker(batch: bytes | bytearray | memoryview, header: BatchHeader) -> Contr
         return None
 
 
-def _aborted(completed: CompletedTxn, last_stable_offset: int) -> AbortedTxn:
+def _aborted(completed: CompletedTxn, last_stable_offset: Offset) -> AbortedTxn:
     c = completed
     return AbortedTxn(c.producer_id, c.first_offset, c.last_offset, last_stable_offset)
 
@@ -992,7 +1000,7 @@ def _first_record_at_or_after(
     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
         for off in range(header.base_offset, header.next_offset):
             if match(off, header.max_timestamp):
-                return TimestampOffset(off, header.max_timestamp, epoch)
+                return TimestampOffset(Offset(off), header.max_timestamp, epoch)
         return None
     try:
         with warnings.catch_warnings():  # kafka-python's import-time read_text warning

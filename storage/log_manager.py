@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from protocol.types import TopicPartition
+from protocol.types import Offset, TopicPartition
 from storage.checkpoints import (
     CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT,
@@ -102,7 +102,7 @@ class LogManager:
                 MetaProperties(self.node_id, resolved, random_kafka_uuid()).write(d)
         return resolved
 
-    def _open_log(self, child: Path, tp: TopicPartition, recovery_point: int, start: int | None,
+    def _open_log(self, child: Path, tp: TopicPartition, recovery_point: Offset, start: Offset | None,
                   clean: bool, now_ms: int) -> Log:
         """One partition's log, recovered if need be. A file that cannot be read or written
         (a full disk, an I/O error) makes the dir unusable: the broker stops with one line, as
@@ -130,7 +130,7 @@ class LogManager:
         for child, tp in found:
             if tp in self._logs:
                 raise InconsistentMetaPropertiesError(f"{tp} found in two log dirs")
-            opened = self._open_log(child, tp, recovery.get(tp, 0), starts.get(tp), clean, now_ms)
+            opened = self._open_log(child, tp, recovery.get(tp, Offset(0)), starts.get(tp), clean, now_ms)
             opened.on_flush = self._on_flush
             self._logs[tp] = opened
             self._dir_of[tp] = directory
@@ -307,7 +307,7 @@ def _log_bytes(partition_dir: Path) -> int:
     return sum(p.stat().st_size for p in partition_dir.glob("*.log"))
 
 
-def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+def _read_checkpoint(path: Path) -> dict[TopicPartition, Offset]:
     try:
         return OffsetCheckpointFile(path).read()
     except (CorruptCheckpointError, OSError) as exc:
@@ -320,4 +320,4 @@ def _new_log(path: Path, config: LogConfig, now_ms: int) -> Log:
     try:
         return Log.create(path, config, now_ms)
     except FileExistsError:
-        return Log.open(path, config, 0, None, True, now_ms)
+        return Log.open(path, config, Offset(0), None, True, now_ms)

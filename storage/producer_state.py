@@ -23,7 +23,15 @@ from protocol.record_batch import (
     ControlRecord,
     ControlType,
 )
-from protocol.types import TV2, CoordinatorEpoch, Offset, ProducerEpoch, ProducerId, TransactionVersion
+from protocol.types import (
+    NO_OFFSET,
+    TV2,
+    CoordinatorEpoch,
+    Offset,
+    ProducerEpoch,
+    ProducerId,
+    TransactionVersion,
+)
 from storage.snapshot import (
     CorruptSnapshotError,
     SnapshotEntry,
@@ -70,8 +78,8 @@ class BatchMetadata:
         return decrement_sequence(self.last_seq, self.offset_delta)
 
     @property
-    def first_offset(self) -> int:
-        return self.last_offset - self.offset_delta
+    def first_offset(self) -> Offset:  # Offset arithmetic: no NewType call per batch
+        return self.last_offset - self.offset_delta  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +91,7 @@ class ProducerStateInfo:
     last_sequence: int
     last_timestamp: int
     coordinator_epoch: int
-    current_txn_start_offset: int
+    current_txn_start_offset: Offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +105,8 @@ class CompletedTxn:
     """A transaction ended by the marker at ``last_offset`` (Kafka's CompletedTxn)."""
 
     producer_id: ProducerId
-    first_offset: int
-    last_offset: int
+    first_offset: Offset
+    last_offset: Offset
     is_aborted: bool
 
     def __post_init__(self) -> None:
@@ -113,7 +121,7 @@ class OngoingTxn:
 
     producer_id: ProducerId
     producer_epoch: ProducerEpoch
-    first_offset: int
+    first_offset: Offset
     last_timestamp: int
 
 
@@ -138,8 +146,8 @@ class ProducerStateEntry:
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     @property
-    def last_data_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
+    def last_data_offset(self) -> Offset:
+        return self.batches[-1].last_offset if self.batches else NO_OFFSET
 
     @property
     def last_offset_delta(self) -> int:
@@ -179,7 +187,7 @@ class ProducerStateEntry:
             current_txn_first_offset=txn,
         )
 
-    def completed_by_marker(self, offset: int, control_type: ControlType) -> CompletedTxn | None:
+    def completed_by_marker(self, offset: Offset, control_type: ControlType) -> CompletedTxn | None:
         """The transaction a marker at ``offset`` ends; None when none is open (an empty
         transaction neither moves the LSO nor goes into the transaction index)."""
         if not self.has_ongoing_txn:
@@ -356,7 +364,7 @@ class Verification:
 class ProducerStateLoad:
     """How producer state was rebuilt at open / truncation (for logs and tests)."""
 
-    snapshot_offset: int | None
+    snapshot_offset: Offset | None
     replay_from: int
     replay_to: int
 
@@ -370,14 +378,14 @@ class ProducerStateManager:
         self.directory = directory
         self._producers: dict[ProducerId, ProducerStateEntry] = {}
         self._snapshots = list_snapshots(directory)
-        self.map_end_offset = 0
-        self._last_snap_offset = 0
+        self.map_end_offset = Offset(0)
+        self._last_snap_offset = Offset(0)
         # Open transactions, first offset -> producer id. Insertion order is offset
         # order (a transaction starts at the log end), so the first key is the lowest.
-        self._ongoing: dict[int, ProducerId] = {}
+        self._ongoing: dict[Offset, ProducerId] = {}
         # Completed transactions whose marker is not yet below the high watermark:
         # first offset -> (producer id, marker offset). They still hold the LSO back.
-        self._unreplicated: dict[int, tuple[int, int]] = {}
+        self._unreplicated: dict[Offset, tuple[ProducerId, Offset]] = {}
         # Producers whose first transactional batch here is being checked with their
         # coordinator (leader only; in memory, as in Kafka).
         self._verifying: dict[int, Verification] = {}
@@ -401,11 +409,11 @@ class ProducerStateManager:
     def producer_count(self) -> int:
         return len(self._producers)
 
-    def first_undecided_offset(self) -> int | None:
+    def first_undecided_offset(self) -> Offset | None:
         """The lowest first offset of an open transaction."""
         return next(iter(self._ongoing), None)
 
-    def first_unstable_offset(self) -> int | None:
+    def first_unstable_offset(self) -> Offset | None:
         """The lowest first offset of an open transaction or of a completed one whose
         marker is not yet below the high watermark (Kafka's firstUnstableOffset)."""
         undecided = self.first_undecided_offset()
@@ -414,14 +422,14 @@ class ProducerStateManager:
             return undecided
         return unreplicated
 
-    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+    def last_stable_offset_after(self, completed: CompletedTxn) -> Offset:
         """The LSO once ``completed`` is over, for its transaction-index entry: the first
         offset of the next open transaction of another producer, else the offset after
         the marker (Kafka's lastStableOffset(CompletedTxn); the high watermark is ignored)."""
         for first, pid in self._ongoing.items():
             if pid != completed.producer_id:
                 return first
-        return completed.last_offset + 1
+        return Offset(completed.last_offset + 1)
 
     def ongoing_transactions(self) -> list[OngoingTxn]:
         """Open transactions, lowest first offset first."""
@@ -431,7 +439,7 @@ class ProducerStateManager:
             out.append(OngoingTxn(pid, e.producer_epoch, first, e.last_timestamp))
         return out
 
-    def latest_snapshot_offset(self) -> int | None:
+    def latest_snapshot_offset(self) -> Offset | None:
         return max(self._snapshots, default=None)
 
     # -- changes ------------------------------------------------------------
@@ -474,11 +482,11 @@ class ProducerStateManager:
         elif open_after >= 0 and open_after != open_before:
             self._ongoing[open_after] = pid
 
-    def on_high_watermark_updated(self, high_watermark: int) -> None:
+    def on_high_watermark_updated(self, high_watermark: Offset) -> None:
         """Completed transactions whose marker is below the high watermark are stable."""
         self._drop_unreplicated_below(high_watermark)
 
-    def _drop_unreplicated_below(self, offset: int) -> None:
+    def _drop_unreplicated_below(self, offset: Offset) -> None:
         if self._unreplicated:
             self._unreplicated = {f: v for f, v in self._unreplicated.items() if v[1] >= offset}
 
@@ -620,7 +628,7 @@ class ProducerStateManager:
         is open (or over), so its check is done."""
         self._verifying.pop(producer_id, None)
 
-    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+    def on_log_start_offset_incremented(self, log_start_offset: Offset) -> None:
         self._drop_unreplicated_below(log_start_offset)
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
         latest = self.latest_snapshot_offset()
@@ -628,7 +636,7 @@ class ProducerStateManager:
 
     # -- snapshots ----------------------------------------------------------
 
-    def take_snapshot(self, offset: int | None = None) -> Path | None:
+    def take_snapshot(self, offset: Offset | None = None) -> Path | None:
         """Write the map as a snapshot at ``offset`` (default: the map end offset),
         unless that offset is not past the last snapshot taken."""
         if offset is not None:
@@ -647,16 +655,16 @@ class ProducerStateManager:
         )
         return path
 
-    def delete_snapshot(self, offset: int) -> None:
+    def delete_snapshot(self, offset: Offset) -> None:
         path = self._snapshots.pop(offset, None)
         if path is not None:
             path.unlink(missing_ok=True)
 
-    def delete_snapshots_below(self, offset: int) -> None:
+    def delete_snapshots_below(self, offset: Offset) -> None:
         for snap in [o for o in self._snapshots if o < offset]:
             self.delete_snapshot(snap)
 
-    def remove_stray_snapshots(self, segment_bases: list[int], log_end_offset: int) -> None:
+    def remove_stray_snapshots(self, segment_bases: list[Offset], log_end_offset: Offset) -> None:
         """Delete snapshots above the log end, then those that belong to no segment
         except the newest one when it is above every segment base (the one written
         at clean shutdown)."""
@@ -672,8 +680,8 @@ class ProducerStateManager:
                 self.delete_snapshot(offset)
 
     def truncate_and_reload(
-        self, log_start_offset: int, log_end_offset: int, now_ms: int | None, expiration_ms: int
-    ) -> int | None:
+        self, log_start_offset: Offset, log_end_offset: Offset, now_ms: int | None, expiration_ms: int
+    ) -> Offset | None:
         """Drop snapshots outside [log start, log end] and load the newest intact one
         (deleting corrupt ones); returns its offset, None when the map starts empty at
         the log start. Replay then runs from ``map_end_offset``."""
@@ -696,7 +704,7 @@ class ProducerStateManager:
         self.map_end_offset = self._last_snap_offset = log_start_offset
         return None
 
-    def load_snapshot_at_or_below(self, offset: int) -> int | None:
+    def load_snapshot_at_or_below(self, offset: Offset) -> Offset | None:
         """Load the newest intact snapshot at or below ``offset`` into this (empty) map
         without deleting any file; its offset, or None. For a scratch copy of the state,
         e.g. to rebuild transaction indexes during recovery (Kafka's recoverSegment)."""

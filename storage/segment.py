@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from protocol.record_batch import HEADER_SIZE, BatchHeader, CorruptBatchError, compute_crc
+from protocol.types import Offset
 from storage.handles import CachedFile
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex, TransactionIndex
 
@@ -28,7 +29,7 @@ class LogSegment:
     and are >= base_offset; ``size`` is the file length; indexes only point at
     batch starts below ``size``."""
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: Offset, index_interval_bytes: int, now_ms: int) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -67,7 +68,7 @@ class LogSegment:
         return self.directory / segment_file_name(self.base_offset, suffix)
 
     @classmethod
-    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+    def open(cls, directory: Path, base_offset: Offset, index_interval_bytes: int, now_ms: int) -> LogSegment:
         """Open an existing (or new) segment. Missing or insane indexes, or a torn
         unindexed tail, set ``needs_recovery`` (the caller then runs recover())."""
         segment = cls(directory, base_offset, index_interval_bytes, now_ms)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import crc32c
 
-from protocol.types import ProducerEpoch, ProducerId
+from protocol.types import Offset, ProducerEpoch, ProducerId
 from storage.checkpoints import fsync_dir
 from storage.segment import segment_file_name
 
@@ -36,11 +36,11 @@ class SnapshotEntry:
     producer_id: ProducerId
     epoch: ProducerEpoch
     last_sequence: int
-    last_offset: int
+    last_offset: Offset
     offset_delta: int
     timestamp: int
     coordinator_epoch: int
-    current_txn_first_offset: int
+    current_txn_first_offset: Offset
 
 
 def encode_snapshot(entries: Iterable[SnapshotEntry]) -> bytes:
@@ -77,17 +77,17 @@ def decode_snapshot(data: bytes) -> list[SnapshotEntry]:
     return [SnapshotEntry(*fields) for fields in _ENTRY.iter_unpack(data[_HEADER.size :])]
 
 
-def snapshot_path(directory: Path, offset: int) -> Path:
+def snapshot_path(directory: Path, offset: Offset) -> Path:
     return directory / segment_file_name(offset, SNAPSHOT_SUFFIX)
 
 
-def list_snapshots(directory: Path) -> dict[int, Path]:
+def list_snapshots(directory: Path) -> dict[Offset, Path]:
     """Offset → path of every ``<20 digits>.snapshot`` file, in offset order."""
-    found: dict[int, Path] = {}
+    found: dict[Offset, Path] = {}
     for path in directory.glob("*" + SNAPSHOT_SUFFIX):
         stem = path.name[: -len(SNAPSHOT_SUFFIX)]
         if stem.isdigit() and path.is_file():
-            found[int(stem)] = path
+            found[Offset(int(stem))] = path
     return dict(sorted(found.items()))
 
 

@@ -33,7 +33,6 @@ import struct
 import zlib
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
 
 import cramjam
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
@@ -449,7 +448,7 @@ def _rebuild(
 ) -> Validated | Rejected:
     """Kafka's buildRecordsAndAssignOffsets: the same records (timestamps, keys, values,
     headers) and producer fields in a new batch compressed with the topic's codec."""
-    builder: Any = DefaultRecordBatchBuilder(
+    builder = DefaultRecordBatchBuilder(  # aiokafka's C builder: untyped
         2, codec, int(header.is_transactional), header.producer_id, header.producer_epoch,
         header.base_sequence, 1 << 62,
     )

@@ -11,7 +11,7 @@ import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from broker.api.answers import Kept, TopicAnswers
 from protocol.messages import Request, Response
@@ -121,7 +121,7 @@ class Topics(Protocol):
     async def delete(self, name: str) -> TopicResult: ...
 
     async def add_partitions_many(
-        self, wanted: Sequence[tuple[str, int]], validate_only: bool,
+        self, wanted: Sequence[TopicPartition], validate_only: bool,
         assignments: Sequence[Sequence[Sequence[int]] | None] | None = None,
     ) -> list[TopicResult]: ...
 
@@ -236,12 +236,14 @@ class Groups(Protocol):
 
     async def offset_commit(
         self, group_id: str, generation: int, member_id: str,
-        offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
+        offsets: Mapping[TopicPartition, OffsetCommitInput], *,
+        instance_id: str | None = None, api_version: int = 9, retention_ms: int = -1,
     ) -> dict[TopicPartition, ErrorCode]: ...
 
     async def txn_offset_commit(
         self, transactional_id: str, group_id: str, producer: tuple[int, int],
-        offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
+        offsets: Mapping[TopicPartition, OffsetCommitInput], *,
+        generation: int = -1, member_id: str = "", instance_id: str | None = None,  # "": no member
     ) -> dict[TopicPartition, ErrorCode]: ...
 
     def offset_fetch(

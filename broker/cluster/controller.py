@@ -43,7 +43,7 @@ from broker.store.image import ClusterImage, ControllerRecord, PartitionState, T
 from coordinator.hashing import java_abs, java_string_hash
 from protocol.errors import ErrorCode
 from protocol.messages import Request, Response
-from protocol.types import NodeId
+from protocol.types import NodeId, TopicPartition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -192,7 +192,7 @@ class ClusterController:
         return ok
 
     async def _settle(
-        self, tp: tuple[str, int],
+        self, tp: TopicPartition,
         decide: Callable[[ClusterImage, PartitionState | None], tuple[T, PartitionState | None]],
         moved: T,
     ) -> tuple[T, PartitionState | None]:
@@ -211,12 +211,12 @@ class ClusterController:
         return moved, None
 
     async def elect(
-        self, election_type: int, wanted: list[tuple[str, int]] | None
-    ) -> dict[tuple[str, int], ErrorCode]:
+        self, election_type: int, wanted: list[TopicPartition] | None
+    ) -> dict[TopicPartition, ErrorCode]:
         """ElectLeaders: per partition NONE (elected) or why not; all partitions when `wanted`
         is None (then, as Kafka, those that needed no election are left out)."""
-        results: dict[tuple[str, int], ErrorCode] = {}
-        elected: list[tuple[tuple[str, int], PartitionState]] = []
+        results: dict[TopicPartition, ErrorCode] = {}
+        elected: list[tuple[TopicPartition, PartitionState]] = []
         for tp in wanted if wanted is not None else sorted(self.store.image.partitions):
 
             def decide(
@@ -269,11 +269,11 @@ class ClusterController:
 
     async def reassign(
         self, wanted: list[tuple[str, int, list[int] | None]]
-    ) -> dict[tuple[str, int], Refused | None]:
+    ) -> dict[TopicPartition, Refused | None]:
         """AlterPartitionReassignments: per partition None (accepted) or why not; `None`
         replicas cancel the reassignment in progress."""
-        results: dict[tuple[str, int], Refused | None] = {}
-        written: list[tuple[tuple[str, int], PartitionState]] = []
+        results: dict[TopicPartition, Refused | None] = {}
+        written: list[tuple[TopicPartition, PartitionState]] = []
         for topic, index, target in wanted:
 
             def decide(

@@ -22,7 +22,7 @@ from broker.replication.replica_manager import Partition, ReplicaManager
 from broker.security.client import ClientSecurity
 from broker.store.etcd_store import EtcdMetadataStore
 from broker.store.image import NO_LEADER, PartitionState, TopicRecord
-from protocol.types import NodeId
+from protocol.types import NodeId, TopicPartition
 from storage.log_config import LogConfig
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class ClusterRoles:
         self._checker = asyncio.create_task(self._check_isr_forever(), name="isr-check")
         self.apply()
 
-    def _wanted(self) -> set[tuple[str, int]]:
+    def _wanted(self) -> set[TopicPartition]:
         image = self.store.image
         return {
             tp for tp, state in image.partitions.items()

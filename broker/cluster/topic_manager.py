@@ -25,6 +25,7 @@ from broker.replication.replica_manager import ReplicaManager
 from broker.store.local_store import LocalMetadataStore, TopicMetadata, topic_name_error
 from protocol.errors import ErrorCode
 from protocol.internal_topics import INTERNAL_TOPICS
+from protocol.types import TopicPartition
 from storage.log_config import LogConfig, validate_topic_config
 
 log = logging.getLogger(__name__)
@@ -302,7 +303,7 @@ class TopicManager:
             yield
 
     async def add_partitions_many(
-        self, wanted: Sequence[tuple[str, int]], validate_only: bool,
+        self, wanted: Sequence[TopicPartition], validate_only: bool,
         assignments: Sequence[Sequence[Sequence[int]] | None] | None = None,
     ) -> list[TopicResult]:
         """CreatePartitions: (topic, new total count) each, with the manual replica

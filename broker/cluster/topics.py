@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from broker.cluster.controller import ClusterController
@@ -35,6 +35,7 @@ from broker.store.image import ClusterImage, TopicRecord
 from broker.store.local_store import TopicMetadata
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
+from protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class ClusterTopicManager(TopicManager):
         self.controller = controller
         self.channel = channel
         self._background: set[asyncio.Task[Any]] = set()
-        self._waiting_logged: set[tuple[str, int]] = set()
+        self._waiting_logged: set[TopicPartition] = set()
 
     def broker_count(self) -> int:
         return len(self.etcd.image.brokers)
@@ -219,7 +220,7 @@ class ClusterTopicManager(TopicManager):
         log.info("topic %s now has %d partitions", old.name, count)
         return TopicResult(ErrorCode.NONE, None, self.get(old.name))
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

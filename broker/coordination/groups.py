@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from broker import metrics
 from broker.base.clock import now_ms, steady_ms
@@ -48,6 +48,7 @@ from coordinator.group.consumer_types import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
+from coordinator.group.types import UNKNOWN_MEMBER_ID
 from coordinator.transaction import append_error_to_coordinator_error
 from protocol.consumer_group_log import RecordType, decode_consumer_key
 from protocol.errors import ErrorCode
@@ -65,6 +66,7 @@ GROUP_MEMBERS_LOGGED = 5  # of a group whose JoinGroup refusal is logged
 NO_PRODUCER = (-1, -1)
 WaiterKey = tuple[str, str, Kind]
 _K = TypeVar("_K")
+Answer = TypeVar("Answer", JoinResponse, SyncResponse)  # what a JoinGroup / SyncGroup is answered
 
 
 def consumer_config(config: BrokerConfig) -> ConsumerConfig:
@@ -107,7 +109,7 @@ class GroupCoordinator:
         ), self)
         self.on_leadership = self.runtime.on_leadership
         self.ensure_topic = self.runtime.ensure_topic
-        self._waiters: dict[WaiterKey, asyncio.Future[Any]] = {}
+        self._waiters: dict[WaiterKey, asyncio.Future[JoinResponse | SyncResponse]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._expiry: asyncio.Task[None] | None = None
 
@@ -116,7 +118,7 @@ class GroupCoordinator:
     async def start(self) -> None:
         self._expiry = asyncio.create_task(self._expire_offsets_loop())
 
-    def coordinator_partition(self, key: str) -> tuple[str, int]:
+    def coordinator_partition(self, key: str) -> TopicPartition:
         """The internal partition whose leader coordinates `key` (FindCoordinator)."""
         return OFFSETS_TOPIC, self.machine.partition_for(key)
 
@@ -209,12 +211,12 @@ class GroupCoordinator:
             if future is not None and not future.done():
                 future.set_result(completion.response)
 
-    def _park(self, key: WaiterKey) -> asyncio.Future[Any]:
+    def _park(self, key: WaiterKey) -> asyncio.Future[JoinResponse | SyncResponse]:
         superseded = self._waiters.pop(key, None)
         if superseded is not None and not superseded.done():
             error = ErrorCode.REBALANCE_IN_PROGRESS
             superseded.set_result(JoinResponse(error) if key[2] is Kind.JOIN else SyncResponse(error))
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JoinResponse | SyncResponse] = asyncio.get_running_loop().create_future()
         self._waiters[key] = future
         return future
 
@@ -276,16 +278,16 @@ class GroupCoordinator:
         answer = await self._answer(request.group_id, Kind.SYNC, result)
         return answer if isinstance(answer, SyncResponse) else SyncResponse(answer)
 
-    async def _answer(self, group_id: str, kind: Kind, result: Result[Any]) -> Any:
+    async def _answer(self, group_id: str, kind: Kind, result: Result[Answer]) -> Answer | ErrorCode:
         """The caller's own answer, or (parked) the completion that answers it later;
         an ErrorCode when the records could not be written."""
-        parked = None
-        if result.response is None:
-            parked = self._park((group_id, result.awaits or "", kind))
-        error = await self.persist(result)
-        if parked is None:
-            return result.response if error == ErrorCode.NONE else error
-        return await parked
+        response = result.response
+        if response is not None:
+            error = await self.persist(result)
+            return response if error == ErrorCode.NONE else error
+        parked = self._park((group_id, result.awaits or "", kind))
+        await self.persist(result)
+        return cast(Answer, await parked)  # a waiter of `kind` is answered with that kind's response
 
     # -- the other group APIs ------------------------------------------------------------------
 
@@ -317,17 +319,23 @@ class GroupCoordinator:
 
     async def offset_commit(
         self, group_id: str, generation: int, member_id: str,
-        offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
+        offsets: Mapping[TopicPartition, OffsetCommitInput], *,
+        instance_id: str | None = None, api_version: int = 9, retention_ms: int = -1,
     ) -> dict[TopicPartition, ErrorCode]:
-        result = self.machine.offset_commit(group_id, generation, member_id, offsets, steady_ms(), **options)
+        result = self.machine.offset_commit(
+            group_id, generation, member_id, offsets, steady_ms(),
+            instance_id=instance_id, api_version=api_version, retention_ms=retention_ms,
+        )
         return _or_append_error(_response(result), await self.persist(result))
 
     async def txn_offset_commit(
         self, transactional_id: str, group_id: str, producer: tuple[int, int],
-        offsets: Mapping[TopicPartition, OffsetCommitInput], **options: Any,
+        offsets: Mapping[TopicPartition, OffsetCommitInput], *,
+        generation: int = -1, member_id: str = UNKNOWN_MEMBER_ID, instance_id: str | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         result = self.machine.txn_offset_commit(
-            transactional_id, group_id, *producer, offsets, steady_ms(), **options
+            transactional_id, group_id, *producer, offsets, steady_ms(),
+            generation=generation, member_id=member_id, instance_id=instance_id,
         )
         return _or_append_error(_response(result), await self.persist(result, producer))
 

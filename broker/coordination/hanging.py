@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from kafka.protocol.admin.transactions import DescribeTransactionsResponse
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
 from broker.base.clock import now_ms
@@ -214,13 +215,15 @@ class HangingTransactionCheck:
                         txn.topic, txn.partition, txn.producer_id, txn.start_offset, error.name)
 
 
-def _description(state: Any) -> TxnPartitions:
+def _description(state: DescribeTransactionsResponse.TransactionState) -> TxnPartitions:
     if state.error_code != ErrorCode.NONE:
         return None
     return frozenset(_partitions(state.topics))
 
 
-def _partitions(topics: Iterable[Any]) -> Iterable[TopicPartition]:
+def _partitions(
+    topics: Iterable[DescribeTransactionsResponse.TransactionState.TopicData],
+) -> Iterable[TopicPartition]:
     for t in topics:
         for p in t.partitions:
             yield t.topic, p

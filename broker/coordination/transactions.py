@@ -123,7 +123,7 @@ class TransactionCoordinator:
         """Every transactional id this broker coordinates (metrics, the hanging check)."""
         return self.machine.transactions
 
-    def coordinator_partition(self, key: str) -> tuple[str, int]:
+    def coordinator_partition(self, key: str) -> TopicPartition:
         """The internal partition whose leader coordinates `key` (FindCoordinator)."""
         return TRANSACTION_STATE_TOPIC, self.machine.partition_for(key)
 

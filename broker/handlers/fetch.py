@@ -23,6 +23,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from broker import metrics
 from broker.api.authorize import authorize, authorize_cluster
+from broker.api.partition_view import LogView, PartitionView
 from broker.api.registry import Handlers
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition, topic_name
 from broker.replication.fetch_sessions import FetchPartition, FetchSession, FetchTopic, TopicKey, topic_key
@@ -95,7 +96,7 @@ def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
     return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
-def _empty(index: int, error: ErrorCode, part: Partition | None) -> PartitionData:
+def _empty(index: int, error: ErrorCode, part: PartitionView | None) -> PartitionData:
     """A partition without records. With an error, Kafka's: offsets -1 (INVALID_HIGH_WATERMARK),
     and no aborted-transactions field but for a partition it does not know (an empty list)."""
     if error != ErrorCode.NONE or part is None:
@@ -123,7 +124,8 @@ def _diverging(w: Wanted) -> PartitionData.EpochEndOffset | None:
     last_epoch = w.fetch.last_fetched_epoch
     if w.part is None or last_epoch < 0:
         return None
-    epoch, end = w.part.log.end_offset_for_epoch(last_epoch)
+    plog: LogView = w.part.log
+    epoch, end = plog.end_offset_for_epoch(last_epoch)
     if end < w.fetch.fetch_offset or epoch < last_epoch:
         return PartitionData.EpochEndOffset(epoch=epoch, end_offset=end)
     return None
@@ -137,7 +139,7 @@ def _read(
     index = w.fetch.partition
     if w.part is None or w.error != ErrorCode.NONE:
         return _empty(index, w.error, w.part), 0
-    log = w.part.log
+    log: LogView = w.part.log
     stable = log.last_stable_offset
     diverging = _diverging(w) if follower else None
     if diverging is not None:
@@ -220,7 +222,7 @@ def _quiet(session: FetchSession, w: Wanted) -> bool:
     It is not read at all."""
     if w.part is None or w.error != ErrorCode.NONE:
         return False
-    log = w.part.log
+    log: LogView = w.part.log
     last_epoch = w.fetch.last_fetched_epoch
     if w.fetch.fetch_offset != log.log_end_offset or (last_epoch >= 0 and last_epoch != log.latest_epoch):
         return False

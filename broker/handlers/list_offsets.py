@@ -12,9 +12,9 @@ from kafka.protocol.consumer import (
 )
 
 from broker.api.authorize import authorize, authorize_cluster
+from broker.api.partition_view import LogView, PartitionView
 from broker.api.registry import Handlers
 from broker.handlers.resolve import check_leader_epoch, resolve_partition, topic_name
-from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -47,9 +47,9 @@ def _unsupported(timestamp: int, version: int) -> bool:
     return timestamp < 0 and version < SPEC_MIN_VERSION.get(timestamp, 1 << 15)
 
 
-def _lookup(part: Partition, timestamp: int, isolation: IsolationLevel) -> tuple[int, int, int]:
+def _lookup(part: PartitionView, timestamp: int, isolation: IsolationLevel) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets query."""
-    log = part.log
+    log: LogView = part.log
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1, part.leader_epoch
     if timestamp == LATEST:
@@ -116,7 +116,8 @@ def _epoch_one(
         error = check_leader_epoch(part, query.current_leader_epoch)
     if part is None or error != ErrorCode.NONE:
         return EPart(error_code=error, partition=query.partition, leader_epoch=-1, end_offset=-1)
-    epoch, end = part.log.end_offset_for_epoch(query.leader_epoch)
+    plog: LogView = part.log
+    epoch, end = plog.end_offset_for_epoch(query.leader_epoch)
     return EPart(error_code=ErrorCode.NONE, partition=query.partition, leader_epoch=epoch, end_offset=end)
 
 

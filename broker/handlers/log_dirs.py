@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
 from broker.api.authorize import authorize_cluster
+from broker.api.partition_view import LogView
 from broker.api.registry import Handlers
 from broker.security.acl import AclOperation
 from protocol.api_keys import ApiKey
@@ -43,7 +44,8 @@ async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> Descri
         for index in sorted(indexes):
             part = services.partitions.partition(name, index)
             if part is not None:
-                parts.append(PartResult(partition_index=index, partition_size=part.log.size_in_bytes,
+                plog: LogView = part.log
+                parts.append(PartResult(partition_index=index, partition_size=plog.size_in_bytes,
                                         offset_lag=0, is_future_key=False))
         if parts:
             topics.append(TopicResult(name=name, partitions=parts))

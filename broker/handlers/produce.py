@@ -10,6 +10,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from broker import metrics
 from broker.api.authorize import authorize
+from broker.api.partition_view import LogView, PartitionView
 from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.replication.replica_manager import Partition, effective_min_isr, replicated
@@ -124,8 +125,8 @@ class Checked:
     """What the transaction checks of one request found: per partition the error to answer
     (absent: none), and the guard to append with where the check opened the transaction."""
 
-    errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = field(default_factory=dict)
-    guards: dict[tuple[str, int], Verification] = field(default_factory=dict)
+    errors: dict[TopicPartition, tuple[ErrorCode, str | None]] = field(default_factory=dict)
+    guards: dict[TopicPartition, Verification] = field(default_factory=dict)
 
 
 async def _transaction_checks(
@@ -184,7 +185,7 @@ async def _check_round(
     ]
 
 
-def _stale_epoch(part: Partition, header: BatchHeader) -> bool:
+def _stale_epoch(part: PartitionView, header: BatchHeader) -> bool:
     """The partition knows the batch's producer at a newer epoch."""
     entry = part.log.producer_state.last_entry(header.producer_id)
     return entry is not None and header.producer_epoch < entry.producer_epoch
@@ -217,7 +218,8 @@ def _append(
         index=index, error_code=ErrorCode.NONE, base_offset=result.base_offset,
         log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset,
     )
-    if acks == -1 and part.log.high_watermark <= result.last_offset:
+    plog: LogView = part.log
+    if acks == -1 and plog.high_watermark <= result.last_offset:
         pending.append((response, part, result.last_offset + 1))
     return response
 

@@ -9,6 +9,7 @@ from kafka.protocol.admin import DescribeProducersRequest, DescribeProducersResp
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from broker.api.authorize import authorize, authorize_any, authorize_cluster
+from broker.api.partition_view import LogView
 from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition
 from broker.security.acl import AclOperation, ResourceType
@@ -79,13 +80,14 @@ def _describe_partition(
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResponse(partition_index=index, error_code=error, active_producers=[])
+    plog: LogView = part.log
     producers = [
         ProducerState(
             producer_id=p.producer_id, producer_epoch=p.producer_epoch,
             last_sequence=p.last_sequence, last_timestamp=p.last_timestamp,
             coordinator_epoch=p.coordinator_epoch, current_txn_start_offset=p.current_txn_start_offset,
         )
-        for p in part.log.active_producers()
+        for p in plog.active_producers()
     ]
     return PartResponse(partition_index=index, error_code=ErrorCode.NONE, active_producers=producers)
 

@@ -25,7 +25,7 @@ from broker.handlers.forwarding import on_controller
 from broker.security.acl import AclOperation
 from broker.store.image import PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
-from protocol.types import LeaderEpoch, NodeId
+from protocol.types import LeaderEpoch, NodeId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -40,9 +40,9 @@ def _wanted(request: AlterPartitionReassignmentsRequest) -> Wanted:
     return [(t.name, p.partition_index, p.replicas) for t in request.topics for p in t.partitions]
 
 
-def _single_node(ctx: RequestContext, wanted: Wanted) -> dict[tuple[str, int], Refused | None]:
+def _single_node(ctx: RequestContext, wanted: Wanted) -> dict[TopicPartition, Refused | None]:
     me = NodeId(ctx.services.cluster.node_id)
-    results: dict[tuple[str, int], Refused | None] = {}
+    results: dict[TopicPartition, Refused | None] = {}
     for topic, index, target in wanted:
         meta = ctx.services.topics.get(topic)
         state = None
@@ -52,7 +52,7 @@ def _single_node(ctx: RequestContext, wanted: Wanted) -> dict[tuple[str, int], R
     return results
 
 
-def _altered(wanted: Wanted, results: dict[tuple[str, int], Refused | None]) -> A:
+def _altered(wanted: Wanted, results: dict[TopicPartition, Refused | None]) -> A:
     by_topic: dict[str, list[A.ReassignableTopicResponse.ReassignablePartitionResponse]] = {}
     for topic, index, _ in wanted:
         refused = results[(topic, index)]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
 from broker.api.authorize import authorize
+from broker.api.partition_view import LogView
 from broker.api.registry import Handlers
 from broker.handlers.resolve import resolve_partition, topic_name
 from broker.security.acl import AclOperation, ResourceType
@@ -32,7 +33,8 @@ def _delete_one(ctx: RequestContext, topic: Topic, query: Query) -> PartResult:
     part, error = resolve_partition(ctx, topic, index)
     if part is None:
         return PartResult(partition_index=index, low_watermark=-1, error_code=error)
-    if _deletes_refused(part.log.config.cleanup_policy):  # Kafka's first check, before the offset's
+    plog: LogView = part.log  # read only: the deletion goes through the ReplicaManager
+    if _deletes_refused(plog.config.cleanup_policy):  # Kafka's first check, before the offset's
         return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.POLICY_VIOLATION)
     if query.offset < HIGH_WATERMARK:
         return PartResult(partition_index=index, low_watermark=-1, error_code=ErrorCode.OFFSET_OUT_OF_RANGE)

@@ -29,7 +29,7 @@ from broker.cluster.view import BrokerInfo
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey, fenced_error_for_version
 from protocol.errors import ErrorCode
-from protocol.types import TV2, ProducerEpoch, ProducerId
+from protocol.types import TV2, ProducerEpoch, ProducerId, TopicPartition
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -103,7 +103,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: FindCoordinatorR
     return F(throttle_time_ms=0, coordinators=coordinators)
 
 
-def _topic_results(partitions: dict[tuple[str, int], ErrorCode]) -> list[TopicResult]:
+def _topic_results(partitions: dict[TopicPartition, ErrorCode]) -> list[TopicResult]:
     by_topic: dict[str, list[PartResult]] = {}
     for (topic, index), error in sorted(partitions.items()):
         by_topic.setdefault(topic, []).append(PartResult(partition_index=index, partition_error_code=error))
@@ -116,7 +116,7 @@ def _exists(ctx: RequestContext, topic: str, index: int) -> bool:
     return found is not None and 0 <= index < found.partitions
 
 
-def _refused(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+def _refused(ctx: RequestContext, wanted: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
     """Partitions that cannot be added: Write on the topic missing, or unknown."""
     denied = {t for t, _ in wanted if not authorize(ctx, AclOperation.WRITE, ResourceType.TOPIC, t)}
     refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in wanted if tp[0] in denied}
@@ -127,7 +127,7 @@ def _refused(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[s
 
 async def _add_one(
     ctx: RequestContext, tid: str, pid: ProducerId, epoch: ProducerEpoch, topics: AddTopics, verify: bool
-) -> dict[tuple[str, int], ErrorCode]:
+) -> dict[TopicPartition, ErrorCode]:
     wanted = [(t.name, i) for t in topics for i in t.partitions]
     if ctx.version <= 3 and not _may_write_txn(ctx, tid):
         return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

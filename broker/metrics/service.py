@@ -15,6 +15,7 @@ from broker.metrics.collectors import BrokerStateCollector, ControllerStatus, St
 from broker.metrics.endpoint import MetricsEndpoint
 from broker.metrics.stats import STATS
 from broker.store.image import ControllerRecord, PartitionState
+from protocol.types import TopicPartition
 
 if TYPE_CHECKING:
     import socket
@@ -52,7 +53,7 @@ class ClusterWatcher:
         self.store = store
         self.node_id = node_id
         image = store.image
-        self._isr: dict[tuple[str, int], PartitionState] = dict(image.partitions)
+        self._isr: dict[TopicPartition, PartitionState] = dict(image.partitions)
         self._controller: ControllerRecord | None = image.controller
         store.subscribe(self._on_change)
 
@@ -69,7 +70,7 @@ class ClusterWatcher:
             for tp, state in image.partitions.items():
                 self._partition(tp, state)
 
-    def _partition(self, tp: tuple[str, int], state: PartitionState | None) -> None:
+    def _partition(self, tp: TopicPartition, state: PartitionState | None) -> None:
         old = self._isr.get(tp)
         if state is None:
             self._isr.pop(tp, None)

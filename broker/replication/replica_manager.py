@@ -23,6 +23,7 @@ from broker.store.image import PartitionEpoch, PartitionState
 from protocol.errors import ErrorCode
 from protocol.record_batch import BatchHeader
 from protocol.types import (
+    NO_OFFSET,
     CoordinatorEpoch,
     LeaderEpoch,
     NodeId,
@@ -350,7 +351,9 @@ class ReplicaManager:
 
     @staticmethod
     def _storage_error(part: Partition, message: str) -> AppendResult:
-        return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1, part.log.log_start_offset, message)
+        return AppendResult(
+            ErrorCode.KAFKA_STORAGE_ERROR, NO_OFFSET, NO_OFFSET, -1, part.log.log_start_offset, message
+        )
 
     def _write_failed(self, part: Partition, exc: OSError) -> None:
         if self.write_failures.failed((part.topic, part.index), exc) and self.on_unwritable is not None:
@@ -379,7 +382,8 @@ class ReplicaManager:
             )
         except OSError as exc:
             self._write_failed(part, exc)
-            return MarkerResult(ErrorCode.KAFKA_STORAGE_ERROR, -1, f"cannot write the log: {exc.strerror}")
+            message = f"cannot write the log: {exc.strerror}"
+            return MarkerResult(ErrorCode.KAFKA_STORAGE_ERROR, NO_OFFSET, message)
         if result.error == 0:
             self.write_failures.succeeded((part.topic, part.index))
             part.advance_high_watermark()
@@ -394,10 +398,10 @@ class ReplicaManager:
             error = part.log.delete_records_before(offset)
         except OSError as exc:
             self._write_failed(part, exc)
-            return DeleteRecordsResult(ErrorCode.KAFKA_STORAGE_ERROR, Offset(-1))
+            return DeleteRecordsResult(ErrorCode.KAFKA_STORAGE_ERROR, NO_OFFSET)
         if error != ErrorCode.NONE:
-            return DeleteRecordsResult(error, Offset(-1))
-        return DeleteRecordsResult(ErrorCode.NONE, Offset(part.log.log_start_offset))
+            return DeleteRecordsResult(error, NO_OFFSET)
+        return DeleteRecordsResult(ErrorCode.NONE, part.log.log_start_offset)
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:
         """A follower fetched: its log end is `fetch_offset`; the HW may move, the ISR may grow."""

@@ -10,9 +10,8 @@ import asyncio
 import ssl
 import struct
 from dataclasses import dataclass
-from typing import Any
 
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 from scramp import ScramClient, ScramException
 
 from broker.config import BrokerConfig, ConfigError
@@ -20,6 +19,7 @@ from broker.security.jaas import JaasError, parse_jaas
 from broker.security.tls import inter_broker_tls
 from protocol.client_codec import decode_response, encode_request
 from protocol.framing import frame
+from protocol.messages import Request, Response
 
 HANDSHAKE_VERSION, AUTHENTICATE_VERSION = 1, 2
 _SIZE = struct.Struct(">i")
@@ -63,20 +63,20 @@ class ClientSecurity:
 
 async def _step(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str, token: bytes
-) -> Any:
+) -> SaslAuthenticateResponse:
     """One SaslAuthenticate exchange: the answer (its token and session lifetime)."""
     request = SaslAuthenticateRequest(auth_bytes=token)
-    answer = await _call(reader, writer, request, AUTHENTICATE_VERSION, client_id)
+    answer: SaslAuthenticateResponse = await _call(reader, writer, request, AUTHENTICATE_VERSION, client_id)
     if answer.error_code != 0:
         raise AuthenticationError(answer.error_message or "SASL authentication failed")
     return answer
 
 
-async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: object, version: int,
-                client_id: str) -> Any:
+async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: Request, version: int,
+                client_id: str) -> Response:
     writer.write(frame(encode_request(message, version, 1, client_id)))
     (size,) = _SIZE.unpack(await reader.readexactly(4))
-    return decode_response(message.API_KEY, version, await reader.readexactly(size))  # type: ignore[attr-defined]
+    return decode_response(message.API_KEY, version, await reader.readexactly(size))
 
 
 def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, NewType
+from typing import Any, NewType, Protocol, TypeVar
 
-from protocol.types import LeaderEpoch, NodeId
+from protocol.types import LeaderEpoch, NodeId, TopicPartition
 
 PartitionEpoch = NewType("PartitionEpoch", int)
 
@@ -184,11 +185,19 @@ class PartitionState:
         )
 
 
-def _nodes(ids: Any) -> tuple[NodeId, ...]:
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class JsonRecord(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def _nodes(ids: Iterable[int | str]) -> tuple[NodeId, ...]:
     return tuple(NodeId(int(n)) for n in ids)
 
 
-def encode(record: Any) -> bytes:
+def encode(record: JsonRecord) -> bytes:
     return json.dumps(record.to_json(), sort_keys=True).encode()
 
 
@@ -200,7 +209,7 @@ class ClusterImage:
     brokers: dict[NodeId, BrokerRegistration] = field(default_factory=dict)
     controller: ControllerRecord | None = None
     topics: dict[str, TopicRecord] = field(default_factory=dict)
-    partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     acls: dict[str, list[Any]] = field(default_factory=dict)  # digest -> AclBinding.to_json()
     scram: dict[str, list[Any]] = field(default_factory=dict)  # "<mechanism>/<user>" -> credential
     # The number of each topic's last change (its record or a partition's state), and of the
@@ -232,7 +241,8 @@ class ClusterImage:
             self._put(self.scram, "/".join(parts[1:]), data, list)
 
     @staticmethod
-    def _put(table: dict[Any, Any], key: Any, data: Any, decode: Any) -> None:
+    def _put(table: dict[_K, _V], key: _K, data: Any, decode: Callable[[Any], _V]) -> None:
+        """`data`: the record's decoded JSON (Any: its shape is the table's), None = deleted."""
         if data is None:
             table.pop(key, None)
         else:

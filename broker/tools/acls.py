@@ -22,9 +22,10 @@ import argparse
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TextIO
 
 from broker.security.acl import CLUSTER_NAME, AclOperation, PatternType, Permission, ResourceType
+from broker.tools.admin_port import AdminPort
 from broker.tools.common import Subcommands, ToolError, add_connection_args, call, run_command
 
 ACTIONS = ("add", "remove", "list")
@@ -137,7 +138,8 @@ def _check(args: argparse.Namespace) -> None:
 # -- over the wire ----------------------------------------------------------------------------
 
 
-def _kafka_acl(resource: Resource, pattern: PatternType, entry: Entry) -> Any:
+def _kafka_acl(resource: Resource, pattern: PatternType, entry: Entry) -> object:
+    """A kafka.admin.ACL (passed through to the admin client)."""
     from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern
     from kafka.admin import ResourceType as KType
 
@@ -153,7 +155,8 @@ def _kafka_acl(resource: Resource, pattern: PatternType, entry: Entry) -> Any:
 def _kafka_filter(
     kind: ResourceType, name: str | None, pattern: PatternType, entry: Entry | None = None,
     principal: str | None = None,
-) -> Any:
+) -> object:
+    """A kafka.admin.ACLFilter (passed through to the admin client)."""
     from kafka.admin import (
         ACLFilter,
         ACLOperation,
@@ -171,7 +174,7 @@ def _kafka_filter(
     )
 
 
-def _described(admin: Any, acl_filter: Any) -> dict[tuple[Resource, PatternType], list[Entry]]:
+def _described(admin: AdminPort, acl_filter: object) -> dict[tuple[Resource, PatternType], list[Entry]]:
     acls, _ = call("Error while listing ACLs", lambda: admin.describe_acls(acl_filter))
     found: dict[tuple[Resource, PatternType], list[Entry]] = {}
     for acl in acls:
@@ -191,7 +194,7 @@ def _print_current(out: TextIO, found: dict[tuple[Resource, PatternType], list[E
         out.write("\n")
 
 
-def _add(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _add(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     pattern = _pattern(args, PatternType.LITERAL)
     for resource in resources(args):
         wanted = entries(args, resource)
@@ -215,7 +218,7 @@ def _confirmed(question: str, args: argparse.Namespace) -> bool:
     return sys.stdin.readline().strip().lower() == "y"
 
 
-def _removal(resource: Resource, pattern: PatternType, wanted: list[Entry]) -> tuple[str, list[Any]]:
+def _removal(resource: Resource, pattern: PatternType, wanted: list[Entry]) -> tuple[str, list[object]]:
     """kafka-acls.sh's question and the delete filters for one resource."""
     shown = f"`{resource.text(pattern)}`"
     if not wanted:
@@ -226,14 +229,14 @@ def _removal(resource: Resource, pattern: PatternType, wanted: list[Entry]) -> t
     return question, [_kafka_filter(resource.kind, resource.name, pattern, e) for e in wanted]
 
 
-def _delete(admin: Any, filters: list[Any]) -> None:
+def _delete(admin: AdminPort, filters: list[object]) -> None:
     results = call("Error while removing ACLs", lambda: admin.delete_acls(filters))
     for _, _, error in results:
         if getattr(error, "errno", 0):
             raise ToolError(f"Error while removing ACLs: {error.__name__}")
 
 
-def _remove(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _remove(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     pattern = _pattern(args, PatternType.LITERAL)
     for resource in resources(args):
         question, filters = _removal(resource, pattern, entries(args, resource))
@@ -242,7 +245,7 @@ def _remove(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     _list(admin, args, out)
 
 
-def _list(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _list(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     pattern = _pattern(args, PatternType.ANY)
     principals: Iterable[str | None] = args.principal or [None]
     wanted = resources(args)
@@ -257,7 +260,7 @@ def _list(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
 COMMANDS = {"add": _add, "remove": _remove, "list": _list}
 
 
-def _command(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _command(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     action = next(a for a in ACTIONS if getattr(args, a))
     COMMANDS[action](admin, args, out)
 

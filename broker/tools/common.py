@@ -9,15 +9,18 @@ import argparse
 import re
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TextIO, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeAlias, TypeVar
 
 from kafka.errors import KafkaError, for_code
+
+if TYPE_CHECKING:
+    from broker.tools.admin_port import AdminPort
 
 T = TypeVar("T")
 RETRY_FOR_S = 15.0
 RETRY_BACKOFF_S = 0.2
 
-Command = Callable[[Any, argparse.Namespace, TextIO], None]
+Command = Callable[["AdminPort", argparse.Namespace, TextIO], None]
 
 # What `add_subparsers` returns: each tool adds its command (and theirs) to it
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -54,14 +57,19 @@ def run_command(label: str, client_id: str, command: Command, args: argparse.Nam
     return 0
 
 
-def connect(bootstrap: str, timeout_ms: int, client_id: str, security: dict[str, Any] | None = None) -> Any:
+# kafka-python's client settings: names to strings, and ssl_check_hostname to a bool
+Security = dict[str, str | bool | None]
+
+
+def connect(bootstrap: str, timeout_ms: int, client_id: str, security: Security | None = None) -> AdminPort:
     from kafka.admin import KafkaAdminClient
 
     try:
-        return KafkaAdminClient(
+        admin: AdminPort = KafkaAdminClient(
             bootstrap_servers=bootstrap.split(","), client_id=client_id,
             request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms, **(security or {}),
         )
+        return admin
     except KafkaError as exc:
         raise ToolError(f"cannot connect to {bootstrap}: {describe_error(exc)}") from exc
 
@@ -86,12 +94,12 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
-def client_security(path: str) -> dict[str, Any]:
+def client_security(path: str) -> Security:
     """Kafka client security properties as kafka-python's client settings."""
     from broker.security.jaas import JaasError, parse_jaas
 
     props = read_properties(path)
-    settings: dict[str, Any] = {}
+    settings: Security = {}
     if "security.protocol" in props:
         settings["security_protocol"] = props["security.protocol"].upper()
     if "sasl.mechanism" in props:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
+from broker.tools.admin_port import AdminPort
 from broker.tools.common import Subcommands, ToolError, add_connection_args, call, run_command
 
 DEFAULT_ITERATIONS = 4096
@@ -56,11 +57,11 @@ def _field(part: str, text: str) -> tuple[str, str]:
     return key.strip(), value.strip().strip('"')
 
 
-def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _alter(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     from kafka.admin import UserScramCredentialDeletion, UserScramCredentialUpsertion
 
     user = args.entity_name
-    changes: list[Any] = [UserScramCredentialDeletion(user, m) for m in _deleted(args.delete_config)]
+    changes: list[object] = [UserScramCredentialDeletion(user, m) for m in _deleted(args.delete_config)]
     for mechanism, password, iterations in parse_add_config(args.add_config) if args.add_config else []:
         changes.append(UserScramCredentialUpsertion(user, mechanism, password, iterations=iterations))
     for change in changes:  # one request each: the broker refuses a user altered twice in one
@@ -70,7 +71,7 @@ def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     print(f"Completed updating config for user {user}.", file=out)
 
 
-def _altered(admin: Any, user: str, change: Any) -> dict[str, str | None]:
+def _altered(admin: AdminPort, user: str, change: object) -> dict[str, str | None]:
     return call(f"Error while executing config command for user {user}",
                 lambda: admin.alter_user_scram_credentials([change]))
 
@@ -82,7 +83,7 @@ def _deleted(names: list[str]) -> list[str]:
     return mechanisms
 
 
-def _describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _describe(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     users = [args.entity_name] if args.entity_name else None
     found = call("Error while describing users", lambda: admin.describe_user_scram_credentials(users))
     for user, described in found.items():
@@ -95,7 +96,7 @@ def _describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
         print(f"SCRAM credential configs for user-principal '{user}' are {infos}", file=out)
 
 
-def _command(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _command(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     (_alter if args.alter else _describe)(admin, args, out)
 
 

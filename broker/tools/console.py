@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from broker.tools.common import Subcommands, ToolError, add_connection_args, client_security
+
+if TYPE_CHECKING:  # the console (aiohttp, Jinja2) is loaded only when it runs
+    from gregor_console.app import Settings
 
 DEFAULT_PORT = 9080
 
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
     return serve(settings)
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> Settings:
     from gregor_console.app import Settings
     from gregor_console.login import LoginError, check_exposure, read_token
 

@@ -25,15 +25,16 @@ import base64
 import json
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from broker.tools.common import Subcommands
 from protocol import consumer_group_log, group_log, transaction_log
 from protocol.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from protocol.record_batch import (
+    BatchHeader,
     Compression,
     ControlType,
     CorruptBatchError,
@@ -41,6 +42,7 @@ from protocol.record_batch import (
     crc_ok,
     iter_batches,
 )
+from protocol.types import TopicPartition
 from storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -65,7 +67,10 @@ DIR_FILES = (META_PROPERTIES, *OFFSET_CHECKPOINTS)
 TXN_STATE_NAMES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
                    "CompleteAbort", "Dead", "PrepareEpochFence")
 
-Entry = dict[str, Any]
+Entry = dict[str, Any]  # a JSON object of Kafka's dump output: its values are of every JSON type
+
+if TYPE_CHECKING:
+    from storage.cleaner.records import Record
 
 
 class DumpError(Exception):
@@ -97,7 +102,7 @@ def _timestamp_type(attributes_type: TimestampType) -> str:
     return "LogAppendTime" if attributes_type is TimestampType.LOG_APPEND_TIME else "CreateTime"
 
 
-def batch_entry(data: bytes, position: int, header: Any) -> Entry:
+def batch_entry(data: bytes, position: int, header: BatchHeader) -> Entry:
     """Kafka's printBatchLevel fields for one v2 batch."""
     return {
         "baseOffset": header.base_offset, "lastOffset": header.last_offset, "count": header.records_count,
@@ -114,11 +119,12 @@ def batch_entry(data: bytes, position: int, header: Any) -> Entry:
     }
 
 
-def _decoded_batch(batch: bytes) -> Any:
+def _decoded_batch(batch: bytes) -> Iterable[Record]:
     with warnings.catch_warnings():  # kafka-python's import-time read_text warning
         warnings.filterwarnings("ignore", "(read|open)_text", DeprecationWarning)
         from kafka.record.default_records import DefaultRecordBatch
-    return DefaultRecordBatch(bytearray(batch))
+    records: Iterable[Record] = DefaultRecordBatch(bytearray(batch))
+    return records
 
 
 def _text(data: bytes | None) -> str | None:
@@ -129,7 +135,7 @@ def _size(data: bytes | None) -> int:
     return -1 if data is None else len(data)
 
 
-def record_entries(batch: bytes, header: Any, topic: str | None, options: Options) -> list[Entry]:
+def record_entries(batch: bytes, header: BatchHeader, topic: str | None, options: Options) -> list[Entry]:
     """Kafka's deep iteration: one entry per record of the batch."""
     out = []
     for record in _decoded_batch(batch):
@@ -156,7 +162,7 @@ def _control_fields(key: bytes | None, value: bytes | None) -> Entry:
             "coordinatorEpoch": int.from_bytes(value[2:6], "big", signed=True)}
 
 
-def _data_fields(record: Any, topic: str | None, options: Options) -> Entry:
+def _data_fields(record: Record, topic: str | None, options: Options) -> Entry:
     if options.decode_internal and topic == TRANSACTION_STATE_TOPIC:
         return decode_transaction_record(record.key, record.value, record.offset)
     if options.decode_internal and topic == OFFSETS_TOPIC:
@@ -179,7 +185,7 @@ def dump_log(path: Path, options: Options) -> FileDump:
     return dump
 
 
-def _dump_batch(dump: FileDump, data: bytes, position: int, header: Any, topic: str | None,
+def _dump_batch(dump: FileDump, data: bytes, position: int, header: BatchHeader, topic: str | None,
                 options: Options) -> None:
     entry = batch_entry(data, position, header)
     dump.entries.append(entry)
@@ -487,7 +493,7 @@ def partition_files(directory: Path) -> list[Path]:
     return ordered + ([epochs] if epochs.is_file() else [])
 
 
-def _partition_key(path: Path) -> tuple[str, int]:
+def _partition_key(path: Path) -> TopicPartition:
     found = parse_partition_dir(path.name)
     assert found is not None
     return found
@@ -518,7 +524,7 @@ def dump_paths(paths: list[Path], options: Options) -> Iterator[FileDump]:
 # -- output ------------------------------------------------------------------------------
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, dict):

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any, TextIO
+from typing import Protocol, TextIO, cast
 
-from kafka.structs import OffsetAndMetadata, TopicPartition
-
+from broker.tools.admin_port import AdminPort, GroupInfo, MemberInfo, OffsetAndMetadata, TopicPartition
 from broker.tools.common import (
     Command,
     Subcommands,
@@ -61,12 +60,13 @@ class Member:
 # -- pure logic ------------------------------------------------------------------------
 
 
-def assignments(group: Mapping[str, Any]) -> dict[TopicPartition, Member]:
+def assignments(group: GroupInfo) -> dict[TopicPartition, Member]:
     """Which member each partition is assigned to (DescribeGroups of a consumer group)."""
-    found = {}
+    found: dict[TopicPartition, Member] = {}
     for m in group["members"]:
         member = Member(m["member_id"], m["client_host"], m["client_id"])
-        for a in (m.get("member_assignment") or {}).get("assigned_partitions", []):
+        assignment = m.get("member_assignment")
+        for a in assignment.get("assigned_partitions", []) if assignment else []:
             for p in a["partitions"]:
                 found[TopicPartition(a["topic"], p)] = member
     return found
@@ -148,7 +148,7 @@ def parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
 # -- the I/O edge ----------------------------------------------------------------------------
 
 
-def _group_ids(admin: Any, args: argparse.Namespace) -> list[str]:
+def _group_ids(admin: AdminPort, args: argparse.Namespace) -> list[str]:
     if args.all_groups:
         return sorted(g["group_id"] for g in call("Failed to list groups", admin.list_groups))
     if not args.group:
@@ -156,11 +156,11 @@ def _group_ids(admin: Any, args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(args.group))
 
 
-def _describe_group(admin: Any, group_id: str) -> dict[str, Any]:
+def _describe_group(admin: AdminPort, group_id: str) -> GroupInfo:
     """DescribeGroups; a group it does not know (Dead) may be a consumer-protocol group
     (KIP-848), which ConsumerGroupDescribe answers, as Kafka's admin client falls back."""
     described = call(f"Failed to describe group '{group_id}'", lambda: admin.describe_groups([group_id]))
-    group: dict[str, Any] = described[group_id]
+    group = described[group_id]
     if group.get("error"):
         raise ToolError(f"Failed to describe group '{group_id}': {group['error']}")
     if group["group_state"] == "Dead":
@@ -168,13 +168,43 @@ def _describe_group(admin: Any, group_id: str) -> dict[str, Any]:
     return group
 
 
-def _describe_consumer_group(admin: Any, group_id: str) -> dict[str, Any] | None:
+class _AssignedTopic(Protocol):
+    topic_name: str
+    partitions: Sequence[int]
+
+
+class _Assignment(Protocol):
+    topic_partitions: Sequence[_AssignedTopic]
+
+
+class _DescribedMember(Protocol):
+    member_id: str
+    client_host: str
+    client_id: str
+    assignment: _Assignment
+
+
+class DescribedGroup(Protocol):
+    """One group of a ConsumerGroupDescribe response: what is read of it."""
+
+    error_code: int
+    group_id: str
+    group_state: str
+    assignor_name: str
+    members: Sequence[_DescribedMember]
+
+
+class ConsumerGroupDescribed(Protocol):
+    groups: Sequence[DescribedGroup]
+
+
+def _describe_consumer_group(admin: AdminPort, group_id: str) -> GroupInfo | None:
     """ConsumerGroupDescribe in the shape of a DescribeGroups answer; None if not such a group."""
-    async def describe() -> Any:
+    async def describe() -> ConsumerGroupDescribed:
         node = await admin._find_coordinator_id(group_id)
         describe_request = REQUESTS[ApiKey.CONSUMER_GROUP_DESCRIBE]
         request = describe_request(group_ids=[group_id], include_authorized_operations=False)
-        return await admin._manager.send(request, node_id=node)
+        return cast(ConsumerGroupDescribed, await admin._manager.send(request, node_id=node))
 
     response = call(f"Failed to describe group '{group_id}'", lambda: admin._manager.run(describe))
     found = response.groups[0]
@@ -183,8 +213,8 @@ def _describe_consumer_group(admin: Any, group_id: str) -> dict[str, Any] | None
     return consumer_group_as_classic(found)
 
 
-def consumer_group_as_classic(found: Any) -> dict[str, Any]:
-    members = [{
+def consumer_group_as_classic(found: DescribedGroup) -> GroupInfo:
+    members: list[MemberInfo] = [{
         "member_id": m.member_id, "client_host": m.client_host, "client_id": m.client_id,
         "member_assignment": {"assigned_partitions": [
             {"topic": t.topic_name, "partitions": list(t.partitions)} for t in m.assignment.topic_partitions
@@ -194,13 +224,13 @@ def consumer_group_as_classic(found: Any) -> dict[str, Any]:
             "protocol_data": found.assignor_name, "members": members}
 
 
-def _committed(admin: Any, group_id: str) -> dict[TopicPartition, int | None]:
+def _committed(admin: AdminPort, group_id: str) -> dict[TopicPartition, int | None]:
     found = call(f"Failed to fetch the offsets of group '{group_id}'",
                  lambda: admin.list_group_offsets({group_id: None}))
     return {tp: (o.offset if o.offset >= 0 else None) for tp, o in found.get(group_id, {}).items()}
 
 
-def _offsets(admin: Any, tps: Iterable[TopicPartition], spec: Any) -> dict[TopicPartition, int]:
+def _offsets(admin: AdminPort, tps: Iterable[TopicPartition], spec: int) -> dict[TopicPartition, int]:
     wanted = {tp: spec for tp in tps}
     if not wanted:
         return {}
@@ -208,7 +238,7 @@ def _offsets(admin: Any, tps: Iterable[TopicPartition], spec: Any) -> dict[Topic
     return {tp: o.offset for tp, o in found.items()}
 
 
-def _cmd_list(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_list(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     groups = sorted(call("Failed to list groups", admin.list_groups), key=lambda g: g["group_id"])
     if args.state:
         out.write(format_table(("GROUP", "STATE"), [[g["group_id"], g["group_state"]] for g in groups]))
@@ -217,7 +247,7 @@ def _cmd_list(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
         out.write(g["group_id"] + "\n")
 
 
-def _cmd_describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_describe(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     group_ids = _group_ids(admin, args)
     for done, group_id in enumerate(group_ids, 1):
         group = _describe_group(admin, group_id)
@@ -235,7 +265,7 @@ def _cmd_describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
             out.write("\n")
 
 
-def _describe_offsets(admin: Any, group: dict[str, Any], out: TextIO) -> None:
+def _describe_offsets(admin: AdminPort, group: GroupInfo, out: TextIO) -> None:
     from kafka.admin import OffsetSpec
 
     group_id = group["group_id"]
@@ -247,7 +277,7 @@ def _describe_offsets(admin: Any, group: dict[str, Any], out: TextIO) -> None:
     out.write(format_table(OFFSETS_HEADERS, offset_rows(group_id, committed, log_end, owners)))
 
 
-def _describe_members(group: dict[str, Any], out: TextIO) -> None:
+def _describe_members(group: GroupInfo, out: TextIO) -> None:
     owners = assignments(group)
     rows = [[group["group_id"], m["member_id"], m["client_host"], m["client_id"],
              str(sum(1 for o in owners.values() if o.member_id == m["member_id"]))]
@@ -271,7 +301,7 @@ def _reset_target(args: argparse.Namespace) -> ResetTarget:
                     "--shift-by, --to-datetime")
 
 
-def _partitions_to_reset(admin: Any, args: argparse.Namespace,
+def _partitions_to_reset(admin: AdminPort, args: argparse.Namespace,
                          committed: Mapping[TopicPartition, int | None]) -> list[TopicPartition]:
     if args.all_topics:
         return sorted(committed)
@@ -286,14 +316,14 @@ def _partitions_to_reset(admin: Any, args: argparse.Namespace,
     return sorted(set(found))
 
 
-def _topic_partitions(admin: Any, topic: str) -> list[int]:
+def _topic_partitions(admin: AdminPort, topic: str) -> list[int]:
     described = call(f"Failed to describe topic {topic}", lambda: admin.describe_topics([topic]))
     if not described or described[0]["error_code"] != 0:
         raise ToolError(f"Topic '{topic}' does not exist")
     return sorted(p["partition_index"] for p in described[0]["partitions"])
 
 
-def _cmd_reset(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_reset(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     from kafka.admin import OffsetSpec
 
     if args.dry_run and args.execute:
@@ -324,7 +354,7 @@ def _cmd_reset(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
                                                for tp, o in sorted(plan.items())]))
 
 
-def _commit(admin: Any, group_id: str, plan: Mapping[TopicPartition, int], out: TextIO) -> None:
+def _commit(admin: AdminPort, group_id: str, plan: Mapping[TopicPartition, int], out: TextIO) -> None:
     offsets = {tp: OffsetAndMetadata(o, "", -1) for tp, o in plan.items()}
     what = f"Failed to reset the offsets of group '{group_id}'"
     errors = call(what, lambda: admin.alter_group_offsets(group_id, offsets))
@@ -334,7 +364,7 @@ def _commit(admin: Any, group_id: str, plan: Mapping[TopicPartition, int], out: 
         raise ToolError(f"{what}: {', '.join(failed)}")
 
 
-def _cmd_delete(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_delete(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     group_ids = _group_ids(admin, args)
     failures = []
     for done, group_id in enumerate(group_ids, 1):
@@ -349,10 +379,12 @@ def _cmd_delete(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"Deletion of requested consumer groups ({names}) was successful.\n")
 
 
-def _delete_results(result: Any) -> list[tuple[str, str | None]]:
+def _delete_results(
+    result: Sequence[tuple[str, object]] | Mapping[str, object],
+) -> list[tuple[str, str | None]]:
     """kafka-python answers {group: error name} or [(group, error class)]; NoError is success."""
-    items = result.items() if isinstance(result, dict) else result
-    found = []
+    items = result.items() if isinstance(result, Mapping) else result
+    found: list[tuple[str, str | None]] = []
     for gid, error in items:
         name = error if isinstance(error, str) else getattr(error, "__name__", str(error))
         found.append((gid, None if name in ("NoError", "None", "OK") else _error_name(name)))

@@ -23,8 +23,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, TextIO
+from typing import TextIO
 
+from broker.tools.admin_port import AdminPort, PartitionInfo, TopicInfo
 from broker.tools.common import (
     Command,
     Subcommands,
@@ -48,7 +49,7 @@ def _nodes(ids: Sequence[int]) -> str:
     return ",".join(str(i) for i in ids)
 
 
-def topic_line(topic: dict[str, Any], configs: dict[str, str]) -> str:
+def topic_line(topic: TopicInfo, configs: dict[str, str | None]) -> str:
     partitions = topic["partitions"]
     rf = len(partitions[0]["replica_nodes"]) if partitions else 0
     shown = ",".join(f"{k}={v}" for k, v in sorted(configs.items()))
@@ -56,7 +57,7 @@ def topic_line(topic: dict[str, Any], configs: dict[str, str]) -> str:
             f"ReplicationFactor: {rf}\tConfigs: {shown}")
 
 
-def partition_line(topic: str, p: dict[str, Any]) -> str:
+def partition_line(topic: str, p: PartitionInfo) -> str:
     leader = "none" if p["leader_id"] < 0 else str(p["leader_id"])
     line = (f"\tTopic: {topic}\tPartition: {p['partition_index']}\tLeader: {leader}\t"
             f"Replicas: {_nodes(p['replica_nodes'])}\tIsr: {_nodes(p['isr_nodes'])}")
@@ -65,24 +66,24 @@ def partition_line(topic: str, p: dict[str, Any]) -> str:
     return line
 
 
-def under_replicated(p: dict[str, Any]) -> bool:
+def under_replicated(p: PartitionInfo) -> bool:
     return len(p["isr_nodes"]) < len(p["replica_nodes"])
 
 
-def unavailable(p: dict[str, Any]) -> bool:
+def unavailable(p: PartitionInfo) -> bool:
     return int(p["leader_id"]) < 0
 
 
 # -- commands ---------------------------------------------------------------------------
 
 
-def _topic_names(admin: Any, args: argparse.Namespace) -> list[str]:
+def _topic_names(admin: AdminPort, args: argparse.Namespace) -> list[str]:
     described = call("Error while listing topics", lambda: admin.describe_topics())
     names = [t["name"] for t in described if not (args.exclude_internal and t["is_internal"])]
     return matching(args.topic, names)
 
 
-def _selected(admin: Any, args: argparse.Namespace) -> list[str]:
+def _selected(admin: AdminPort, args: argparse.Namespace) -> list[str]:
     """The topics --topic names; none is an error unless --if-exists."""
     names = _topic_names(admin, args)
     if not names and args.topic is not None and not args.if_exists:
@@ -90,7 +91,7 @@ def _selected(admin: Any, args: argparse.Namespace) -> list[str]:
     return names
 
 
-def _cmd_create(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_create(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     if args.topic is None:
         raise ToolError("Missing required argument \"[topic]\"")
     spec = {"num_partitions": args.partitions or -1, "replication_factor": args.replication_factor or -1,
@@ -104,12 +105,12 @@ def _cmd_create(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     out.write(f"Created topic {args.topic}.\n")
 
 
-def _cmd_list(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_list(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     for name in _topic_names(admin, args):
         out.write(name + "\n")
 
 
-def _topic_configs(admin: Any, names: list[str]) -> dict[str, dict[str, str]]:
+def _topic_configs(admin: AdminPort, names: list[str]) -> dict[str, dict[str, str | None]]:
     from kafka.admin import ConfigResource, ConfigResourceType
 
     if not names:
@@ -120,7 +121,7 @@ def _topic_configs(admin: Any, names: list[str]) -> dict[str, dict[str, str]]:
             for name, entries in found.get("topic", {}).items()}
 
 
-def _cmd_describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_describe(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     names = _selected(admin, args)
     topics = call("Error while describing topics", lambda: admin.describe_topics(names)) if names else []
     configs = _topic_configs(admin, names)
@@ -134,7 +135,7 @@ def _cmd_describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
             out.write(partition_line(topic["name"], p) + "\n")
 
 
-def _shown(p: dict[str, Any], args: argparse.Namespace) -> bool:
+def _shown(p: PartitionInfo, args: argparse.Namespace) -> bool:
     if args.under_replicated_partitions:
         return under_replicated(p)
     if args.unavailable_partitions:
@@ -142,7 +143,7 @@ def _shown(p: dict[str, Any], args: argparse.Namespace) -> bool:
     return True
 
 
-def _cmd_alter(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_alter(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     names = _selected(admin, args)
     if args.partitions is None and not args.config and not args.delete_config:
         raise ToolError("--alter needs --partitions, --config or --delete-config")
@@ -154,17 +155,17 @@ def _cmd_alter(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
         out.write(f"Altered topic {name}.\n")
 
 
-def _add_partitions(admin: Any, name: str, count: int) -> None:
+def _add_partitions(admin: AdminPort, name: str, count: int) -> None:
     what = f"Error while altering the partition count of {name}"
     result = call(what, lambda: admin.create_partitions({name: count}, raise_errors=False))
     for r in result.results:
         check(r.error_code, r.error_message, what)
 
 
-def _alter_configs(admin: Any, name: str, updates: dict[str, str], deletes: list[str]) -> None:
+def _alter_configs(admin: AdminPort, name: str, updates: dict[str, str], deletes: list[str]) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType
 
-    ops: dict[str, Any] = {k: ("SET", v) for k, v in updates.items()}
+    ops: dict[str, tuple[str, str | None]] = {k: ("SET", v) for k, v in updates.items()}
     ops.update({k: ("DELETE", None) for k in deletes})
     resource = ConfigResource(ConfigResourceType.TOPIC, name, ops)
     what = f"Error while altering the configs of {name}"
@@ -174,7 +175,7 @@ def _alter_configs(admin: Any, name: str, updates: dict[str, str], deletes: list
         raise ToolError(f"{what}: {outcome}")
 
 
-def _cmd_delete(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_delete(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     if args.topic is None:
         raise ToolError("Missing required argument \"[topic]\"")
     names = _selected(admin, args)

@@ -28,11 +28,18 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, TextIO, TypeVar
+from typing import TextIO, TypeVar
 
 from kafka.errors import KafkaError, TransactionalIdNotFoundError, for_code
-from kafka.structs import TopicPartition
 
+from broker.tools.admin_port import (
+    AbortSpec,
+    AdminPort,
+    PartitionProducers,
+    TopicPartition,
+    TransactionDescriptionView,
+    TransactionListingView,
+)
 from broker.tools.common import Command, Subcommands, ToolError, add_connection_args, run_command
 from coordinator.transaction.hanging import OpenTransaction, candidate_open_transactions, hanging_transactions
 from protocol.types import Offset, ProducerEpoch, ProducerId
@@ -69,7 +76,7 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def open_transactions(states: Mapping[TopicPartition, Any]) -> list[OpenTransaction]:
+def open_transactions(states: Mapping[TopicPartition, PartitionProducers]) -> list[OpenTransaction]:
     """Every producer with a current transaction start offset, by partition (from
     kafka-python's `describe_producers` result)."""
     found = []
@@ -83,7 +90,7 @@ def open_transactions(states: Mapping[TopicPartition, Any]) -> list[OpenTransact
     return sorted(found, key=lambda t: (t.topic, t.partition, t.start_offset))
 
 
-def list_rows(listings_by_broker: Mapping[int, Iterable[Any]]) -> list[list[str]]:
+def list_rows(listings_by_broker: Mapping[int, Iterable[TransactionListingView]]) -> list[list[str]]:
     rows = [
         [t.transactional_id, str(broker_id), str(t.producer_id), _state(t.state)]
         for broker_id, listings in listings_by_broker.items()
@@ -92,7 +99,7 @@ def list_rows(listings_by_broker: Mapping[int, Iterable[Any]]) -> list[list[str]
     return sorted(rows)
 
 
-def describe_row(transactional_id: str, d: Any, now_ms: int) -> list[str]:
+def describe_row(transactional_id: str, d: TransactionDescriptionView, now_ms: int) -> list[str]:
     started = d.transaction_start_time_ms
     partitions = ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(d.topic_partitions))
     return [
@@ -104,7 +111,7 @@ def describe_row(transactional_id: str, d: Any, now_ms: int) -> list[str]:
     ]
 
 
-def producer_rows(state: Any) -> list[list[str]]:
+def producer_rows(state: PartitionProducers) -> list[list[str]]:
     return [
         [
             str(p.producer_id), str(p.producer_epoch), str(p.coordinator_epoch), str(p.last_sequence),
@@ -125,7 +132,7 @@ def hanging_rows(hanging: Iterable[OpenTransaction], now_ms: int) -> list[list[s
     ]
 
 
-def _state(state: Any) -> str:
+def _state(state: object) -> str:
     return str(getattr(state, "value", state))
 
 
@@ -153,12 +160,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _cmd_list(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_list(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     listings = _call("Failed to list transactions", admin.list_transactions)
     out.write(format_table(LIST_HEADERS, list_rows(listings)))
 
 
-def _cmd_describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_describe(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     txn_id = args.transactional_id
     what = f"Failed to describe transaction state of transactional-id `{txn_id}`"
     descriptions = _call(what, lambda: admin.describe_transactions([txn_id]))
@@ -167,7 +174,7 @@ def _cmd_describe(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
     out.write(format_table(DESCRIBE_HEADERS, [describe_row(txn_id, descriptions[txn_id], _now_ms())]))
 
 
-def _cmd_describe_producers(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_describe_producers(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     tp = TopicPartition(args.topic, args.partition)
     where = f"broker {args.broker_id}" if args.broker_id is not None else "leader"
     what = f"Failed to describe producers for partition {tp.topic}-{tp.partition} on {where}"
@@ -175,7 +182,7 @@ def _cmd_describe_producers(admin: Any, args: argparse.Namespace, out: TextIO) -
     out.write(format_table(PRODUCERS_HEADERS, producer_rows(states[tp])))
 
 
-def _partitions_to_search(admin: Any, args: argparse.Namespace) -> list[TopicPartition]:
+def _partitions_to_search(admin: AdminPort, args: argparse.Namespace) -> list[TopicPartition]:
     if args.topic is not None and args.partition is not None:
         return [TopicPartition(args.topic, args.partition)]
     topics = [args.topic] if args.topic is not None else _call("Failed to list topics", admin.list_topics)
@@ -193,7 +200,7 @@ def _partitions_to_search(admin: Any, args: argparse.Namespace) -> list[TopicPar
 
 
 def _open_transactions(
-    admin: Any, args: argparse.Namespace, tps: list[TopicPartition]
+    admin: AdminPort, args: argparse.Namespace, tps: list[TopicPartition]
 ) -> list[OpenTransaction]:
     found = []
     for batch in _batches(tps):
@@ -203,16 +210,18 @@ def _open_transactions(
     return found
 
 
-def _transactional_ids(admin: Any, producer_ids: set[ProducerId]) -> dict[ProducerId, str]:
+def _transactional_ids(admin: AdminPort, producer_ids: set[ProducerId]) -> dict[ProducerId, str]:
     what = f"Failed to list transactions for {len(producer_ids)} producers"
     by_broker = _call(what, lambda: admin.list_transactions(producer_id_filters=sorted(producer_ids)))
     return {
-        t.producer_id: t.transactional_id
+        ProducerId(t.producer_id): t.transactional_id
         for listings in by_broker.values() for t in listings if t.producer_id in producer_ids
     }
 
 
-def _partitions_of(admin: Any, transactional_ids: Iterable[str]) -> dict[str, set[TopicPartition] | None]:
+def _partitions_of(
+    admin: AdminPort, transactional_ids: Iterable[str],
+) -> dict[str, set[TopicPartition] | None]:
     """Each id's current transaction's partitions, None for an id its coordinator lacks."""
     found: dict[str, set[TopicPartition] | None] = {}
     for txn_id in sorted(set(transactional_ids)):
@@ -226,7 +235,7 @@ def _partitions_of(admin: Any, transactional_ids: Iterable[str]) -> dict[str, se
     return found
 
 
-def _cmd_find_hanging(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_find_hanging(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     if args.topic is None and args.broker_id is None:
         raise ToolError("The `find-hanging` command requires either --topic or --broker-id "
                         "to limit the scope of the search")
@@ -244,7 +253,7 @@ def _cmd_find_hanging(admin: Any, args: argparse.Namespace, out: TextIO) -> None
     out.write(format_table(HANGING_HEADERS, hanging_rows(hanging, now)))
 
 
-def abort_spec_by_offset(admin: Any, tp: TopicPartition, start_offset: int) -> Any:
+def abort_spec_by_offset(admin: AdminPort, tp: TopicPartition, start_offset: int) -> AbortSpec:
     from kafka.admin import AbortTransactionSpec
 
     what = f"Failed to validate producer state for partition {tp.topic}-{tp.partition}"
@@ -253,22 +262,25 @@ def abort_spec_by_offset(admin: Any, tp: TopicPartition, start_offset: int) -> A
         if txn.start_offset == start_offset:
             # A producer never marked has coordinator epoch -1; 0 passes any check, as in Kafka.
             epoch = max(txn.coordinator_epoch, 0)
-            return AbortTransactionSpec(tp, txn.producer_id, txn.producer_epoch, epoch)
+            spec: AbortSpec = AbortTransactionSpec(tp, txn.producer_id, txn.producer_epoch, epoch)
+            return spec
     raise ToolError(f"Could not find any open transactions starting at offset {start_offset} "
                     f"on partition {tp.topic}-{tp.partition}")
 
 
-def _abort_spec_by_producer(tp: TopicPartition, args: argparse.Namespace) -> Any:
+def _abort_spec_by_producer(tp: TopicPartition, args: argparse.Namespace) -> AbortSpec:
     from kafka.admin import AbortTransactionSpec
 
     if args.producer_epoch is None:
         raise ToolError("Missing required argument --producer-epoch")
     if args.coordinator_epoch is None:
         raise ToolError("Missing required argument --coordinator-epoch")
-    return AbortTransactionSpec(tp, args.producer_id, args.producer_epoch, max(args.coordinator_epoch, 0))
+    epoch = max(args.coordinator_epoch, 0)
+    spec: AbortSpec = AbortTransactionSpec(tp, args.producer_id, args.producer_epoch, epoch)
+    return spec
 
 
-def _cmd_abort(admin: Any, args: argparse.Namespace, out: TextIO) -> None:
+def _cmd_abort(admin: AdminPort, args: argparse.Namespace, out: TextIO) -> None:
     tp = TopicPartition(args.topic, args.partition)
     if args.start_offset is not None:
         spec = abort_spec_by_offset(admin, tp, args.start_offset)

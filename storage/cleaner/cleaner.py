@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
-from protocol.types import TopicPartition
+from protocol.types import Offset, TopicPartition
 from storage.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
 from storage.cleaner.job import CleanJob, CleanResult
 from storage.cleaner.offset_map import OffsetMap
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,7 @@ class LogCleaner:
         self._logs = logs
         self.config = config
         self._crash_point = crash_point
-        self._checkpoints: dict[Path, dict[TopicPartition, int]] = {}
+        self._checkpoints: dict[Path, dict[TopicPartition, Offset]] = {}
         self._uncleanable: set[TopicPartition] = set()  # data it cannot decode: until restart
         self._io_failed: dict[TopicPartition, int] = {}  # after an I/O error: not before (ms)
         self._held: dict[TopicPartition, int] = {}  # last reported hanging-transaction offset
@@ -121,7 +122,7 @@ class LogCleaner:
 
     # -- checkpoints ------------------------------------------------------------------
 
-    def _checkpoint_of(self, directory: Path) -> dict[TopicPartition, int]:
+    def _checkpoint_of(self, directory: Path) -> dict[TopicPartition, Offset]:
         found = self._checkpoints.get(directory)
         if found is None:
             try:
@@ -132,10 +133,10 @@ class LogCleaner:
             self._checkpoints[directory] = found
         return found
 
-    def first_dirty_checkpoint(self, tp: TopicPartition, lg: Log) -> int | None:
+    def first_dirty_checkpoint(self, tp: TopicPartition, lg: Log) -> Offset | None:
         return self._checkpoint_of(lg.directory.parent).get(tp)
 
-    def _update_checkpoint(self, tp: TopicPartition, lg: Log, offset: int) -> None:
+    def _update_checkpoint(self, tp: TopicPartition, lg: Log, offset: Offset) -> None:
         directory = lg.directory.parent
         offsets = self._checkpoint_of(directory)
         offsets[tp] = offset
@@ -194,7 +195,7 @@ class LogCleaner:
         for group, segment in zip(result.groups, new, strict=True):
             lg.replace_segments([ref.segment for ref in group.replaced], segment)
         self._crash_point("cleaner.after_swap")
-        self._update_checkpoint(tp, lg, result.first_dirty_offset)
+        self._update_checkpoint(tp, lg, Offset(result.first_dirty_offset))
         self.passes += 1
         if self._io_failed.pop(tp, None) is not None:
             log.info("%s: cleaned again after an I/O error", job.name)
@@ -307,7 +308,7 @@ class LogCleaner:
             return False
         return self._on_loop(self.install, tp, result)
 
-    def _on_loop(self, fn: Callable[..., T], *args: Any) -> T:
+    def _on_loop(self, fn: Callable[[*Args], T], *args: *Args) -> T:
         """Run ``fn`` on the event-loop thread and wait for it (CleaningAborted when the
         cleaner stops before it ran)."""
         loop = self._loop

@@ -7,9 +7,12 @@ ENTRY_BYTES and the capacity is derived from ``log.cleaner.dedupe.buffer.size`` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from storage.cleaner.records import KEY, OFFSET
+
+if TYPE_CHECKING:
+    from storage.cleaner.records import Record
 
 ENTRY_BYTES = 128  # a dict slot plus a small bytes key, measured on CPython 3.12
 
@@ -35,7 +38,7 @@ class OffsetMap:
     def full(self) -> bool:
         return len(self._map) >= self.capacity
 
-    def put_records(self, records: list[Any]) -> None:
+    def put_records(self, records: list[Record]) -> None:
         """Every record of one batch (offset order): a later offset replaces an earlier one."""
         if not records:
             return
@@ -48,6 +51,6 @@ class OffsetMap:
         """The latest offset of ``key``, -1 when it is not in the map."""
         return self._map.get(key, -1)
 
-    def retains(self, record: Any) -> bool:
+    def retains(self, record: Record) -> bool:
         """Kafka's first test: the record is the latest of its key (or past the map)."""
         return bool(record.offset > self.latest_offset or record.offset >= self._map.get(record.key, -1))

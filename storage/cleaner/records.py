@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from operator import attrgetter
-from typing import Any
+from typing import Protocol
 
 import cramjam
 from aiokafka.record._crecords import DefaultRecordBatch
@@ -30,6 +30,22 @@ from protocol.record_batch import (
 )
 from storage.validator import XERIAL_HEADER, _Scratch
 
+
+class Record(Protocol):
+    """What the cleaner reads of a decoded record (aiokafka's C DefaultRecord, untyped)."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]: ...
+
+
 KEY = attrgetter("key")
 OFFSET = attrgetter("offset")
 _I32 = struct.Struct(">i")
@@ -46,7 +62,7 @@ class BatchDecoder:
     def __init__(self) -> None:
         self._scratch = _Scratch()
 
-    def records(self, batch: bytes, header: BatchHeader) -> list[Any]:
+    def records(self, batch: bytes, header: BatchHeader) -> list[Record]:
         """The records of one batch, read in C; they copy their bytes out of the buffer."""
         try:
             if header.compression == Compression.NONE:
@@ -60,7 +76,7 @@ class BatchDecoder:
             raise UndecodableBatchError(f"batch at offset {header.base_offset}: {exc}") from exc
 
 
-def _reencode(rec: Any, base_offset: int, base_timestamp: int) -> bytes:
+def _reencode(rec: Record, base_offset: int, base_timestamp: int) -> bytes:
     """A decoded record written again, relative to its new batch's base."""
     return encode_record(rec.offset - base_offset, rec.timestamp - base_timestamp, rec.key, rec.value,
                          rec.headers)
@@ -84,7 +100,7 @@ def compress(data: bytes, codec: int) -> bytes:
     raise UndecodableBatchError(f"unknown codec {codec}")
 
 
-def rebuild_batch(header: BatchHeader, retained: list[Any], delete_horizon_ms: int | None) -> bytes:
+def rebuild_batch(header: BatchHeader, retained: list[Record], delete_horizon_ms: int | None) -> bytes:
     """The batch holding only ``retained`` (non-empty) of ``header``'s records."""
     base = header.base_offset
     base_ts = retained[0].timestamp if delete_horizon_ms is None else delete_horizon_ms

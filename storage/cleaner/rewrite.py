@@ -13,9 +13,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
-from protocol.record_batch import HEADER_SIZE, BatchHeader, CorruptBatchError, parse_control_batch
+from protocol.record_batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    ControlRecord,
+    CorruptBatchError,
+    parse_control_batch,
+)
 from storage.cleaner.job import CleanedGroup, CleanJob, CleanResult, CleanStats, LastRecord, SegmentRef
 from storage.cleaner.offset_map import OffsetMap
 from storage.cleaner.records import BatchDecoder, empty_batch, rebuild_batch
@@ -103,7 +108,7 @@ def build_offset_map(job: CleanJob, offset_map: OffsetMap, decoder: BatchDecoder
     return job.end_offset
 
 
-def _marker(batch: bytes, header: BatchHeader) -> Any:
+def _marker(batch: bytes, header: BatchHeader) -> ControlRecord | None:
     if header.records_count < 1:
         return None
     try:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from protocol.record_batch import HEADER_SIZE, BatchHeader
+from protocol.types import Offset
 from storage.checkpoints import atomic_write, fsync_dir
 from storage.cleaner.job import CleanedGroup
 from storage.cleaner.rewrite import CLEANED_SUFFIX, SEGMENT_SUFFIXES, cleaned_path, discard_cleaned
@@ -81,7 +82,7 @@ def install(
     for group in groups:
         _finish_swap(directory, group.base_offset)
     fsync_dir(directory)
-    return [LogSegment.open(directory, group.base_offset, index_interval, now_ms) for group in groups]
+    return [LogSegment.open(directory, Offset(group.base_offset), index_interval, now_ms) for group in groups]
 
 
 def _finish_swap(directory: Path, base: int) -> None:

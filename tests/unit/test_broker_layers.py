@@ -168,3 +168,38 @@ def test_an_upward_or_sideways_import_is_found() -> None:
     assert upward_imports({"broker.api.services": {"broker.metrics.stats"}}) == [
         "broker.api.services -> broker.metrics.stats"]
     assert upward_imports({"broker.cluster.view": {"broker.store.image", "broker.cluster.image"}}) == []
+
+
+# -- handlers read partitions through the view ----------------------------------------------
+
+
+def log_reaches(source: str) -> list[str]:
+    """Where handler code reaches a partition's log for something the read view lacks:
+    `x.log.name` with a name not in LogView, or `y = x.log` without the LogView annotation."""
+    from broker.api.partition_view import LOG_VIEW_MEMBERS
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "log" and node.attr not in LOG_VIEW_MEMBERS:
+            found.append(f"line {node.lineno}: .log.{node.attr}")
+        holds_log = isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Attribute) \
+            and node.value.attr == "log"
+        if holds_log and isinstance(node, ast.Assign):
+            found.append(f"line {node.lineno}: .log held without the LogView annotation")
+        if holds_log and isinstance(node, ast.AnnAssign) and ast.unparse(node.annotation) != "LogView":
+            found.append(f"line {node.lineno}: .log held as {ast.unparse(node.annotation)}")
+    return found
+
+
+def test_handlers_read_a_partitions_log_only_through_the_view() -> None:
+    wrong = [f"{path.name}: {where}" for path in sorted((BROKER / "handlers").glob("*.py"))
+             for where in log_reaches(path.read_text())]
+    assert wrong == []
+    assert not any("storage.log" in GRAPH[m] for m in GRAPH if m.startswith("broker.handlers."))
+
+
+def test_a_handler_writing_to_a_log_is_caught() -> None:
+    assert log_reaches("part.log.delete_records_before(3)") == ["line 1: .log.delete_records_before"]
+    assert log_reaches("log = part.log") == ["line 1: .log held without the LogView annotation"]
+    assert log_reaches("log: LogView = part.log\npart.log.high_watermark") == []
