@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATS", "authentication_failed", "authorization_denied",
-    "clock", "connection_opened", "coordinator_loaded", "fetch_failed",
+    "accept_blocked", "accept_throttled", "clock", "connection_opened", "connection_refused",
+    "coordinator_loaded", "fetch_failed",
     "fetched",
     "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked",
     "txn_transition",
@@ -73,6 +74,21 @@ def connection_opened(listener: str, protocol: str) -> None:
     """A client connected to `listener`, whose security protocol is `protocol`."""
     STATS.connections_created += 1
     STATS.connections_by_listener[(listener, protocol)] += 1
+
+
+def connection_refused(listener: str) -> None:
+    """A connection closed at once: its address was at `max.connections.per.ip`."""
+    STATS.connections_refused[listener] += 1
+
+
+def accept_throttled(listener: str, throttle_ms: int) -> None:
+    """An accept waited `throttle_ms` for `max.connection.creation.rate`."""
+    STATS.accept_throttle_ms[listener] += throttle_ms
+
+
+def accept_blocked(listener: str, seconds: float) -> None:
+    """The acceptor of `listener` waited `seconds` for a connection to close (`max.connections`)."""
+    STATS.accept_blocked_s[listener] += seconds
 
 
 def authentication_failed(listener: str) -> None:
