@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import multiprocessing
 import resource
 import socket
@@ -109,11 +110,11 @@ async def _open(port: int, count: int, held: list[asyncio.BaseTransport]) -> Non
     greeting, fetch = _requests()
     for start in range(0, count, CONNECT_BATCH):
         greeted = []
-        for i in range(start, min(count, start + CONNECT_BATCH)):
+        for _ in range(start, min(count, start + CONNECT_BATCH)):
             future: asyncio.Future[None] = loop.create_future()
             fetching = fetch if len(held) % 2 else None
-            transport, _ = await loop.create_connection(lambda f=future, x=fetching: Held(greeting, x, f),
-                                                        "127.0.0.1", port)
+            transport, _ = await loop.create_connection(
+                functools.partial(Held, greeting, fetching, future), "127.0.0.1", port)
             held.append(transport)
             greeted.append(future)
         await asyncio.wait_for(asyncio.gather(*greeted), 120)

@@ -30,7 +30,7 @@ __all__ = [
     "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked",
     "txn_transition",
 ]
-PRODUCE, FETCH, METADATA = 0, 1, 3
+PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
 MS = 1000.0
 
 
@@ -65,6 +65,8 @@ def _count_errors(api_key: int, response: Response) -> None:
             errors[(api_key, t.error_code)] += 1
             for p in t.partitions:
                 errors[(api_key, p.error_code)] += 1
+    elif api_key == API_VERSIONS:  # each new connection's first request: its api keys have no errors
+        errors[(api_key, response.error_code)] += 1
     else:
         for code, n in error_codes(response).items():
             errors[(api_key, code)] += n
