@@ -94,18 +94,21 @@ class Held(asyncio.Protocol):
             self.expected -= 1
             if self.expected == 0 and not self.greeted.done():
                 self.greeted.set_result(None)
-            if self.expected > 0:
-                return
-        if self.fetch is not None and self.transport is not None:
-            self.transport.write(self.fetch)  # the next long poll
+            return
+        self.poll()  # the next long poll
+
+    def poll(self) -> None:
+        if self.fetch is not None and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(self.fetch)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.greeted.done():
             self.greeted.set_exception(ConnectionError(f"closed before its greeting was answered: {exc}"))
 
 
-async def _open(port: int, count: int, held: list[asyncio.BaseTransport]) -> None:
-    """`count` more connections, half of them fetching, CONNECT_BATCH at a time."""
+async def _open(port: int, count: int, held: list[Held]) -> None:
+    """`count` more connections, half of them to fetch, CONNECT_BATCH at a time; their long
+    polls start once all are open (so that opening them is timed alone)."""
     loop = asyncio.get_running_loop()
     greeting, fetch = _requests()
     for start in range(0, count, CONNECT_BATCH):
@@ -113,23 +116,28 @@ async def _open(port: int, count: int, held: list[asyncio.BaseTransport]) -> Non
         for _ in range(start, min(count, start + CONNECT_BATCH)):
             future: asyncio.Future[None] = loop.create_future()
             fetching = fetch if len(held) % 2 else None
-            transport, _ = await loop.create_connection(
+            _, protocol = await loop.create_connection(
                 functools.partial(Held, greeting, fetching, future), "127.0.0.1", port)
-            held.append(transport)
+            held.append(protocol)
             greeted.append(future)
         await asyncio.wait_for(asyncio.gather(*greeted), 120)
 
 
 async def _hold(port: int, pipe: Connection) -> None:
     """Open connections up to each size the parent asks for; report; close all at the end."""
-    held: list[asyncio.BaseTransport] = []
+    held: list[Held] = []
     loop = asyncio.get_running_loop()
     while (size := await loop.run_in_executor(None, pipe.recv)) > 0:
         started = time.monotonic()
+        new = len(held)
         await _open(port, size - len(held), held)
-        pipe.send((len(held), time.monotonic() - started, Held.answers))
-    for transport in held:
-        transport.close()
+        seconds = time.monotonic() - started
+        for connection in held[new:]:
+            connection.poll()
+        pipe.send((len(held), seconds, Held.answers))
+    for connection in held:
+        if connection.transport is not None:
+            connection.transport.close()
     pipe.send((0, 0.0, Held.answers))
 
 
