@@ -106,7 +106,7 @@ class Broker:
         self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
         # the open connections, by listener and address (max.connections and the like)
-        self._slots = Slots(ConnectionQuotas(ConnectionLimits.of(config), config.listeners))
+        self._slots = Slots(ConnectionQuotas(ConnectionLimits.current(config), config.listeners))
         self.metrics = BrokerMetrics(
             metrics_socket, self._state_sources(), lambda topic: self.topics.get(topic) is not None,
             config.metrics_listener,
@@ -154,10 +154,11 @@ class Broker:
 
     def _apply_dynamic_configs(self) -> None:
         """Dynamic broker configs changed: every log takes the config its topic now resolves to
-        (topic overrides still win)."""
+        (topic overrides still win), and the acceptors the connection limits."""
         self.log_manager.default_config = LogConfig.from_properties(self.config.explicit, {})
         for topic in self.topics.all().values():
             self.replicas.update_config(topic.name, self.topics.log_config(topic))
+        self._slots.update(ConnectionLimits.current(self.config))
 
     def _topic_overrides(self) -> dict[str, dict[str, str]]:
         if self.cluster is not None:

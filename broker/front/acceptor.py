@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from broker import metrics
 from broker.base.clock import now_ms
-from broker.front.quotas import ConnectionQuotas
+from broker.front.quotas import ConnectionLimits, ConnectionQuotas
 
 log = logging.getLogger(__name__)
 READ_LIMIT = 2**16  # the StreamReader's buffer before it stops reading the socket
@@ -39,6 +39,14 @@ class Slots:
 
     def close(self, listener: str, ip: str) -> None:
         self.quotas.close(listener, ip)
+        self._wake()
+
+    def update(self, limits: ConnectionLimits) -> None:
+        """New limits: a waiting acceptor looks again (a higher `max.connections` frees it)."""
+        self.quotas.update(limits)
+        self._wake()
+
+    def _wake(self) -> None:
         if self._freed is not None:
             self._freed.set_result(None)
             self._freed = None

@@ -21,9 +21,10 @@ import ipaddress
 import socket
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from broker.config import INT_MAX, BrokerConfig, ConfigError, ip_overrides
+from broker.config import INT_MAX, KEYS, BrokerConfig, ConfigError, ip_overrides
+from storage.log_config import CONNECTION_DYNAMIC_BROKER_CONFIGS
 
 QUOTA_WINDOW_MS = 1000  # Kafka's quota.window.size.seconds (1)
 QUOTA_SAMPLES = 11  # Kafka's quota.window.num
@@ -108,6 +109,15 @@ class ConnectionLimits:
     inter_broker: str = ""
 
     @staticmethod
+    def current(config: BrokerConfig) -> ConnectionLimits:
+        """The limits with the dynamic broker configs in force (`config.explicit` is live)."""
+        values = dict(config.values)
+        for key in CONNECTION_DYNAMIC_BROKER_CONFIGS:
+            if key in config.explicit:
+                values[key] = KEYS[key].parse(config.explicit[key])
+        return ConnectionLimits.of(replace(config, values=values))
+
+    @staticmethod
     def of(config: BrokerConfig) -> ConnectionLimits:
         names = list(config.listeners)
         return ConnectionLimits(
@@ -142,8 +152,14 @@ def _addresses(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-def _rate(limit: int) -> Rate | None:
-    return Rate(limit) if limit < INT_MAX else None  # no limit: nothing to record
+def _rate(limit: int, rate: Rate | None = None) -> Rate | None:
+    """The rate of a limit; an existing one keeps its samples (Kafka updates the quota's bound)."""
+    if limit >= INT_MAX:
+        return None  # no limit: nothing to record
+    if rate is None:
+        return Rate(limit)
+    rate.limit = limit
+    return rate
 
 
 class ConnectionQuotas:
@@ -157,6 +173,13 @@ class ConnectionQuotas:
         self.broker_rate = _rate(limits.creation_rate)
         self.listener_rates = {name: _rate(limits.listener_rate.get(name, limits.creation_rate))
                                for name in self.by_listener}
+
+    def update(self, limits: ConnectionLimits) -> None:
+        """New limits (dynamic broker configs); what is open stays open, as in Kafka."""
+        self.limits = limits
+        self.broker_rate = _rate(limits.creation_rate, self.broker_rate)
+        self.listener_rates = {name: _rate(limits.listener_rate.get(name, limits.creation_rate), rate)
+                               for name, rate in self.listener_rates.items()}
 
     def _protected(self, listener: str) -> bool:
         """Kafka's protectedListener: the inter-broker listener, when there are others."""

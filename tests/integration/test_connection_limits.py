@@ -162,3 +162,25 @@ def test_creation_rate_throttles_after_the_burst(start: Start) -> None:
     if isinstance(server, BrokerProcess):
         throttled = "kafka_server_socket_server_metrics_connection_accept_throttle_time_total"
         assert gregor_metric(server, throttled) > 0
+
+
+def test_max_connections_raised_at_run_time_frees_the_waiting_one(start: Start) -> None:
+    """IncrementalAlterConfigs of the cluster-wide default (KIP-226) applies to the acceptor at
+    once, as Kafka's DynamicBrokerConfig does: the connection waiting for a slot is served."""
+    from tests.differential.messages import build
+
+    server = start({"max.connections": 3})
+    with clients(server, 3, "127.0.0.2") as held:
+        waiting = wire.WireClient(port_of(server), source="127.0.0.2")
+        try:
+            assert not answered_within(waiting, 0.5)
+            alter = build(44, 0, {"resources": [{
+                "resource_type": 4, "resource_name": "",
+                "configs": [{"name": "max.connections", "config_operation": 0, "value": "4"}],
+            }], "validate_only": False})
+            answer = held[0].call(alter, 0)
+            assert [r.error_code for r in answer.responses] == [0], answer
+            waiting.sock.settimeout(10.0)
+            assert waiting.recv_frame(), "raising max.connections did not serve the waiting connection"
+        finally:
+            waiting.close()

@@ -105,3 +105,16 @@ def test_limits_from_config() -> None:
 def test_bad_limits_are_refused(raw: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build_config(raw)
+
+
+def test_new_limits_keep_what_is_open_and_the_rate_samples() -> None:
+    quotas = ConnectionQuotas(ConnectionLimits(max_connections=1, creation_rate=5), ["PLAINTEXT"])
+    quotas.open("PLAINTEXT", "a")
+    for _ in range(50):
+        quotas.throttle_ms("PLAINTEXT", 0)
+    quotas.update(ConnectionLimits(max_connections=2, creation_rate=10))
+    assert quotas.total == 1 and quotas.slot_available("PLAINTEXT")
+    assert quotas.broker_rate is not None and quotas.broker_rate.limit == 10
+    assert quotas.throttle_ms("PLAINTEXT", 0) == 0  # 51 in 10 s: within 10/s
+    quotas.update(ConnectionLimits())
+    assert quotas.broker_rate is None and quotas.throttle_ms("PLAINTEXT", 0) == 0
