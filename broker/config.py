@@ -214,6 +214,29 @@ class HttpListener:
 
 
 @dataclass(frozen=True)
+class IpOverrides:
+    """`host:count` pairs (Kafka's `max.connections.per.ip.overrides`), comma-separated."""
+
+    expected: str = "host:count pairs, comma-separated (e.g. 127.0.0.1:200,client-host:50)"
+
+    def __call__(self, value: object) -> str:
+        items = _items(value)
+        if items is None:
+            raise ValueError(self.expected)
+        for item in items:
+            host, sep, count = item.rpartition(":")
+            if not sep or not host.strip() or not count.strip().isdigit():
+                raise ValueError(self.expected, f"{item!r} is not host:count")
+        return ",".join(items)
+
+
+def ip_overrides(text: str) -> dict[str, int]:
+    """`max.connections.per.ip.overrides` as host -> count."""
+    pairs = (item.rpartition(":") for item in filter(None, (i.strip() for i in text.split(","))))
+    return {host.strip().strip("[]"): int(count) for host, _, count in pairs}
+
+
+@dataclass(frozen=True)
 class StoreAddress:
     expected: str = "local or etcd://host:port[,host:port...][/root]"
 
@@ -484,6 +507,20 @@ KEYS: dict[str, Key] = {
     "connection.failed.authentication.delay.ms": Key(_long(0), 100, "How long the answer to a "
                                                      "failed authentication (and the close after it) "
                                                      "waits, to slow down password guessing."),
+    "max.connections": Key(_NON_NEGATIVE, INT_MAX, "Most client connections open at once; the next one "
+                           "waits unaccepted until one closes (Kafka's acceptor blocks). Per listener: "
+                           "`listener.name.<l>.max.connections` (default this); with several listeners "
+                           "the inter-broker one is held only to its own limit."),
+    "max.connections.per.ip": Key(_NON_NEGATIVE, INT_MAX, "Most connections open at once from one IP "
+                                  "address; a new one beyond it is closed as soon as it is accepted. "
+                                  "0 only with `max.connections.per.ip.overrides`."),
+    "max.connections.per.ip.overrides": Key(IpOverrides(), "", "Per-IP (or host name) exceptions to "
+                                            "`max.connections.per.ip`: `host:count` pairs, "
+                                            "comma-separated, e.g. `127.0.0.1:200,client-host:50`."),
+    "max.connection.creation.rate": Key(_NON_NEGATIVE, INT_MAX, "Most new connections accepted per "
+                                        "second (Kafka's rate over 11 one-second windows); a faster one "
+                                        "waits before it is accepted, at most 1 s each. Per listener: "
+                                        "`listener.name.<l>.max.connection.creation.rate`."),
     "sasl.server.max.receive.size": Key(_POSITIVE, 524288, "Largest frame accepted before a SASL "
                                         "connection is authenticated."),
     "transaction.hanging.auto.abort.enable": Key(Boolean(), False, "Abort hanging transactions found "
@@ -555,6 +592,10 @@ class BrokerConfig:
     log_flush_offset_checkpoint_interval_ms = Setting("log.flush.offset.checkpoint.interval.ms", int)
     log_flush_scheduler_interval_ms = Setting("log.flush.scheduler.interval.ms", int)
     log_retention_check_interval_ms = Setting("log.retention.check.interval.ms", int)
+    max_connection_creation_rate = Setting("max.connection.creation.rate", int)
+    max_connections = Setting("max.connections", int)
+    max_connections_per_ip = Setting("max.connections.per.ip", int)
+    max_connections_per_ip_overrides = Setting("max.connections.per.ip.overrides", str)
     max_partitions = Setting("max.partitions", int)
     metadata_store = Setting("metadata.store", str)
     metadata_store_connect_attempts = Setting("metadata.store.connect.attempts", int)
@@ -628,6 +669,14 @@ class BrokerConfig:
         Any key may be overridden, so the value has the type of `key` (str, int, a list), which
         the caller knows: the typed getters cover the keys that have no override."""
         return self.values.get(f"{LISTENER_PREFIX}{listener.lower()}.{key}", self.values.get(key))
+
+    def max_connections_on(self, listener: str) -> int:
+        """`listener.name.<listener>.max.connections`, else `max.connections` (Kafka's listener limit)."""
+        return int(self.for_listener(listener, "max.connections"))
+
+    def max_connection_creation_rate_on(self, listener: str) -> int:
+        """`listener.name.<listener>.max.connection.creation.rate`, else the broker's."""
+        return int(self.for_listener(listener, "max.connection.creation.rate"))
 
     @property
     def listener(self) -> Listener:
@@ -707,6 +756,7 @@ def parse_listeners(key: str, text: str) -> dict[str, Listener]:
 LISTENER_PREFIX = "listener.name."
 PER_LISTENER = ("ssl.", "sasl.enabled.mechanisms", "sasl.server.max.receive.size",
                 "connections.max.reauth.ms")
+PER_LISTENER_KEYS = frozenset({"max.connections", "max.connection.creation.rate"})  # exactly these
 _MECHANISM_JAAS = re.compile(r"[a-z0-9-]+\.sasl\.jaas\.config")
 
 
@@ -715,7 +765,8 @@ def listener_key(key: str) -> tuple[str, str] | None:
     if not key.startswith(LISTENER_PREFIX):
         return None
     name, _, rest = key[len(LISTENER_PREFIX):].partition(".")
-    if name and (rest in KEYS and rest.startswith(PER_LISTENER) or _MECHANISM_JAAS.fullmatch(rest)):
+    per_listener = rest in PER_LISTENER_KEYS or rest in KEYS and rest.startswith(PER_LISTENER)
+    if name and (per_listener or _MECHANISM_JAAS.fullmatch(rest)):
         return name.upper(), rest
     return None
 
@@ -778,6 +829,9 @@ def _check(config: BrokerConfig) -> None:
             f"group.max.session.timeout.ms ({high}) must be \u2265 group.min.session.timeout.ms ({low})"
         )
     _check_consumer_groups(config)
+    if config.max_connections_per_ip == 0 and not config.max_connections_per_ip_overrides:
+        raise ConfigError("max.connections.per.ip can be set to zero only if "
+                          "max.connections.per.ip.overrides property is set.")
     wait, lag = config.replica_fetch_wait_max_ms, config.replica_lag_time_max_ms
     if wait > lag:  # Kafka's rule: a follower parked at its leader longer than this leaves the ISR
         raise ConfigError(

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
-from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
 
@@ -29,8 +27,10 @@ from broker.coordination.hanging import HangingTransactionCheck
 from broker.coordination.marker_writer import MarkerWriter
 from broker.coordination.transactions import TransactionCoordinator
 from broker.dynamic_config import DynamicBrokerConfigs
+from broker.front.acceptor import Acceptor, Slots
 from broker.front.connection import Connection
 from broker.front.listeners import bind_listener, bind_metrics
+from broker.front.quotas import ConnectionLimits, ConnectionQuotas
 from broker.handlers import HANDLER_TABLE
 from broker.metrics import request_log
 from broker.metrics.collectors import StateSources
@@ -103,9 +103,10 @@ class Broker:
             api_versions=HANDLER_TABLE, clock=now_ms, fetch_sessions=FetchSessionCache(), acls=acls,
             scram=scram,
         )
-        self._servers: list[asyncio.base_events.Server] = []
+        self._acceptors: list[Acceptor] = []
         self._stopping = asyncio.Event()
-        self._connections: dict[asyncio.Task[None], str] = {}  # open connection -> its listener
+        # the open connections, by listener and address (max.connections and the like)
+        self._slots = Slots(ConnectionQuotas(ConnectionLimits.current(config), config.listeners))
         self.metrics = BrokerMetrics(
             metrics_socket, self._state_sources(), lambda topic: self.topics.get(topic) is not None,
             config.metrics_listener,
@@ -145,7 +146,7 @@ class Broker:
     def _state_sources(self) -> StateSources:
         cluster = self.cluster
         return StateSources(
-            partitions=self.replicas.all_partitions, connections=lambda: len(self._connections),
+            partitions=self.replicas.all_partitions, connections=lambda: self._slots.quotas.total,
             connections_by_listener=self._connections_by_listener,
             transactions=self.transactions.transactions, group_states=self.groups.group_states,
             controller=lambda: controller_status(cluster),
@@ -153,10 +154,11 @@ class Broker:
 
     def _apply_dynamic_configs(self) -> None:
         """Dynamic broker configs changed: every log takes the config its topic now resolves to
-        (topic overrides still win)."""
+        (topic overrides still win), and the acceptors the connection limits."""
         self.log_manager.default_config = LogConfig.from_properties(self.config.explicit, {})
         for topic in self.topics.all().values():
             self.replicas.update_config(topic.name, self.topics.log_config(topic))
+        self._slots.update(ConnectionLimits.current(self.config))
 
     def _topic_overrides(self) -> dict[str, dict[str, str]]:
         if self.cluster is not None:
@@ -212,9 +214,9 @@ class Broker:
         if self.cleaner.config.enable:
             self.cleaner.start(asyncio.get_running_loop())
         for name, sock in self._sockets.items():
-            on_connect = functools.partial(self._on_connect, name)
-            tls = self._security[name].tls
-            self._servers.append(await asyncio.start_server(on_connect, sock=sock, limit=2**16, ssl=tls))
+            acceptor = Acceptor(name, sock, self._slots, self._security[name].tls, self._on_connect)
+            acceptor.start()
+            self._acceptors.append(acceptor)
         log.info(
             "broker %d serving on %s, cluster %s, data in %s", self.node_id, self._describe_listeners(),
             self.cluster_id, ",".join(str(d) for d in self.config.log_dirs),
@@ -232,7 +234,8 @@ class Broker:
 
     def _connections_by_listener(self) -> dict[tuple[str, str], int]:
         """Open connections by (listener, security protocol), for the metrics."""
-        return dict(Counter((name, self._security[name].protocol) for name in self._connections.values()))
+        by_listener = self._slots.quotas.by_listener
+        return {(name, self._security[name].protocol): n for name, n in by_listener.items() if n}
 
     async def _join_cluster(self, cluster: ClusterMembership) -> None:
         """Register, reserve producer ids, then take the partitions the image gives this broker."""
@@ -246,9 +249,6 @@ class Broker:
     async def _on_connect(
         self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[task] = listener
         metrics.connection_opened(listener, self._security[listener].protocol)
         connection = Connection(self.services, reader, writer, listener, self._security[listener])
         if connection.debug:
@@ -258,7 +258,6 @@ class Broker:
         except asyncio.CancelledError:
             pass  # shutdown closes open connections; nothing to report
         finally:
-            self._connections.pop(task, None)
             if connection.debug:
                 request_log.closed(connection.peer, connection.requests)
 
@@ -292,12 +291,13 @@ class Broker:
     async def stop(self) -> None:
         """Each step is bounded, so a stuck one cannot keep the logs from closing cleanly."""
         log.info("broker %d shutting down", self.node_id)
-        for server in self._servers:
-            server.close()
-        for task in list(self._connections):
+        connections = [task for acceptor in self._acceptors for task in acceptor.tasks]
+        for acceptor in self._acceptors:
+            acceptor.close()
+        for task in connections:
             task.cancel()
         steps: list[tuple[str, Awaitable[Any]]] = [
-            ("connections", asyncio.gather(*self._connections, return_exceptions=True)),
+            ("connections", asyncio.gather(*connections, return_exceptions=True)),
             ("log cleaner", self.cleaner.stop()),
             ("metrics", self.metrics.stop()),
             ("hanging-transaction check", self.hanging.stop()),

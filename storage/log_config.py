@@ -424,9 +424,6 @@ UNUSED_DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
     _unused("background.threads", "int", 10, 1),
     _unused("log.cleaner.io.buffer.size", "int", 524288, 0),
     _unused("log.cleaner.threads", "int", 1, 1),  # Kafka's LogCleaner: "should be at least 1"
-    _unused("max.connection.creation.rate", "int", INT_MAX, 0),
-    _unused("max.connections", "int", INT_MAX, 0),
-    _unused("max.connections.per.ip", "int", INT_MAX, 0),
     _unused("num.io.threads", "int", 8, 1),
     _unused("num.network.threads", "int", 3, 1),
     _unused("num.recovery.threads.per.data.dir", "int", 2, 1),
@@ -436,10 +433,19 @@ UNUSED_DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
     _unused("leader.replication.throttled.rate", "long", None, 0),
     _unused("replica.alter.log.dirs.io.max.bytes.per.second", "long", None, 0),
 )}
+# Broker keys Kafka updates at run time that the broker applies itself rather than through a
+# LogConfig: the connection limits (broker/front/quotas.py; the per-listener ones only in the
+# config file).
+CONNECTION_DYNAMIC_BROKER_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in (
+    _unused("max.connection.creation.rate", "int", INT_MAX, 0),
+    _unused("max.connections", "int", INT_MAX, 0),
+    _unused("max.connections.per.ip", "int", INT_MAX, 0),
+    _unused("max.connections.per.ip.overrides", "string", "", None),
+)}
 UNDESCRIBED_UNTIL_SET = frozenset({"follower.replication.throttled.rate", "leader.replication.throttled.rate",
                                    "replica.alter.log.dirs.io.max.bytes.per.second"})
 PER_BROKER_ONLY = frozenset({"sasl.kerberos.min.time.before.relogin"})
-DYNAMIC_BROKER_CONFIGS |= UNUSED_DYNAMIC_BROKER_CONFIGS
+DYNAMIC_BROKER_CONFIGS |= UNUSED_DYNAMIC_BROKER_CONFIGS | CONNECTION_DYNAMIC_BROKER_CONFIGS
 
 
 def unused_broker_defaults() -> dict[str, ConfigValue]:

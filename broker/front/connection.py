@@ -34,6 +34,7 @@ from broker.api.context import AppendTurn, RequestContext
 from broker.api.registry import ApiHandler
 from broker.base.caller import Caller
 from broker.base.faults import fail_point
+from broker.front.answers import AnswerQueue
 from broker.handlers import api_versions
 from broker.metrics import request_log
 from broker.security.forwarded import original_caller
@@ -97,9 +98,7 @@ class Connection:
         self.security = security
         # SASL listeners: nothing but ApiVersions and SASL until authenticated
         self.auth = Authentication(security.sasl) if security.sasl is not None else None
-        self.responses: asyncio.Queue[asyncio.Task[Frame] | None] = asyncio.Queue(
-            MAX_IN_FLIGHT
-        )
+        self.responses: AnswerQueue[asyncio.Task[Frame] | None] = AnswerQueue(MAX_IN_FLIGHT)
         self.debug = request_log.enabled()  # once: nothing per request when DEBUG is off
         self.requests = 0
         # Set by the first request whose handler fails: nothing behind it runs.

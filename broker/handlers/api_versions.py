@@ -30,11 +30,19 @@ FEATURES_EPOCH = int(time.time() * 1000)
 FIRST_VERSION_WITH_LEVEL_0 = 4  # KAFKA-17492: older requests get no feature whose minimum is 0
 
 
+# a handler table (kept, so its id is not reused) and its answer's api_keys, by the table's id
+_API_KEYS: dict[int, tuple[Mapping[int, ApiHandler], list[R.ApiVersion]]] = {}
+
+
 def _api_keys(table: Mapping[int, ApiHandler]) -> list[R.ApiVersion]:
-    return [
-        R.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.advertised_max)
-        for h in sorted(table.values(), key=lambda h: h.api_key)
-    ]
+    """Built once per handler table (every new connection asks; the table never changes)."""
+    found = _API_KEYS.get(id(table))
+    if found is None:
+        found = _API_KEYS[id(table)] = (table, [
+            R.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.advertised_max)
+            for h in sorted(table.values(), key=lambda h: h.api_key)
+        ])
+    return found[1]
 
 
 def _supported_features(version: int) -> list[R.SupportedFeatureKey]:

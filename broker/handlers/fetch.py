@@ -274,12 +274,19 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> R:
                 return _response(reading, parts)
             return _response(*_changed_only(session, reading, parts), session.session_id)
         waiter = ctx.services.partitions.waiter(live, follower >= 0)
+        # the deadline resolves the waiter as a change would: asyncio.wait_for's cancel, extra
+        # future and TimeoutError cost every expiring long poll of an idle consumer (bench/connections)
+        expiry = loop.call_at(deadline, _expire, waiter)
         try:
-            await asyncio.wait_for(waiter, remaining)
-        except TimeoutError:
-            pass
+            await waiter
         finally:
+            expiry.cancel()
             ctx.services.partitions.forget(waiter, live)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _count(wanted: list[Wanted], parts: list[PartitionData], follower: bool) -> None:

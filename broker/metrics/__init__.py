@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATS", "authentication_failed", "authorization_denied",
-    "clock", "connection_opened", "coordinator_loaded", "fetch_failed",
+    "accept_blocked", "accept_throttled", "clock", "connection_opened", "connection_refused",
+    "coordinator_loaded", "fetch_failed",
     "fetched",
     "marker_round", "produce_failed", "produced", "rebalance_completed", "request_done", "txn_parked",
     "txn_transition",
 ]
-PRODUCE, FETCH, METADATA = 0, 1, 3
+PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
 MS = 1000.0
 
 
@@ -64,6 +65,8 @@ def _count_errors(api_key: int, response: Response) -> None:
             errors[(api_key, t.error_code)] += 1
             for p in t.partitions:
                 errors[(api_key, p.error_code)] += 1
+    elif api_key == API_VERSIONS:  # each new connection's first request: its api keys have no errors
+        errors[(api_key, response.error_code)] += 1
     else:
         for code, n in error_codes(response).items():
             errors[(api_key, code)] += n
@@ -73,6 +76,21 @@ def connection_opened(listener: str, protocol: str) -> None:
     """A client connected to `listener`, whose security protocol is `protocol`."""
     STATS.connections_created += 1
     STATS.connections_by_listener[(listener, protocol)] += 1
+
+
+def connection_refused(listener: str) -> None:
+    """A connection closed at once: its address was at `max.connections.per.ip`."""
+    STATS.connections_refused[listener] += 1
+
+
+def accept_throttled(listener: str, throttle_ms: int) -> None:
+    """An accept waited `throttle_ms` for `max.connection.creation.rate`."""
+    STATS.accept_throttle_ms[listener] += throttle_ms
+
+
+def accept_blocked(listener: str, seconds: float) -> None:
+    """The acceptor of `listener` waited `seconds` for a connection to close (`max.connections`)."""
+    STATS.accept_blocked_s[listener] += seconds
 
 
 def authentication_failed(listener: str) -> None:

@@ -169,7 +169,27 @@ class StatsCollector(Collector):
             by_listener.add_metric([listener, protocol], n)
         yield from (flush, load, rebalances, created, by_listener, shrinks, expands, changes, denials,
                     failures)
+        yield from self._connection_quotas()
         yield from self._hanging()
+
+    def _connection_quotas(self) -> Iterator[Metric]:
+        s = self.stats
+        refused = CounterMetricFamily("gregor_connections_refused", "Connections closed as soon as "
+                                      "accepted: their address was at max.connections.per.ip, by "
+                                      "listener.", labels=["listener"])
+        for listener, n in sorted(s.connections_refused.items()):
+            refused.add_metric([listener], n)
+        throttle = CounterMetricFamily("kafka_server_socket_server_metrics_connection_accept_throttle_time",
+                                       "Time accepts waited for max.connection.creation.rate, in ms, "
+                                       "by listener.", labels=["listener"])
+        for listener, ms in sorted(s.accept_throttle_ms.items()):
+            throttle.add_metric([listener], ms)
+        blocked = CounterMetricFamily("kafka_network_acceptor_acceptorblocked_seconds", "Time the "
+                                      "acceptor waited for a connection to close (max.connections), "
+                                      "by listener.", labels=["listener"])
+        for listener, seconds in sorted(s.accept_blocked_s.items()):
+            blocked.add_metric([listener], seconds)
+        yield from (refused, throttle, blocked)
 
     def _hanging(self) -> Iterator[Metric]:
         h = self.stats.hanging

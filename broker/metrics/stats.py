@@ -124,6 +124,9 @@ class Stats:
         self.topics: dict[str, TopicStats] = {}
         self.connections_created = 0
         self.connections_by_listener: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.connections_refused: defaultdict[str, int] = defaultdict(int)  # by listener (per IP)
+        self.accept_throttle_ms: defaultdict[str, int] = defaultdict(int)  # by listener
+        self.accept_blocked_s: defaultdict[str, float] = defaultdict(float)  # by listener
         self.authorization_denials: defaultdict[str, int] = defaultdict(int)  # by resource type
         self.authentication_failures: defaultdict[str, int] = defaultdict(int)  # by listener
         self.flush_ms = Histogram()

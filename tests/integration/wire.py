@@ -203,9 +203,12 @@ def partition_errors(produce_response: Any) -> dict[int, int]:
 
 class WireClient:
     def __init__(
-        self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, client_id: str = "gregor-wire"
+        self, port: int, host: str = "127.0.0.1", timeout: float = 10.0, client_id: str = "gregor-wire",
+        source: str | None = None,
     ) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        """`source`: the local address to connect from (e.g. 127.0.0.2, another loopback address)."""
+        at = (source, 0) if source is not None else None
+        self.sock = socket.create_connection((host, port), timeout=timeout, source_address=at)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
         self._next_id = 1
