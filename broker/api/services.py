@@ -79,6 +79,12 @@ class Partitions(PartitionWriter, Protocol):
 
     def all_partitions(self) -> list[Partition]: ...
 
+    @property
+    def generation(self) -> int:
+        """Changes when a partition is added or removed (a partition read before is the same
+        object while it does not)."""
+        ...
+
     def start_verification(
         self, part: Partition, header: BatchHeader, now_ms: int, supports_epoch_bump: bool
     ) -> Verification | None: ...

@@ -262,9 +262,14 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> R:
         _record_follower(ctx, wanted, follower)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
+    partitions = ctx.services.partitions
+    seen = partitions.generation
+    live = [w.part for w in wanted if w.part is not None]
     while True:
-        wanted = [_still_current(ctx, w) for w in wanted]
-        live = [w.part for w in wanted if w.part is not None]
+        if partitions.generation != seen:  # after a wait: a partition read may be gone since
+            seen = partitions.generation
+            wanted = [_still_current(ctx, w) for w in wanted]
+            live = [w.part for w in wanted if w.part is not None]
         reading = wanted if session is None else [w for w in wanted if not _quiet(session, w)]
         parts, total, errors = _read_all(reading, request, follower >= 0)
         remaining = deadline - loop.time()
@@ -273,7 +278,7 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> R:
             if session is None:
                 return _response(reading, parts)
             return _response(*_changed_only(session, reading, parts), session.session_id)
-        waiter = ctx.services.partitions.waiter(live, follower >= 0)
+        waiter = partitions.waiter(live, follower >= 0)
         # the deadline resolves the waiter as a change would: asyncio.wait_for's cancel, extra
         # future and TimeoutError cost every expiring long poll of an idle consumer (bench/connections)
         expiry = loop.call_at(deadline, _expire, waiter)
@@ -281,7 +286,7 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> R:
             await waiter
         finally:
             expiry.cancel()
-            ctx.services.partitions.forget(waiter, live)
+            partitions.forget(waiter, live)
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:

@@ -170,6 +170,7 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._topic_changes: dict[str, int] = {}  # topic -> the number of its last partition added or removed
         self._changes = itertools.count(1)
+        self.generation = 0  # the number of the last partition added or removed, of any topic
         # Cluster mode: where ISR proposals go (an AlterPartition to the metadata store).
         self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
         self.replica_lag_ms = 30_000
@@ -214,7 +215,7 @@ class ReplicaManager:
         return self._topic_changes.get(topic)
 
     def _changed(self, topic: str) -> None:
-        self._topic_changes[topic] = next(self._changes)
+        self._topic_changes[topic] = self.generation = next(self._changes)
 
     def partitions_of(self, topic: str) -> list[Partition]:
         return [p for (t, _), p in self._partitions.items() if t == topic]
