@@ -48,7 +48,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from tests.integration.cluster import LAG_MS, SESSION_MS
-from tests.integration.eos_targets import NAMES, Target, three_brokers
+from tests.integration.eos_targets import NAMES, Target, kills, tally, three_brokers
 from tests.integration.harness import REPO_ROOT, free_port, wait_until
 from tests.integration.kafka import properties_text
 from tests.integration.wire import WireClient
@@ -64,7 +64,7 @@ INTERNAL = {"config": "connect-configs", "offset": "connect-offsets", "status": 
 OFFSET_SYNCS = "mm2-offset-syncs.dst.internal"  # MM2's own, on the source alias
 # Set on the source topic; MM2 copies a topic's non-default configs (DescribeConfigs) to its copy.
 SOURCE_CONFIGS = {"retention.ms": "604800001", "max.message.bytes": "2000000"}
-KILLS = 3
+KILLS = kills(3)  # `make eos-apps`: EOS_KILLS
 SEED = 618
 CHECKPOINT = "mirror-checkpoint"
 GROUP_ON_SOURCE = "shop"  # a consumer group of `orders` that moves over to `src.orders`
@@ -475,6 +475,8 @@ def test_mirror_maker_exactly_once_under_kill9(target: Target, connect_deps: Pat
         source = read_committed(bootstrap, SOURCE)
         wait_until(lambda: worker.alive() and mirrored(bootstrap, source), 90, 0.5, "every record copied")
         lap("copied")
+        copied = [v for values in read_committed(bootstrap, TARGET).values() for v in values]
+        lap(f"{tally('connect-mm2', target.name, (KILLS, 1), feed.committed, copied)}")
         check_copy(bootstrap, source, feed)
         check_source_offsets(bootstrap, worker)
         lap(f"group offsets translated: {check_checkpoints(bootstrap, worker)}")

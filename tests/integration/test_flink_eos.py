@@ -6,7 +6,7 @@ inside its own JVM: KafkaSource reading `in` read_committed (between its records
 transactions the job must not see), a running count per key in keyed state, KafkaSink with
 DeliveryGuarantee.EXACTLY_ONCE writing "COUNT,SEQ" to `out`; a checkpoint every second,
 retained. While input arrives, the JVM is killed with kill -9 at random points after a
-checkpoint (twice, or FLINK_EOS_KILLS times: `make flink-long`) and started again, restoring
+checkpoint (twice, or EOS_KILLS times: `make flink-long`, `make eos-apps`) and started again, restoring
 from the newest complete checkpoint: the connector fences the killed attempt's transactions (the
 default naming strategy by probing, InitProducerId per possible transactional id; POOLING,
 killed half as often, by DescribeProducers and ListTransactions of the output's open
@@ -40,6 +40,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.eos_targets import kills, tally
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, started_broker, wait_until
 from tests.integration.kafka import require_kafka, started_kafka
 from tests.integration.test_streams_eos import read_committed
@@ -49,7 +50,7 @@ FLINK_DEPS = REPO_ROOT / ".deps" / "flink"  # scripts/kafka/flink-pom.xml
 PARTITIONS = 2  # the job's parallelism too (FlinkEos.java's default)
 KEYS = [f"k{i}" for i in range(6)]
 RATE = 100  # input records a second, arriving while the job is killed
-KILLS = int(os.environ.get("FLINK_EOS_KILLS", "2"))  # `make flink-long`: more
+KILLS = kills(2)  # `make flink-long`, `make eos-apps`: more
 # The sink's naming strategies: INCREMENTING (the default: a new transactional id per checkpoint,
 # lingering ones fenced by probing) killed KILLS times, POOLING (ids reused, lingering ones found
 # by DescribeProducers and ListTransactions) half as often, as it adds only that search.
@@ -314,7 +315,7 @@ def test_flink_exactly_once_under_kill9(
     job = Job(bootstrap, flink_classes, tmp_path / "job",
               {"in": source, "out": sink, "prefix": prefix, "naming": naming, **SINK_CONFIG})
     rng = random.Random(SEED)
-    kills = NAMINGS[naming]
+    job_kills = NAMINGS[naming]
     t0 = time.monotonic()
 
     def lap(what: str) -> None:  # the timeline, in a failure's report (or with -s)
@@ -323,7 +324,7 @@ def test_flink_exactly_once_under_kill9(
     feed = InputFeed(bootstrap, source)
     aborted = AbortedFeed(bootstrap, source)
     try:
-        for kill in range(kills + 1):
+        for kill in range(job_kills + 1):
             before = job.newest_checkpoint()
             job.start()
             wait_until(job.running, 60, 0.1, f"the job RUNNING (start #{job.starts})")
@@ -331,7 +332,7 @@ def test_flink_exactly_once_under_kill9(
             if kill > 0:  # each restart restores the newest checkpoint, unless one was cut short
                 restored = job.lines("RESTORE ")[0]
                 assert restored.endswith(f"/chk-{before}") or job.lines("SKIP "), job.tail()
-            if kill < kills:  # killed once it completed a checkpoint, at a random point after
+            if kill < job_kills:  # killed once it completed a checkpoint, at a random point after
                 wait_until(lambda since=before: job.running() and job.newest_checkpoint() > since,
                            60, 0.1, f"a checkpoint of start #{job.starts}")
                 time.sleep(rng.uniform(0.0, 2.5))
@@ -343,6 +344,8 @@ def test_flink_exactly_once_under_kill9(
         wait_until(lambda: job.running() and output_done(bootstrap, sink, want), 60, 0.5,
                    "every record in the output")
         lap("output complete")
+        out = [v.split(",", 1)[1] for _k, v in read_committed(bootstrap, sink)]
+        lap(f"{tally(f'flink {naming}', name, (job_kills, 0), (str(r.seq) for r in records), out)}")
         check_exactly_once(bootstrap, sink, want)
         assert open_transactions(bootstrap, prefix) == {}
         RECOMMITS[name, naming] = job.commit_errors()

@@ -41,7 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec
 
 from tests.integration.cluster import LAG_MS, SESSION_MS
-from tests.integration.eos_targets import NAMES, Target, three_brokers
+from tests.integration.eos_targets import NAMES, Target, kills, tally, three_brokers
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, wait_until
 from tests.integration.wire import WireClient
 
@@ -50,7 +50,7 @@ APP = "streams-eos"
 PARTITIONS = 2
 KEYS = [f"k{i}" for i in range(8)]
 RATE = 80  # input records a second, arriving while instance b is killed
-KILLS = 3  # the last one also wipes b's state directory
+KILLS = kills(3)  # the last one also wipes b's state directory; `make eos-apps`: EOS_KILLS
 WINDOW_MS = 2000  # StreamsEos.WINDOW_MS
 STEP_MS = 25  # event time between two input records
 SEED = 58
@@ -430,6 +430,8 @@ def test_streams_exactly_once_under_kill9(target: Target, streams_classes: Path,
         a.stop()
         b.stop()
         lap("stopped")
+        joined = [v.split(",", 1)[0] for _k, v in read_committed(bootstrap, "joined")]
+        lap(f"{tally('streams', target.name, (KILLS, 1), (str(r.seq) for r in records), joined)}")
         check_output(bootstrap, records, want)
         configs = check_broker_side(bootstrap, a.thread_names() | b.thread_names())
         OUTCOMES[target.name] = Outcome(configs, len(records))
