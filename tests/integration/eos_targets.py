@@ -19,10 +19,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from tests.integration.cluster import running_cluster
+from tests.integration.cluster import LAG_MS, SESSION_MS, running_cluster
 from tests.integration.kafka import KafkaCluster, require_kafka
 
 NAMES = ("gregor", "kafka")  # the targets' names, for a fixture's params
+# Kafka's nodes notice a killed one as soon as Gregor's cluster does (tests/integration/cluster.py:
+# a broker session of 2 s, a replica lagging 2 s leaves the ISR): part of each test's Kafka config.
+KAFKA_FAILOVER: dict[str, object] = {
+    "broker.session.timeout.ms": SESSION_MS,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": LAG_MS,
+}
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
-from tests.integration.cluster import LAG_MS, SESSION_MS
-from tests.integration.eos_targets import NAMES, Target, kills, tally, three_brokers
+from tests.integration.eos_targets import KAFKA_FAILOVER, NAMES, Target, kills, tally, three_brokers
 from tests.integration.harness import REPO_ROOT, free_port, wait_until
 from tests.integration.kafka import properties_text
 from tests.integration.wire import WireClient
@@ -76,12 +75,7 @@ BROKER_CONFIG: dict[str, object] = {
     "group.min.session.timeout.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
 }
-KAFKA_CONFIG: dict[str, object] = {
-    **BROKER_CONFIG,
-    "broker.session.timeout.ms": SESSION_MS,
-    "broker.heartbeat.interval.ms": 500,
-    "replica.lag.time.max.ms": LAG_MS,
-}
+KAFKA_CONFIG = {**BROKER_CONFIG, **KAFKA_FAILOVER}
 JVM = ["-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
        "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
        "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn",

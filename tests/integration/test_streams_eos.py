@@ -40,8 +40,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec
 
-from tests.integration.cluster import LAG_MS, SESSION_MS
-from tests.integration.eos_targets import NAMES, Target, kills, tally, three_brokers
+from tests.integration.eos_targets import KAFKA_FAILOVER, NAMES, Target, kills, tally, three_brokers
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, wait_until
 from tests.integration.wire import WireClient
 
@@ -64,14 +63,7 @@ BROKER_CONFIG: dict[str, object] = {
     "group.min.session.timeout.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
 }
-# Kafka's nodes notice a killed one as soon as Gregor's cluster does (tests/integration/cluster.py:
-# a broker session of 2 s, a replica lagging 2 s leaves the ISR).
-KAFKA_CONFIG: dict[str, object] = {
-    **BROKER_CONFIG,
-    "broker.session.timeout.ms": SESSION_MS,
-    "broker.heartbeat.interval.ms": 500,
-    "replica.lag.time.max.ms": LAG_MS,
-}
+KAFKA_CONFIG = {**BROKER_CONFIG, **KAFKA_FAILOVER}
 # The application's settings beyond StreamsEos.java's own (exactly_once_v2, two threads).
 STREAMS_CONFIG = {
     "statestore.cache.max.bytes": "0",  # every update downstream: counts rise by one
