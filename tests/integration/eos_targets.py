@@ -19,8 +19,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 from tests.integration.cluster import LAG_MS, SESSION_MS, running_cluster
-from tests.integration.kafka import KafkaCluster, require_kafka
+from tests.integration.harness import started_broker
+from tests.integration.kafka import KafkaCluster, require_kafka, started_kafka
 
 NAMES = ("gregor", "kafka")  # the targets' names, for a fixture's params
 # Kafka's nodes notice a killed one as soon as Gregor's cluster does (tests/integration/cluster.py:
@@ -94,6 +97,25 @@ def three_brokers(
     finally:
         for node in kafka.nodes:  # nothing to keep: no controlled shutdown to wait for
             node.kill9()
+
+
+def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
+    """The node id of the partition's leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
+
+
+@contextlib.contextmanager
+def one_broker(name: str, workdir: Path, config: dict[str, object]) -> Iterator[str]:
+    """A cluster of one broker of kind `name` (a Gregor broker, a Kafka node): its bootstrap."""
+    workdir.mkdir()
+    if name == "gregor":
+        with started_broker(workdir, config) as broker:
+            yield broker.bootstrap
+        return
+    require_kafka()
+    with started_kafka(workdir, config) as node:
+        yield node.bootstrap
 
 
 # -- the long runs: kills, counts, the table ---------------------------------------------------

@@ -45,10 +45,18 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.eos_targets import KAFKA_FAILOVER, NAMES, Target, kills, tally, three_brokers
+from tests.integration.eos_targets import (
+    KAFKA_FAILOVER,
+    NAMES,
+    Target,
+    kills,
+    leader_of,
+    tally,
+    three_brokers,
+)
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, started_broker, wait_until
 from tests.integration.kafka import require_kafka, started_kafka
-from tests.integration.test_streams_eos import leader_of, read_committed
+from tests.integration.test_streams_eos import read_committed
 from tests.integration.wire import WireClient
 
 FLINK_DEPS = REPO_ROOT / ".deps" / "flink"  # scripts/kafka/flink-pom.xml

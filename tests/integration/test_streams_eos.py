@@ -40,7 +40,15 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec
 
-from tests.integration.eos_targets import KAFKA_FAILOVER, NAMES, Target, kills, tally, three_brokers
+from tests.integration.eos_targets import (
+    KAFKA_FAILOVER,
+    NAMES,
+    Target,
+    kills,
+    leader_of,
+    tally,
+    three_brokers,
+)
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, wait_until
 from tests.integration.wire import WireClient
 
@@ -330,11 +338,6 @@ def log_start_offsets(admin: AdminClient, topic: str) -> dict[int, tuple[int, in
     earliest = admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps})  # type: ignore[no-untyped-call]
     latest = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps})  # type: ignore[no-untyped-call]
     return {tp.partition: (earliest[tp].result(15).offset, latest[tp].result(15).offset) for tp in tps}
-
-
-def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
 
 
 def list_transactions(bootstrap: str) -> set[str]:
