@@ -161,7 +161,7 @@ def table(lines: Iterable[str]) -> str:
     heads = [f.name.replace("_", " ") for f in fields(Tally)]
     rows = [[str(v) for v in json.loads(line).values()] for line in lines if line.strip()]
     widths = [max(len(c) for c in col) for col in zip(heads, *rows, strict=True)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
                      for row in [heads, *rows])
 
 
