@@ -74,7 +74,7 @@ INTERNAL = {"config": "connect-configs", "offset": "connect-offsets", "status": 
 OFFSET_SYNCS = "mm2-offset-syncs.dst.internal"  # MM2's own, on the source alias
 # Set on the source topic; MM2 copies a topic's non-default configs (DescribeConfigs) to its copy.
 SOURCE_CONFIGS = {"retention.ms": "604800001", "max.message.bytes": "2000000"}
-KILLS = kills(3)  # `make eos-apps`: EOS_KILLS
+KILLS = kills(3, least=2)  # a broker killed at the second; `make eos-apps`: EOS_KILLS
 SEED = 618
 CHECKPOINT = "mirror-checkpoint"
 GROUP_ON_SOURCE = "shop"  # a consumer group of `orders` that moves over to `src.orders`

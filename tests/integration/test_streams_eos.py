@@ -57,7 +57,9 @@ APP = "streams-eos"
 PARTITIONS = 2
 KEYS = [f"k{i}" for i in range(8)]
 RATE = 80  # input records a second, arriving while instance b is killed
-KILLS = kills(3)  # the last one also wipes b's state directory; `make eos-apps`: EOS_KILLS
+# The second kill also kills a broker, the last one wipes b's state directory; `make eos-apps`:
+# EOS_KILLS.
+KILLS = kills(3, least=2)
 WINDOW_MS = 2000  # StreamsEos.WINDOW_MS
 STEP_MS = 25  # event time between two input records
 SEED = 58
