@@ -1,7 +1,8 @@
-"""The two three-broker clusters the exactly-once application tests (Kafka Streams, Kafka
-Connect) run their scenario on, one after the other: Gregor's on etcd and Apache Kafka's KRaft
-nodes, each as a `Target` with the same face - its bootstrap, its logs' tails, and a kill -9 of
-one broker whose restart runs on a thread while the scenario goes on.
+"""The clusters the exactly-once application tests (Kafka Streams, Kafka Connect / MirrorMaker 2,
+Flink) run their scenarios on, Gregor's and then Apache Kafka's: three brokers (Gregor's on etcd,
+Kafka's KRaft nodes), each as a `Target` with the same face - its bootstrap, its logs' tails, and
+a kill -9 of one broker whose restart runs on a thread while the scenario goes on; and one broker
+of either kind (`one_broker`: MirrorMaker 2's source cluster).
 
 And the long runs' bookkeeping (`make eos-apps`): each kill test takes its number of application
 kills from EOS_KILLS (its own handful in `make test`), appends what it counted to the JSON-lines
