@@ -19,7 +19,7 @@ DATA ?= data
 
 ARGS ?=
 
-.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps tansu-deps spark-kafka-deps streams-deps connect-deps flink-deps flink-long etcd docker-deps chaos-deps chaos clean clean-data
+.PHONY: run console chromium kcat cluster cluster-stop test unit integration differential differential-fuzz differential-replay lint bench venv java-deps kafka-deps tansu-deps spark-kafka-deps streams-deps connect-deps flink-deps flink-long eos-apps etcd docker-deps chaos-deps chaos clean clean-data
 
 # scripts/kafka_stubs.py: kafka-python's own message stubs where mypy sees them.
 $(STAMP): pyproject.toml scripts/kafka_stubs.py
@@ -88,10 +88,26 @@ $(FLINK_DEPS): scripts/kafka/flink-pom.xml scripts/maven-deps.sh
 
 flink-deps: $(FLINK_DEPS)
 
-# The Flink exactly-once test with the job killed KILLS times (`make test` kills it twice).
-KILLS ?= 10
+# The Flink exactly-once test with the job killed KILLS times, 10 unless given (`make test`
+# kills it twice).
+KILLS ?=
 flink-long: $(STAMP) $(KAFKA_DEPS) $(FLINK_DEPS)
-	FLINK_EOS_KILLS=$(KILLS) $(PY) -m pytest -q tests/integration/test_flink_eos.py
+	EOS_KILLS=$(or $(KILLS),10) $(PY) -m pytest -q tests/integration/test_flink_eos.py
+
+# The exactly-once applications' long runs: the kill -9 tests of Kafka Streams, Kafka Connect /
+# MirrorMaker 2 and Flink (EOS_APPS: some of streams connect flink), each application killed
+# KILLS times (100 unless given) on Gregor and on Apache Kafka 4.4; then the table of what every
+# run counted (records, duplicates, lost; eos-apps/results.jsonl). Fails at the end if a run did.
+EOS_APPS ?= streams connect flink
+eos-apps: $(STAMP) $(ETCD) $(KAFKA_DEPS) $(STREAMS_DEPS) $(CONNECT_DEPS) $(FLINK_DEPS)
+	@mkdir -p eos-apps; rm -f eos-apps/results.jsonl; failed=""; \
+	for app in $(EOS_APPS); do \
+		echo "== $$app: $(or $(KILLS),100) kills"; \
+		EOS_KILLS=$(or $(KILLS),100) EOS_RESULTS=eos-apps/results.jsonl $(PY) -m pytest -q \
+			-k under_kill9 tests/integration/test_$${app}_eos.py || failed="$$failed $$app"; \
+	done; \
+	touch eos-apps/results.jsonl; $(PY) -m tests.integration.eos_targets eos-apps/results.jsonl; \
+	if [ -n "$$failed" ]; then echo "make eos-apps: failed:$$failed"; exit 1; fi
 
 java-deps: $(STAMP) $(JAVA_DEPS)
 

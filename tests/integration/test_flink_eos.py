@@ -1,12 +1,13 @@
 """Flink 2.2's exactly-once KafkaSource and KafkaSink (connector 5.0.0-2.2) under kill -9, on one
-Gregor broker and on one Apache Kafka node: the same job, the same faults, the same checks.
+Gregor broker and on one Apache Kafka node, and on three of each (eos_targets.three_brokers) with
+a broker killed too: the same job, the same faults, the same checks.
 
 The job (tests/integration/java/FlinkEos.java, jars from `make flink-deps`) runs on a MiniCluster
 inside its own JVM: KafkaSource reading `in` read_committed (between its records, aborted
 transactions the job must not see), a running count per key in keyed state, KafkaSink with
 DeliveryGuarantee.EXACTLY_ONCE writing "COUNT,SEQ" to `out`; a checkpoint every second,
 retained. While input arrives, the JVM is killed with kill -9 at random points after a
-checkpoint (twice, or FLINK_EOS_KILLS times: `make flink-long`) and started again, restoring
+checkpoint (twice, or EOS_KILLS times: `make flink-long`, `make eos-apps`) and started again, restoring
 from the newest complete checkpoint: the connector fences the killed attempt's transactions (the
 default naming strategy by probing, InitProducerId per possible transactional id; POOLING,
 killed half as often, by DescribeProducers and ListTransactions of the output's open
@@ -15,6 +16,10 @@ again with the producer id and epoch it stored (EndTxn without InitProducerId). 
 read_committed: per key the counts 1..N in order, each with its input record's sequence number,
 every input record exactly once (none of the aborted ones); no transaction of the job's prefix
 still open (ListTransactions); and the committer met no answer but PRODUCER_FENCED.
+
+On three brokers (topics of three replicas, the default naming): once the job completed a
+checkpoint, the broker leading the output's partition 0 is killed with kill -9 while the job
+writes on, and restarted on a thread; the job completes a checkpoint more, and is killed as above.
 
 That recovery commit step by step (FlinkResume.java, the connector's own producer class): a
 commit with the stored id and epoch, its retry, and the same after an InitProducerId came between.
@@ -32,7 +37,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +45,15 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.eos_targets import (
+    KAFKA_FAILOVER,
+    NAMES,
+    Target,
+    kills,
+    leader_of,
+    tally,
+    three_brokers,
+)
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, started_broker, wait_until
 from tests.integration.kafka import require_kafka, started_kafka
 from tests.integration.test_streams_eos import read_committed
@@ -49,7 +63,7 @@ FLINK_DEPS = REPO_ROOT / ".deps" / "flink"  # scripts/kafka/flink-pom.xml
 PARTITIONS = 2  # the job's parallelism too (FlinkEos.java's default)
 KEYS = [f"k{i}" for i in range(6)]
 RATE = 100  # input records a second, arriving while the job is killed
-KILLS = int(os.environ.get("FLINK_EOS_KILLS", "2"))  # `make flink-long`: more
+KILLS = kills(2)  # `make flink-long`, `make eos-apps`: more
 # The sink's naming strategies: INCREMENTING (the default: a new transactional id per checkpoint,
 # lingering ones fenced by probing) killed KILLS times, POOLING (ids reused, lingering ones found
 # by DescribeProducers and ListTransactions) half as often, as it adds only that search.
@@ -101,6 +115,13 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def target(request: pytest.FixtureRequest) -> tuple[str, str]:
     """(broker name, bootstrap), one module-wide broker of each kind."""
     return request.param, str(request.getfixturevalue(request.param))
+
+
+@pytest.fixture(params=NAMES)
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    """Three brokers of each kind (eos_targets.three_brokers), one test at a time."""
+    with three_brokers(request.param, tmp_path, BROKER_CONFIG, {**BROKER_CONFIG, **KAFKA_FAILOVER}) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
@@ -244,9 +265,10 @@ class AbortedFeed:
         return self.aborted
 
 
-def create_topics(bootstrap: str, *names: str) -> None:
+def create_topics(bootstrap: str, *names: str, replicas: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names], operation_timeout=20).values():
+    topics = [NewTopic(t, PARTITIONS, replicas) for t in names]
+    for f in admin.create_topics(topics, operation_timeout=20).values():
         f.result(30)
 
 
@@ -275,14 +297,18 @@ def output_done(bootstrap: str, topic: str, want: dict[str, list[str]]) -> bool:
 
 
 def open_transactions(bootstrap: str, prefix: str) -> dict[str, str]:
-    """The job's transactional ids the coordinator lists in an open state (ListTransactions v0)."""
+    """The job's transactional ids the coordinators list in an open state (ListTransactions v0 to
+    every broker of `bootstrap`)."""
     from protocol.messages import REQUESTS
 
-    with WireClient(int(bootstrap.rsplit(":", 1)[1])) as c:
-        resp = c.call(REQUESTS[66](version=0, state_filters=[], producer_id_filters=[]), 0)
-    assert resp.error_code == 0, resp
-    return {s.transactional_id: s.transaction_state for s in resp.transaction_states
-            if s.transactional_id.startswith(f"{prefix}-") and s.transaction_state in OPEN_STATES}
+    found: dict[str, str] = {}
+    for address in bootstrap.split(","):
+        with WireClient(int(address.rsplit(":", 1)[1])) as c:
+            resp = c.call(REQUESTS[66](version=0, state_filters=[], producer_id_filters=[]), 0)
+        assert resp.error_code == 0, resp
+        found.update((s.transactional_id, s.transaction_state) for s in resp.transaction_states
+                     if s.transactional_id.startswith(f"{prefix}-") and s.transaction_state in OPEN_STATES)
+    return found
 
 
 def check_exactly_once(bootstrap: str, topic: str, want: dict[str, list[str]]) -> None:
@@ -303,27 +329,61 @@ def first_difference(got: list[str], want: list[str]) -> str:
 # -- the tests --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Run:
+    """One kill scenario: the broker (or cluster) it runs on, the sink's naming, the kills."""
+
+    broker: str  # its name in the results: "gregor" or "kafka"
+    bootstrap: str
+    naming: str
+    kills: int
+    replicas: int = 1  # of the job's topics
+    # A broker's kill -9 and restart on a thread (three_brokers' Target.bounce): at the first
+    # kill, the leader of the output's partition 0 is killed while the job runs
+    bounce: Callable[[int], threading.Thread] | None = None
+
+    @property
+    def application(self) -> str:
+        return f"flink {self.naming}" + (", 3 brokers" if self.bounce else "")
+
+
 @pytest.mark.parametrize("naming", list(NAMINGS))
 def test_flink_exactly_once_under_kill9(
     target: tuple[str, str], naming: str, flink_classes: Path, tmp_path: Path
 ) -> None:
     name, bootstrap = target
-    run = uuid.uuid4().hex[:6]
-    source, sink, prefix = f"in-{run}", f"out-{run}", f"flink-{run}"
-    create_topics(bootstrap, source, sink)
-    job = Job(bootstrap, flink_classes, tmp_path / "job",
-              {"in": source, "out": sink, "prefix": prefix, "naming": naming, **SINK_CONFIG})
+    RECOMMITS[name, naming] = kill_scenario(Run(name, bootstrap, naming, NAMINGS[naming]),
+                                            flink_classes, tmp_path)
+
+
+def test_flink_exactly_once_under_kill9_three_brokers(
+    cluster: Target, flink_classes: Path, tmp_path: Path
+) -> None:
+    """The same on three brokers (topics of three replicas), the leader of the output's partition
+    0 killed with kill -9 while the job writes its transactions and restarted."""
+    kill_scenario(Run(cluster.name, cluster.bootstrap, "INCREMENTING", KILLS, 3, cluster.bounce),
+                  flink_classes, tmp_path)
+
+
+def kill_scenario(run: Run, classes: Path, workdir: Path) -> set[str]:
+    """The job killed `run.kills` times while input arrives, then the output checked; the
+    exceptions the committer logged (at most PRODUCER_FENCED)."""
+    bootstrap, tag = run.bootstrap, uuid.uuid4().hex[:6]
+    source, sink, prefix = f"in-{tag}", f"out-{tag}", f"flink-{tag}"
+    create_topics(bootstrap, source, sink, replicas=run.replicas)
+    job = Job(bootstrap, classes, workdir / "job",
+              {"in": source, "out": sink, "prefix": prefix, "naming": run.naming, **SINK_CONFIG})
     rng = random.Random(SEED)
-    kills = NAMINGS[naming]
     t0 = time.monotonic()
+    restart: threading.Thread | None = None
 
     def lap(what: str) -> None:  # the timeline, in a failure's report (or with -s)
-        print(f"{name} {naming} {time.monotonic() - t0:6.1f}s {what}")
+        print(f"{run.broker} {run.application} {time.monotonic() - t0:6.1f}s {what}")
 
     feed = InputFeed(bootstrap, source)
     aborted = AbortedFeed(bootstrap, source)
     try:
-        for kill in range(kills + 1):
+        for kill in range(run.kills + 1):
             before = job.newest_checkpoint()
             job.start()
             wait_until(job.running, 60, 0.1, f"the job RUNNING (start #{job.starts})")
@@ -331,22 +391,34 @@ def test_flink_exactly_once_under_kill9(
             if kill > 0:  # each restart restores the newest checkpoint, unless one was cut short
                 restored = job.lines("RESTORE ")[0]
                 assert restored.endswith(f"/chk-{before}") or job.lines("SKIP "), job.tail()
-            if kill < kills:  # killed once it completed a checkpoint, at a random point after
-                wait_until(lambda since=before: job.running() and job.newest_checkpoint() > since,
-                           60, 0.1, f"a checkpoint of start #{job.starts}")
-                time.sleep(rng.uniform(0.0, 2.5))
-                job.kill9()
-                lap(f"kill {kill + 1}")
+            if kill == run.kills:
+                break
+            # killed once it completed a checkpoint, at a random point after
+            wait_for_checkpoint(job, before)
+            if kill == 0 and run.bounce is not None:  # first a broker, the job writing on
+                leader = leader_of(bootstrap, sink)
+                restart = run.bounce(leader)
+                lap(f"broker {leader} (leader of {sink}-0) killed")
+                wait_for_checkpoint(job, job.newest_checkpoint())
+            time.sleep(rng.uniform(0.0, 2.5))
+            job.kill9()
+            lap(f"kill {kill + 1}")
+        if restart is not None:
+            restart.join()
         records = feed.stop()
         want = expected(records)
         lap(f"input stopped: {len(records)} records, {aborted.stop()} transactions aborted")
         wait_until(lambda: job.running() and output_done(bootstrap, sink, want), 60, 0.5,
                    "every record in the output")
         lap("output complete")
+        out = [v.split(",", 1)[1] for _k, v in read_committed(bootstrap, sink)]
+        faults = (run.kills, 0 if run.bounce is None else 1)
+        lap(f"{tally(run.application, run.broker, faults, (str(r.seq) for r in records), out)}")
         check_exactly_once(bootstrap, sink, want)
         assert open_transactions(bootstrap, prefix) == {}
-        RECOMMITS[name, naming] = job.commit_errors()
-        assert RECOMMITS[name, naming] <= {FENCED}, job.tail()
+        errors = job.commit_errors()
+        assert errors <= {FENCED}, job.tail()
+        return errors
     except BaseException:
         print(job.tail())
         raise
@@ -354,6 +426,12 @@ def test_flink_exactly_once_under_kill9(
         feed.done.set()
         aborted.done.set()
         job.kill9()
+
+
+def wait_for_checkpoint(job: Job, after: int) -> None:
+    """Until the running job completed a checkpoint numbered above `after`."""
+    wait_until(lambda: job.running() and job.newest_checkpoint() > after, 60, 0.1,
+               f"a checkpoint of start #{job.starts} after {after}")
 
 
 def test_transaction_timeout_above_broker_max(

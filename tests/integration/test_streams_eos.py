@@ -40,8 +40,15 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec
 
-from tests.integration.cluster import LAG_MS, SESSION_MS
-from tests.integration.eos_targets import NAMES, Target, three_brokers
+from tests.integration.eos_targets import (
+    KAFKA_FAILOVER,
+    NAMES,
+    Target,
+    kills,
+    leader_of,
+    tally,
+    three_brokers,
+)
 from tests.integration.harness import JAVA_DIR, REPO_ROOT, java_classes, wait_until
 from tests.integration.wire import WireClient
 
@@ -50,7 +57,9 @@ APP = "streams-eos"
 PARTITIONS = 2
 KEYS = [f"k{i}" for i in range(8)]
 RATE = 80  # input records a second, arriving while instance b is killed
-KILLS = 3  # the last one also wipes b's state directory
+# The second kill also kills a broker, the last one wipes b's state directory; `make eos-apps`:
+# EOS_KILLS.
+KILLS = kills(3, least=2)
 WINDOW_MS = 2000  # StreamsEos.WINDOW_MS
 STEP_MS = 25  # event time between two input records
 SEED = 58
@@ -64,14 +73,7 @@ BROKER_CONFIG: dict[str, object] = {
     "group.min.session.timeout.ms": 1000,
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
 }
-# Kafka's nodes notice a killed one as soon as Gregor's cluster does (tests/integration/cluster.py:
-# a broker session of 2 s, a replica lagging 2 s leaves the ISR).
-KAFKA_CONFIG: dict[str, object] = {
-    **BROKER_CONFIG,
-    "broker.session.timeout.ms": SESSION_MS,
-    "broker.heartbeat.interval.ms": 500,
-    "replica.lag.time.max.ms": LAG_MS,
-}
+KAFKA_CONFIG = {**BROKER_CONFIG, **KAFKA_FAILOVER}
 # The application's settings beyond StreamsEos.java's own (exactly_once_v2, two threads).
 STREAMS_CONFIG = {
     "statestore.cache.max.bytes": "0",  # every update downstream: counts rise by one
@@ -340,11 +342,6 @@ def log_start_offsets(admin: AdminClient, topic: str) -> dict[int, tuple[int, in
     return {tp.partition: (earliest[tp].result(15).offset, latest[tp].result(15).offset) for tp in tps}
 
 
-def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
-
-
 def list_transactions(bootstrap: str) -> set[str]:
     """The transactional ids every broker's coordinator lists (ListTransactions v0, no filters)."""
     from protocol.messages import REQUESTS
@@ -430,6 +427,8 @@ def test_streams_exactly_once_under_kill9(target: Target, streams_classes: Path,
         a.stop()
         b.stop()
         lap("stopped")
+        joined = [v.split(",", 1)[0] for _k, v in read_committed(bootstrap, "joined")]
+        lap(f"{tally('streams', target.name, (KILLS, 1), (str(r.seq) for r in records), joined)}")
         check_output(bootstrap, records, want)
         configs = check_broker_side(bootstrap, a.thread_names() | b.thread_names())
         OUTCOMES[target.name] = Outcome(configs, len(records))
