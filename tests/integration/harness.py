@@ -64,6 +64,16 @@ def stop(pid: int, what: str) -> None:
     wait_until(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", 5, 0.01, f"{what} stopped")
 
 
+def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within `timeout` (a reference broker's stop)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, never one this process handed out before: the
     kernel may give a just-closed port again, and a fixture asking for six ports at once must

