@@ -2,7 +2,8 @@
 
 Coordinator records count only once replicated (Kafka appends them with acks=all): a
 write answers when the high watermark passes it, or with the error that says why not;
-the caller replays the record into its machine only then. Each write and each load
+the caller replays the record into its machine only then (or, for a record no answer
+waits on, as soon as it is appended: the `appended` callback). Each write and each load
 carries the partition's leader epoch (the coordinator epoch) it started at, so the
 caller can tell a result that belongs to a leadership since lost.
 
