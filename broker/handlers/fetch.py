@@ -5,7 +5,8 @@ long-poll on appends.
 A consumer's fetch session is declined by answering session id 0, so consumers
 send full fetch requests; a follower gets an incremental session (KIP-227,
 `broker/replication/fetch_sessions.py`): it names only the partitions whose
-position moved, and hears only of the partitions with something new. A fetch
+position moved, and hears only of the partitions with something new; the leader
+looks only at the partitions named, changed since, or not yet quiet. A fetch
 waits for min_bytes until max_wait_ms, never polling: a consumer's is woken by
 appends and by moves of the HW or LSO of the partitions it reads (records become
 visible), a follower's by appends only (it hears of a HW move with its next
@@ -26,12 +27,20 @@ from broker.api.authorize import authorize, authorize_cluster
 from broker.api.partition_view import LogView, PartitionView
 from broker.api.registry import Handlers
 from broker.handlers.resolve import ZERO_UUID, check_leader_epoch, resolve_partition, topic_name
-from broker.replication.fetch_sessions import FetchPartition, FetchSession, FetchTopic, TopicKey, topic_key
+from broker.replication.fetch_sessions import (
+    Cached,
+    FetchPartition,
+    FetchSession,
+    FetchTopic,
+    PartitionKey,
+    TopicKey,
+    topic_key,
+)
 from broker.replication.replica_manager import Partition
 from broker.security.acl import AclOperation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-from protocol.types import IsolationLevel
+from protocol.types import IsolationLevel, NodeId
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
@@ -49,6 +58,7 @@ class Wanted:
     fetch: FetchPartition
     part: Partition | None
     error: ErrorCode
+    key: PartitionKey | None = None  # in a fetch session
 
 
 def _may_read(ctx: RequestContext, topic: FetchTopic, follower: bool) -> bool:
@@ -90,10 +100,12 @@ def _still_current(ctx: RequestContext, w: Wanted) -> Wanted:
         return w
     now = ctx.services.partitions.partition(w.part.topic, w.part.index)
     if now is w.part:
+        if not now.is_leader:  # leadership lost while the fetch waited
+            return Wanted(w.topic, w.fetch, None, ErrorCode.NOT_LEADER_OR_FOLLOWER, w.key)
         return w
     if now is not None and _by_id(w.topic):
-        return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_ID)
-    return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_ID, w.key)
+    return Wanted(w.topic, w.fetch, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, w.key)
 
 
 def _empty(index: int, error: ErrorCode, part: PartitionView | None) -> PartitionData:
@@ -208,7 +220,9 @@ def _session(
     if session_id == 0:
         if epoch > 0:
             return None, ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-        return (sessions.create(request) if follower >= 0 else None), ErrorCode.NONE
+        if follower < 0:
+            return None, ErrorCode.NONE
+        return sessions.create(request, NodeId(follower), ctx.now_ms()), ErrorCode.NONE
     session, error = sessions.lookup(session_id, epoch)
     if session is not None:
         session.update(request)
@@ -251,11 +265,88 @@ def _changed_only(
     return kept_w, kept_p
 
 
+def _resolved(ctx: RequestContext, session: FetchSession, key: PartitionKey, cached: Cached) -> None:
+    """A session partition's resolution, kept until the replica manager's generation moves;
+    the partition tells the session of its changes from now on."""
+    part, error = resolve_partition(ctx, cached.topic, cached.fetch.partition)
+    if part is not None:
+        error = check_leader_epoch(part, cached.fetch.current_leader_epoch)
+        part.watchers[session] = key
+    cached.part, cached.error, cached.resolved_at = part, error, session.generation
+
+
+def _looked_at(
+    ctx: RequestContext, session: FetchSession, keys: list[PartitionKey], record: bool
+) -> list[Wanted]:
+    """The session's partitions a fetch reads, resolved; with `record`, the follower's fetch
+    position is recorded for each (the HW may move, the ISR grow)."""
+    out = []
+    now_ms = ctx.now_ms()
+    partitions = ctx.services.partitions
+    for key in keys:
+        cached = session.partitions.get(key)
+        if cached is None:
+            continue
+        if cached.resolved_at != session.generation:
+            _resolved(ctx, session, key, cached)
+        w = Wanted(cached.topic, cached.fetch, cached.part, cached.error, key)
+        if record and w.part is not None and w.error == ErrorCode.NONE:
+            partitions.record_follower_fetch(w.part, session.node, w.fetch.fetch_offset, now_ms)
+        out.append(w)
+    return out
+
+
+def _quiet_now(session: FetchSession, wanted: list[Wanted], reading: list[Wanted]) -> list[PartitionKey]:
+    """The partitions this fetch found quiet, whose follower is in the ISR with no change in
+    flight (else each fetch must record it: it may join)."""
+    read = {id(w) for w in reading}
+    return [
+        w.key for w in wanted
+        if id(w) not in read and w.key is not None and w.part is not None
+        and w.part.leader is not None and w.part.leader.settled(session.node)
+    ]
+
+
+async def _session_fetch(ctx: RequestContext, request: FetchRequest, session: FetchSession) -> R:
+    """A follower's fetch in its session: only the partitions named, changed or not yet quiet
+    are looked at; a change of a quiet one wakes the wait (`FetchSession.changed`)."""
+    partitions = ctx.services.partitions
+    keys = session.begin(partitions.generation, ctx.now_ms())
+    wanted = _looked_at(ctx, session, keys, record=True)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait_ms / 1000
+    while True:
+        reading = [w for w in wanted if not _quiet(session, w)]
+        parts, total, errors = _read_all(reading, request, True)
+        if total >= request.min_bytes or errors or deadline - loop.time() <= 0 or not session.partitions:
+            _count(reading, parts, True)
+            session.settle(_quiet_now(session, wanted, reading))
+            return _response(*_changed_only(session, reading, parts), session.session_id)
+        await _session_wait(loop, session, deadline)
+        wanted += _looked_at(ctx, session, session.woken, record=False)
+        session.woken.clear()
+        if partitions.generation != session.generation:  # a partition read may be gone since
+            wanted = [_still_current(ctx, w) for w in wanted]
+
+
+async def _session_wait(loop: asyncio.AbstractEventLoop, session: FetchSession, deadline: float) -> None:
+    waiter = loop.create_future()
+    session.waiters.add(waiter)
+    expiry = loop.call_at(deadline, _expire, waiter)
+    try:
+        await waiter
+    finally:
+        expiry.cancel()
+        session.waiters.discard(waiter)
+
+
 async def handle(ctx: RequestContext, request: FetchRequest) -> R:
     follower = replica_id(request)
     session, error = _session(ctx, request, follower)
     if error != ErrorCode.NONE:
         return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
+    if session is not None and authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+        return await _session_fetch(ctx, request, session)
     topics = [(t, t.partitions) for t in request.topics] if session is None else session.by_topic()
     wanted = _wanted(ctx, topics, follower >= 0)
     if follower >= 0:

@@ -5,25 +5,42 @@ the leader answers in full and with a new session id. After that each Fetch carr
 session id and the next epoch, names only the partitions whose fetch position changed
 (and the ones to forget), and the answer holds only the partitions with something new:
 records, an error, a diverging epoch, or a high watermark, last stable offset or log
-start offset other than the last one sent. The session remembers every partition's last
-fetch request, so the leader records the follower's position for all of them at each
-Fetch, as for a full request, but reads none that is quiet (the follower at the log end
-and told the current offsets). Consumers keep sessionless full fetches.
+start offset other than the last one sent.
+
+A fetch costs what changed, not how many partitions the session holds: a partition found
+*quiet* (the follower at the log end, told the current offsets, in the ISR with no change
+in flight) is not looked at again, not even to record the follower's fetch, until it is
+named again or the partition tells the session it changed (`Partition.watchers`: records
+appended, the HW, LSO or log start moved; an append also wakes the session's waiting
+fetch and records that the follower was caught up at its last fetch, which is what Kafka's
+lastCaughtUpTime holds). What a fetch resolved is kept until the replica manager's
+generation moves (partitions added or removed, a leadership change), and once a second
+every partition is looked at anyway, for what changes without telling (retention moving a
+log start). Consumers keep sessionless full fetches.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from kafka.protocol.consumer import FetchRequest
 
 from protocol.errors import ErrorCode
+from protocol.types import NodeId
+
+if TYPE_CHECKING:
+    from broker.replication.replica_manager import Partition
 
 MAX_SESSIONS = 1000
+IDLE_EVICTION_MS = 120_000  # Kafka's min.incremental.fetch.session.eviction.ms
+SWEEP_MS = 1000  # every partition of a session is looked at this often, changed or not
+UNRESOLVED = -1
 FetchTopic = FetchRequest.FetchTopic
 FetchPartition = FetchRequest.FetchTopic.FetchPartition
 TopicKey = str | uuid.UUID  # a topic's name (Fetch v12) or id (v13+)
@@ -33,18 +50,31 @@ Sent = tuple[int, int, int]  # (high watermark, last stable offset, log start of
 
 @dataclass
 class Cached:
-    """One partition of a session: its topic entry and latest fetch entry of the request."""
+    """One partition of a session: its topic entry and latest fetch entry of the request, and
+    the partition they resolved to (or the error) at generation `resolved_at`."""
 
     topic: FetchTopic
     fetch: FetchPartition
     sent: Sent | None = None
+    part: Partition | None = None
+    error: ErrorCode = ErrorCode.NONE
+    resolved_at: int = UNRESOLVED
 
 
-@dataclass
+@dataclass(eq=False)
 class FetchSession:
     session_id: int
+    node: NodeId = NodeId(-1)  # the follower
     epoch: int = 1  # the epoch the next Fetch must carry
     partitions: dict[PartitionKey, Cached] = field(default_factory=dict)
+    active: set[PartitionKey] = field(default_factory=set)  # looked at by the next fetch
+    quiet: set[PartitionKey] = field(default_factory=set)  # not, until they change
+    woken: list[PartitionKey] = field(default_factory=list)  # quiet ones changed since `begin`
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    generation: int = UNRESOLVED  # the replica manager's, when the session last resolved all
+    last_fetch_ms: int = 0
+    last_sweep_ms: int = 0
+    closed: bool = False
 
     def update(self, request: FetchRequest) -> list[PartitionKey]:
         """Apply a Fetch's partitions and forgotten ones; the keys the request named."""
@@ -54,12 +84,64 @@ class FetchSession:
                 key = (topic_key(topic), fetch.partition)
                 found = self.partitions.get(key)
                 self.partitions[key] = Cached(topic, fetch, found.sent if found else None)
+                self.quiet.discard(key)
+                self.active.add(key)
                 named.append(key)
         for topic in request.forgotten_topics_data or ():
             name = topic_key(topic)
             for index in topic.partitions:
-                self.partitions.pop((name, index), None)
+                self._forget((name, index))
         return named
+
+    def _forget(self, key: PartitionKey) -> None:
+        cached = self.partitions.pop(key, None)
+        if cached is not None and cached.part is not None:
+            cached.part.watchers.pop(self, None)
+        self.active.discard(key)
+        self.quiet.discard(key)
+
+    def close(self) -> None:
+        """The session ends: its partitions stop telling it of their changes."""
+        self.closed = True
+        for key in list(self.partitions):
+            self._forget(key)
+
+    def begin(self, generation: int, now_ms: int) -> list[PartitionKey]:
+        """A fetch starts: the partitions it looks at (every one after a generation change,
+        when each is resolved again, and once every `SWEEP_MS`)."""
+        if generation != self.generation or now_ms - self.last_sweep_ms >= SWEEP_MS:
+            if generation != self.generation:
+                for cached in self.partitions.values():
+                    cached.resolved_at = UNRESOLVED
+            self.generation, self.last_sweep_ms = generation, now_ms
+            self.active.update(self.quiet)
+            self.quiet.clear()
+        self.last_fetch_ms = now_ms
+        self.woken.clear()
+        return list(self.active)
+
+    def settle(self, keys: list[PartitionKey]) -> None:
+        """The fetch found these quiet: skipped from now on until they change."""
+        self.active.difference_update(keys)
+        self.quiet.update(keys)
+
+    def changed(self, key: object, part: Partition, appended: bool) -> bool:
+        """`Partition.watchers`: `part`, which the session reads as `key`, changed."""
+        mine = cast(PartitionKey, key)  # the key the session registered
+        cached = self.partitions.get(mine)
+        if self.closed or cached is None or cached.part is not part:
+            return False
+        if mine in self.quiet:
+            self.quiet.discard(mine)
+            self.active.add(mine)
+            self.woken.append(mine)
+            if appended and part.leader is not None:
+                part.leader.caught_up(self.node, self.last_fetch_ms)
+        if appended:
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        return True
 
     def by_topic(self) -> list[tuple[FetchTopic, list[FetchPartition]]]:
         """Every partition's latest fetch entry, grouped under its topic's latest entry."""
@@ -96,12 +178,18 @@ class FetchSessionCache:
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self._ids = itertools.count(random.randint(1, 1 << 20))
 
-    def create(self, request: FetchRequest) -> FetchSession:
-        session = FetchSession(next(self._ids) & 0x7FFFFFFF or 1)
+    def create(self, request: FetchRequest, node: NodeId, now_ms: int) -> FetchSession:
+        """A new session; sessions unused for `IDLE_EVICTION_MS` (a follower that started
+        over) and the least recently used past the capacity are closed."""
+        session = FetchSession(next(self._ids) & 0x7FFFFFFF or 1, node, last_fetch_ms=now_ms)
         session.update(request)
+        while self._sessions:
+            oldest = next(iter(self._sessions.values()))
+            if len(self._sessions) < self._capacity and now_ms - oldest.last_fetch_ms < IDLE_EVICTION_MS:
+                break
+            del self._sessions[oldest.session_id]
+            oldest.close()
         self._sessions[session.session_id] = session
-        while len(self._sessions) > self._capacity:
-            self._sessions.popitem(last=False)
         return session
 
     def lookup(self, session_id: int, epoch: int) -> tuple[FetchSession | None, ErrorCode]:
@@ -115,7 +203,9 @@ class FetchSessionCache:
         return session, ErrorCode.NONE
 
     def close(self, session_id: int) -> None:
-        self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
 
     def __len__(self) -> int:
         return len(self._sessions)

@@ -6,7 +6,11 @@ leader epoch, last fetched epoch), in an incremental fetch session (KIP-227):
 after the first, full request, a request names only the partitions whose
 position changed since the last one (and those to forget), and the answer
 holds only the partitions with something new. A session the leader no longer
-knows starts over with a full request. Per partition, the answer is one of:
+knows starts over with a full request. Building a request costs the partitions
+that may have moved (those in the last answer, followed or dropped since), not
+all: every partition's position is compared once a second (`SWEEP_S`) for what
+moves without the fetcher (retention raising a log start). Per partition, the
+answer is one of:
 
 - data: appended as the leader wrote it (Log.append_as_follower); the
   follower's HW becomes min(leader's HW, own log end);
@@ -20,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
@@ -36,6 +41,7 @@ PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 
 FETCH_VERSION = 12
 BACKOFF_S = 0.2
+SWEEP_S = 1.0
 
 
 @dataclass
@@ -78,13 +84,24 @@ class FollowerSession:
         self._sent: dict[TopicPartition, Position] = {}
 
     def next_request(
-        self, positions: dict[TopicPartition, Position]
+        self, positions: dict[TopicPartition, Position | None], complete: bool = True
     ) -> tuple[list[TopicPartition], list[TopicPartition]]:
-        """The partitions to name (position changed, or all in a full request) and to forget."""
+        """The partitions to name (position changed, or all in a full request) and to forget.
+        `positions`: every partition followed (`complete`), or those that may have moved since
+        the last request; None: no longer fetched (dropped, or stalled on an error). A full
+        request (no session yet) must be complete."""
         full = self.session_id == 0
-        changed = [tp for tp, pos in positions.items() if full or self._sent.get(tp) != pos]
-        forgotten = [] if full else [tp for tp in self._sent if tp not in positions]
-        self._sent = dict(positions)
+        changed = [tp for tp, pos in positions.items()
+                   if pos is not None and (full or self._sent.get(tp) != pos)]
+        if complete:
+            forgotten = [] if full else [tp for tp in self._sent if positions.get(tp) is None]
+            self._sent = {tp: pos for tp, pos in positions.items() if pos is not None}
+            return changed, forgotten
+        forgotten = [tp for tp, pos in positions.items() if pos is None and tp in self._sent]
+        for tp in forgotten:
+            del self._sent[tp]
+        for tp in changed:
+            self._sent[tp] = cast(Position, positions[tp])
         return changed, forgotten
 
     def answered(self, error: ErrorCode, session_id: int) -> bool:
@@ -114,18 +131,26 @@ class ReplicaFetcher:
         self._max_bytes = max_bytes
         self._on_progress = on_progress
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
+        self._stalled: set[TopicPartition] = set()
+        self._moved: set[TopicPartition] = set()  # positions that may differ from the last sent
+        self._last_sweep = 0.0
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._session = FollowerSession()
 
     def follow(self, part: FollowedPartition) -> None:
-        self.partitions[(part.topic, part.index)] = part
+        tp = (part.topic, part.index)
+        self.partitions[tp] = part
+        self._stalled.discard(tp)
+        self._moved.add(tp)
         self._changed.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.client.port}")
 
     def unfollow(self, topic: str, index: int) -> None:
         self.partitions.pop((topic, index), None)
+        self._stalled.discard((topic, index))
+        self._moved.add((topic, index))
 
     async def close(self) -> None:
         if self._task is not None:
@@ -136,13 +161,12 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         while True:
-            active = [p for p in self.partitions.values() if not p.stalled]
-            if not active:
+            if len(self.partitions) <= len(self._stalled):
                 self._changed.clear()
                 await self._changed.wait()
                 continue
             try:
-                response = await self.client.call(self._request(active), FETCH_VERSION,
+                response = await self.client.call(self._request(), FETCH_VERSION,
                                                   timeout_s=self._max_wait_ms / 1000 + 10)
             except (BrokerUnreachable, TimeoutError) as exc:
                 log.info("fetch from broker at %s:%d failed: %s", self.client.host, self.client.port, exc)
@@ -157,13 +181,29 @@ class ReplicaFetcher:
             if not self._apply(response):
                 await asyncio.sleep(BACKOFF_S)  # a log not written (a full disk) or refusing data
 
-    def _request(self, parts: list[FollowedPartition]) -> FetchRequest:
+    def _positions(self) -> tuple[dict[TopicPartition, Position | None], bool]:
+        """The positions to compare with the last sent: all (a full request, or once every
+        `SWEEP_S`), else those that may have moved; and whether they are all."""
+        now = asyncio.get_running_loop().time()
+        complete = self._session.session_id == 0 or now - self._last_sweep >= SWEEP_S
+        keys: Iterable[TopicPartition] = self.partitions if complete else self._moved
+        if complete:
+            self._last_sweep = now
+        positions = {tp: self._position(tp) for tp in keys}
+        self._moved = set()
+        return positions, complete
+
+    def _position(self, tp: TopicPartition) -> Position | None:
+        part = self.partitions.get(tp)
+        return None if part is None or part.stalled else _position(part)
+
+    def _request(self) -> FetchRequest:
         cls = FetchRequest
-        positions = {(p.topic, p.index): _position(p) for p in parts}
-        changed, forgotten = self._session.next_request(positions)
+        positions, complete = self._positions()
+        changed, forgotten = self._session.next_request(positions, complete)
         by_topic: dict[str, list[FetchRequest.FetchTopic.FetchPartition]] = {}
         for (topic, index) in changed:
-            leader_epoch, fetch_offset, last_epoch, log_start = positions[(topic, index)]
+            leader_epoch, fetch_offset, last_epoch, log_start = cast(Position, positions[(topic, index)])
             by_topic.setdefault(topic, []).append(cls.FetchTopic.FetchPartition(
                 partition=index, current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
                 last_fetched_epoch=last_epoch, log_start_offset=log_start,
@@ -190,6 +230,7 @@ class ReplicaFetcher:
                 part = self.partitions.get((topic.topic, data.partition_index))
                 if part is None:
                     continue
+                self._moved.add((part.topic, part.index))
                 try:
                     written = self._apply_partition(part, data) and written
                 except OSError as exc:
@@ -231,3 +272,4 @@ class ReplicaFetcher:
         log.info("partition %s-%d: leader answered %s; waiting for new metadata",
                  part.topic, part.index, error.name)
         part.stalled = True
+        self._stalled.add((part.topic, part.index))

@@ -72,6 +72,15 @@ class LeaderState:
         follower.last_fetch_ms = now_ms
         follower.last_fetch_leader_leo = leader_leo
 
+    def caught_up(self, node: NodeId, at_ms: int) -> None:
+        """`node` fetched at `at_ms` from the log end, unrecorded: its fetch session skipped the
+        partition as quiet (nothing appended since it was last recorded there), and records
+        were appended only now (Kafka's lastCaughtUpTime: the fetch before the append)."""
+        follower = self.followers.get(node)
+        if follower is not None and at_ms > follower.last_fetch_ms:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, at_ms)
+            follower.last_fetch_ms = at_ms
+
     def settled(self, node: NodeId) -> bool:
         """`node` is in the ISR and no ISR change is in flight: its fetch can neither bring it
         into the ISR nor, with the HW at the log end, move the HW. (Other followers' lag is

@@ -16,6 +16,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from broker.replication.leader import LeaderState
 from broker.replication.write_failures import WriteFailures
@@ -59,6 +60,14 @@ class NotLeader(Exception):
     """This broker stopped leading the partition."""
 
 
+class ChangeWatcher(Protocol):
+    """Told of every change of a partition it reads (a follower's fetch session): records
+    appended, or its HW, LSO or log start moved."""
+
+    def changed(self, key: object, part: Partition, appended: bool) -> bool:
+        """False: the watcher no longer reads `part` under `key` (it is dropped)."""
+
+
 @dataclass
 class Partition:
     topic: str
@@ -69,6 +78,7 @@ class Partition:
     follower_waiters: set[asyncio.Future[None]] = field(default_factory=set)
     leader: LeaderState | None = None  # None while this broker follows the partition
     replicated: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    watchers: dict[ChangeWatcher, object] = field(default_factory=dict)  # watcher -> its key for us
 
     @property
     def is_leader(self) -> bool:
@@ -81,6 +91,10 @@ class Partition:
         _resolve(self.waiters)
         if appended:
             _resolve(self.follower_waiters)
+        if self.watchers:
+            gone = [w for w, key in self.watchers.items() if not w.changed(key, self, appended)]
+            for watcher in gone:
+                del self.watchers[watcher]
 
     def advance_high_watermark(self) -> bool:
         """Leader: move the HW as far as the ISR allows; wakes fetches and acks=all waiters."""
@@ -170,7 +184,9 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._topic_changes: dict[str, int] = {}  # topic -> the number of its last partition added or removed
         self._changes = itertools.count(1)
-        self.generation = 0  # the number of the last partition added or removed, of any topic
+        # The number of the last partition added or removed, or of the last leadership change,
+        # of any topic: what a fetch resolved before a different generation may be stale.
+        self.generation = 0
         # Cluster mode: where ISR proposals go (an AlterPartition to the metadata store).
         self.isr_changes: Callable[[Partition, tuple[NodeId, ...]], None] | None = None
         self.replica_lag_ms = 30_000
@@ -275,6 +291,7 @@ class ReplicaManager:
         part.leader_epoch = state.leader_epoch
         min_isr = min(config.min_insync_replicas, len(state.replicas))
         part.leader = LeaderState(NodeId(self.node_id), state, part.log.log_end_offset, min_isr, now_ms)
+        self.generation = next(self._changes)
         part.advance_high_watermark()
         log.info("partition %s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", topic, index,
                  state.leader_epoch, list(state.isr), part.log.log_end_offset, part.log.high_watermark)
@@ -291,6 +308,7 @@ class ReplicaManager:
             part.fail_waiters(NotLeader(f"{topic}-{index} is now led by broker {state.leader}"))
         part.leader = None
         part.leader_epoch = state.leader_epoch
+        self.generation = next(self._changes)
         log.info("partition %s-%d: follower of broker %d at epoch %d", topic, index,
                  state.leader, state.leader_epoch)
         if was_leader:
@@ -402,6 +420,7 @@ class ReplicaManager:
             return DeleteRecordsResult(ErrorCode.KAFKA_STORAGE_ERROR, NO_OFFSET)
         if error != ErrorCode.NONE:
             return DeleteRecordsResult(error, NO_OFFSET)
+        part.wake(appended=False)  # followers hear of the new log start
         return DeleteRecordsResult(ErrorCode.NONE, part.log.log_start_offset)
 
     def record_follower_fetch(self, part: Partition, node: int, fetch_offset: int, now_ms: int) -> None:

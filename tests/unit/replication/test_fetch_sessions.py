@@ -8,6 +8,7 @@ from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.fetcher import FollowerSession
 from protocol.errors import ErrorCode
 from protocol.messages import REQUESTS
+from protocol.types import NodeId
 
 Fetch = REQUESTS[1]
 
@@ -29,7 +30,7 @@ def request(named: dict[str, list[int]], forgotten: dict[str, list[int]] | None 
 
 def test_a_session_keeps_every_partition_and_forgets_on_request() -> None:
     cache = FetchSessionCache()
-    session = cache.create(request({"a": [0, 1], "b": [0]}))
+    session = cache.create(request({"a": [0, 1], "b": [0]}), NodeId(2), 0)
     assert session.session_id > 0 and session.epoch == 1
     assert set(session.partitions) == {("a", 0), ("a", 1), ("b", 0)}
     found, error = cache.lookup(session.session_id, 1)
@@ -40,7 +41,7 @@ def test_a_session_keeps_every_partition_and_forgets_on_request() -> None:
 
 def test_unknown_sessions_and_wrong_epochs_are_refused() -> None:
     cache = FetchSessionCache()
-    session = cache.create(request({"a": [0]}))
+    session = cache.create(request({"a": [0]}), NodeId(2), 0)
     assert cache.lookup(session.session_id + 1, 1) == (None, ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     assert cache.lookup(session.session_id, 2) == (None, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     session.advance()
@@ -51,7 +52,7 @@ def test_unknown_sessions_and_wrong_epochs_are_refused() -> None:
 
 def test_the_oldest_session_is_evicted_past_the_capacity() -> None:
     cache = FetchSessionCache(capacity=2)
-    first, second, third = (cache.create(request({"a": [0]})) for _ in range(3))
+    first, second, third = (cache.create(request({"a": [0]}), NodeId(2), 0) for _ in range(3))
     assert len(cache) == 2
     assert cache.lookup(first.session_id, 1)[1] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     assert cache.lookup(third.session_id, 1)[0] is third
@@ -71,3 +72,25 @@ def test_the_follower_names_only_what_moved_and_starts_over_when_the_session_end
     assert not s.answered(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0)
     assert (s.session_id, s.epoch) == (0, 0)
     assert s.next_request({("a", 0): (0, 9, 0, 0)}) == ([("a", 0)], [])  # in full again
+
+
+def test_the_follower_compares_only_what_may_have_moved_between_sweeps() -> None:
+    s = FollowerSession()
+    s.next_request({("a", 0): (0, 5, 0, 0), ("a", 1): (0, 3, 0, 0), ("a", 2): (0, 1, 0, 0)})
+    s.answered(ErrorCode.NONE, 42)
+    # ("a", 0) moved, ("a", 1) was answered without moving, ("a", 2) stalled on an error
+    assert s.next_request({("a", 0): (0, 6, 0, 0), ("a", 1): (0, 3, 0, 0), ("a", 2): None},
+                          complete=False) == ([("a", 0)], [("a", 2)])
+    s.answered(ErrorCode.NONE, 42)
+    assert s.next_request({}, complete=False) == ([], [])
+    s.answered(ErrorCode.NONE, 42)
+    # a sweep compares every position: a log start raised by retention is sent
+    assert s.next_request({("a", 0): (0, 6, 0, 2), ("a", 1): (0, 3, 0, 0)}) == ([("a", 0)], [])
+
+
+def test_a_session_unused_for_two_minutes_is_closed_when_another_is_made() -> None:
+    cache = FetchSessionCache()
+    old = cache.create(request({"a": [0]}), NodeId(2), 0)
+    kept = cache.create(request({"a": [0]}), NodeId(3), 60_000)
+    cache.create(request({"a": [0]}), NodeId(2), 120_000)  # node 2 started over
+    assert old.closed and not kept.closed and len(cache) == 2
