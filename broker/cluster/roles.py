@@ -104,10 +104,14 @@ class ClusterRoles:
         with self.replicas.one_dir_sync():
             for topic, index in wanted:
                 state = image.partitions[(topic, index)]
-                if state.leader == self.me:
-                    self._lead(topic, index, state)
-                else:
-                    self._follow(topic, index, state)
+                try:
+                    if state.leader == self.me:
+                        self._lead(topic, index, state)
+                    else:
+                        self._follow(topic, index, state)
+                except OSError as exc:  # its log cannot be created or written (a full disk)
+                    log.error("partition %s-%d: cannot take its role (%s); trying again at the "
+                              "next change", topic, index, exc.strerror or exc)
         for part in self.replicas.all_partitions():
             if (part.topic, part.index) not in wanted:
                 self._drop(part)

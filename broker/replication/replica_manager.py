@@ -286,8 +286,11 @@ class ReplicaManager:
             return part
         # An empty log's epoch entry is written with its first append (which assigns it again
         # before writing): one fsync'd checkpoint less per partition of a new topic.
-        part.log.epoch_cache.assign(state.leader_epoch, part.log.log_end_offset,
-                                    persist=part.log.log_end_offset > 0)
+        try:
+            part.log.epoch_cache.assign(state.leader_epoch, part.log.log_end_offset,
+                                        persist=part.log.log_end_offset > 0)
+        except OSError as exc:  # a full disk, say: lead from memory and hand leadership on, as a
+            self._write_failed(part, exc)  # failed append does (the next append writes the entry)
         part.leader_epoch = state.leader_epoch
         min_isr = min(config.min_insync_replicas, len(state.replicas))
         part.leader = LeaderState(NodeId(self.node_id), state, part.log.log_end_offset, min_isr, now_ms)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
 )
 
 from protocol.errors import ErrorCode
+from protocol.messages import REQUESTS
 from tests.integration.clients import read_to_eof
 from tests.integration.cluster import Cluster, running_cluster, wait_until_served
 from tests.integration.disks import fill, free, small_tmpfs
@@ -281,3 +282,35 @@ def test_a_broker_that_cannot_recover_on_a_full_disk_stops_with_one_line(cluster
     cluster.wait_for(lambda i: FULL in i.brokers and FULL in i.partitions[(topic, 0)].isr)
     produce(cluster.bootstrap, topic, values("r2", 50))
     assert consume(cluster.bootstrap, topic, 0, 350) == values("r", 300) + values("r2", 50)
+
+
+def test_a_leadership_taken_on_a_full_disk_is_handed_on_without_a_traceback(cluster: Cluster) -> None:
+    """Becoming leader writes the new epoch's entry of the leader-epoch checkpoint. On a full
+    disk that write failed inside the broker's apply of the metadata image: a traceback, and
+    every partition after it in that apply kept its old role (chaos seed 7). Now the partition
+    is led from memory and handed to an in-sync follower, as a failed append hands it (Kafka:
+    its log dir goes offline), and the rest of the image is applied."""
+    other, third = 2, 1
+    topic = placed_topic(cluster, [[other, FULL, third]])
+    produce(cluster.bootstrap, topic, values("before", 20))  # the log is not empty: written at once
+    broker = cluster.broker(FULL)
+    filler = fill(Path(broker.config["log.dirs"]).parent)
+    try:
+        with WireClient(cluster.broker(other).port) as wire:  # FULL first: the preferred leader
+            reorder = REQUESTS[45]
+            part = reorder.ReassignableTopic.ReassignablePartition(partition_index=0,
+                                                                   replicas=[FULL, other, third])
+            answer = wire.call(reorder(version=0, timeout_ms=20000,
+                                       topics=[reorder.ReassignableTopic(name=topic, partitions=[part])]), 0)
+            assert answer.error_code == ErrorCode.NONE, answer
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+        cluster.wait_for(lambda i: i.partitions[(topic, 0)].leader not in (FULL, -1)
+                         and f"partition {topic}-0: leadership handed to broker" in broker.log_text())
+        produce(cluster.bootstrap, topic, values("after", 20))  # the successor takes writes
+    finally:
+        free(filler)
+    assert consume(cluster.bootstrap, topic, 0, 40) == values("before", 20) + values("after", 20)
+    log = broker.log_text()
+    assert "Traceback" not in log
+    assert len(re.findall(rf"partition {topic}-0: cannot write its log", log)) == 1, log
