@@ -760,15 +760,17 @@ class TransactionStateMachine:
         """Earliest ``now_ms`` at which ``abort_timed_out`` has something to do."""
         return min((md.txn_start_ms + md.timeout_ms + 1 for md in self._ongoing_idle()), default=None)
 
-    def _expirable(self) -> Iterable[TxnMetadata]:
+    def _expirable(self, updated_by_ms: int | None = None) -> Iterable[TxnMetadata]:
+        """The ids that may expire, of those last updated by `updated_by_ms` if given."""
         pending = self._pending
         return (md for md in self._loaded()
-                if md.state.expiration_allowed and md.transactional_id not in pending)
+                if (updated_by_ms is None or md.last_update_ms <= updated_by_ms)
+                and md.state.expiration_allowed and md.transactional_id not in pending)
 
     def expire_idle(self, now_ms: int, expiration_ms: int) -> list[Outcome]:
         """Tombstones for ids idle past ``transactional.id.expiration.ms`` (Empty / Complete*)."""
         outcomes = []
-        for md in _by_id(md for md in self._expirable() if md.last_update_ms <= now_ms - expiration_ms):
+        for md in _by_id(self._expirable(now_ms - expiration_ms)):
             md.transit(TxnState.DEAD)  # checks the transition
             tid = md.transactional_id
             self._pending[tid] = _Pending(None, None)
