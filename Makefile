@@ -198,7 +198,7 @@ lint: $(STAMP)
 # Every benchmark runs, also after one that regressed (a slower machine regresses them all);
 # the run fails at the end, naming them. BENCH="cluster cleaner" runs some of them.
 BENCH ?= transactions produce_fetch security produce_validation append_micro coordinator_load \
-	cluster transactions_cluster cleaner spark_pipeline scale rebalance connections
+	cluster transactions_cluster cleaner spark_pipeline scale rebalance connections txn_ids
 bench: $(STAMP) $(ETCD) $(JAVA_DEPS) $(KAFKA_DEPS) $(TANSU_DEPS)
 	@failed=""; for b in $(BENCH); do \
 		echo "== bench.$$b"; $(PY) -m bench.$$b || failed="$$failed bench.$$b"; \

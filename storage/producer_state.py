@@ -721,14 +721,15 @@ class ProducerStateManager:
 
     def _load_entries(self, entries: list[SnapshotEntry], now_ms: int | None, expiration_ms: int) -> None:
         loaded = [ProducerStateEntry.from_snapshot(e) for e in entries]
-        loaded = [e for e in loaded if now_ms is None or not _is_expired(e, now_ms, expiration_ms)]
+        if now_ms is not None:
+            loaded = [e for e in loaded if not _is_expired(e, now_ms, expiration_ms)]
         if len({e.producer_id for e in loaded}) != len(loaded):
             raise CorruptSnapshotError("a producer id appears twice")
         for entry in sorted(loaded, key=lambda e: e.current_txn_first_offset):
-            problem = self.check_update(entry)
-            if problem is not None:  # CRC-valid but impossible: rebuild from the log
-                raise CorruptSnapshotError(problem)
-            self.update(entry)
+            try:
+                self.update(entry)  # checks the entry first (check_update), changes nothing if refused
+            except ValueError as exc:  # CRC-valid but impossible: rebuild from the log
+                raise CorruptSnapshotError(str(exc)) from exc
 
     def _clear(self) -> None:
         self._producers.clear()

@@ -71,11 +71,28 @@ def _collect(message: DataContainer, counts: Counter[int]) -> None:
         if name.endswith("error_code") and isinstance(value, int):
             counts[value] += 1
         elif isinstance(value, list):
+            if value and isinstance(value[0], DataContainer) and not _holds_errors(type(value[0])):
+                continue  # e.g. ListTransactions' 100,000 ids: nothing to count in any of them
             for item in value:
                 if isinstance(item, DataContainer):
                     _collect(item, counts)
         elif isinstance(value, DataContainer):
             _collect(value, counts)
+
+
+_HOLDS_ERRORS: dict[type[DataContainer], bool] = {}
+
+
+def _holds_errors(struct: type[DataContainer]) -> bool:
+    """Whether the schema of `struct` has an error code field at any depth (asked once a class)."""
+    found = _HOLDS_ERRORS.get(struct)
+    if found is None:
+        found = _HOLDS_ERRORS[struct] = any(
+            name.endswith("error_code")
+            or ((field.is_struct() or field.is_struct_array()) and field.has_data_class()
+                and _holds_errors(field.data_class))
+            for name, field in struct.fields.items())
+    return found
 
 
 def _code_name(code: int) -> str:

@@ -184,6 +184,11 @@ class TransactionStateMachine:
         self.transaction_version_level = transaction_version_level
         self._allocate = new_producer_id
         self._states: dict[str, TxnMetadata] = {}
+        # The ids of `_states` by their partition (every one led here), and those of them in
+        # Ongoing (the only ones that time out): what a load, a partition's completions and the
+        # timer read, without a pass over every id.
+        self._ids: dict[int, set[str]] = {}
+        self._ongoing: set[str] = set()
         self._pending: dict[str, _Pending] = {}
         self._failed_fence: dict[str, int] = {}  # id -> epoch of a fence whose write failed
         self._epochs: dict[int, int] = {}  # loaded partition -> coordinator epoch
@@ -239,12 +244,13 @@ class TransactionStateMachine:
         self._staged.pop(partition, None)
 
     def _drop_partition(self, partition: int) -> None:
-        for tid in [
-            t for t in self._states.keys() | self._pending.keys() if self.partition_for(t) == partition
-        ]:
+        ids = self._ids.pop(partition, set())
+        ids.update(t for t in self._pending if self.partition_for(t) == partition)
+        for tid in ids:
             self._states.pop(tid, None)
             self._pending.pop(tid, None)
             self._failed_fence.pop(tid, None)
+            self._ongoing.discard(tid)
 
     def replay(self, key: bytes, value: bytes | None) -> TxnMetadata | None:
         """Apply one ``__transaction_state`` record. Records of unknown versions are skipped,
@@ -266,15 +272,23 @@ class TransactionStateMachine:
 
     def _apply(self, tid: str, metadata: TxnMetadata | None) -> TxnMetadata | None:
         self._pending.pop(tid, None)
-        if self.partition_for(tid) not in self._epochs:
+        partition = self.partition_for(tid)
+        if partition not in self._epochs:
             return None
         if metadata is None:
             self._states.pop(tid, None)
             self._failed_fence.pop(tid, None)
+            self._ids.get(partition, set()).discard(tid)
+            self._ongoing.discard(tid)
             return None
         if metadata.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             self._failed_fence.pop(tid, None)
         self._states[tid] = metadata
+        self._ids.setdefault(partition, set()).add(tid)
+        if metadata.state is TxnState.ONGOING:
+            self._ongoing.add(tid)
+        else:
+            self._ongoing.discard(tid)
         return metadata
 
     def write_failed(self, transactional_id: str) -> None:
@@ -717,55 +731,54 @@ class TransactionStateMachine:
 
     def pending_completions(self, partition: int | None = None) -> list[MarkerIntent]:
         """Markers for every Prepare* transaction (after a load: the ones a previous leader left)."""
-        return [
-            self._markers(md)
-            for tid, md in sorted(self._states.items())
-            if md.state.is_prepare
-            and (partition is None or self.partition_for(tid) == partition)
-            and self.partition_for(tid) not in self._loading
-        ]
+        prepared = (md for md in self._loaded(partition) if md.state.is_prepare)
+        return [self._markers(md) for md in _by_id(prepared)]
+
+    def _loaded(self, partition: int | None = None) -> Iterable[TxnMetadata]:
+        """The metadata of the ids of `partition` (of every partition if None) once loaded."""
+        partitions = list(self._ids) if partition is None else [partition]
+        for p in partitions:
+            if p not in self._loading:
+                yield from (self._states[tid] for tid in self._ids.get(p, ()))
 
     # ------------------------------------------------------------ timeouts and expiration
 
-    def _idle_candidates(self) -> Iterable[TxnMetadata]:
-        for tid, md in sorted(self._states.items()):
-            partition = self.partition_for(tid)
-            if tid not in self._pending and partition in self._epochs and partition not in self._loading:
-                yield md
+    def _idle(self, md: TxnMetadata) -> bool:
+        """No record of the id in flight, and its partition loaded."""
+        tid = md.transactional_id
+        return tid not in self._pending and self.partition_for(tid) not in self._loading
+
+    def _ongoing_idle(self) -> Iterable[TxnMetadata]:
+        return _by_id(md for tid in self._ongoing if self._idle(md := self._states[tid]))
 
     def abort_timed_out(self, now_ms: int) -> list[Outcome]:
         """Ongoing transactions older than their timeout: fence the producer and abort."""
-        return [
-            self._fence_and_abort(md, now_ms, ErrorCode.NONE)
-            for md in self._idle_candidates()
-            if md.state is TxnState.ONGOING and md.txn_start_ms + md.timeout_ms < now_ms
-        ]
+        due = [md for md in self._ongoing_idle() if md.txn_start_ms + md.timeout_ms < now_ms]
+        return [self._fence_and_abort(md, now_ms, ErrorCode.NONE) for md in due]
 
     def next_deadline_ms(self) -> int | None:
         """Earliest ``now_ms`` at which ``abort_timed_out`` has something to do."""
-        deadlines = [
-            md.txn_start_ms + md.timeout_ms + 1
-            for md in self._idle_candidates()
-            if md.state is TxnState.ONGOING
-        ]
-        return min(deadlines, default=None)
+        return min((md.txn_start_ms + md.timeout_ms + 1 for md in self._ongoing_idle()), default=None)
+
+    def _expirable(self, updated_by_ms: int | None = None) -> Iterable[TxnMetadata]:
+        """The ids that may expire, of those last updated by `updated_by_ms` if given."""
+        pending = self._pending
+        return (md for md in self._loaded()
+                if (updated_by_ms is None or md.last_update_ms <= updated_by_ms)
+                and md.state.expiration_allowed and md.transactional_id not in pending)
 
     def expire_idle(self, now_ms: int, expiration_ms: int) -> list[Outcome]:
         """Tombstones for ids idle past ``transactional.id.expiration.ms`` (Empty / Complete*)."""
         outcomes = []
-        for md in self._idle_candidates():
-            if md.state.expiration_allowed and md.last_update_ms <= now_ms - expiration_ms:
-                md.transit(TxnState.DEAD)  # checks the transition
-                tid = md.transactional_id
-                self._pending[tid] = _Pending(None, None)
-                outcomes.append(Outcome(tid, ErrorCode.NONE, record=(encode_key(tid), None)))
+        for md in _by_id(self._expirable(now_ms - expiration_ms)):
+            md.transit(TxnState.DEAD)  # checks the transition
+            tid = md.transactional_id
+            self._pending[tid] = _Pending(None, None)
+            outcomes.append(Outcome(tid, ErrorCode.NONE, record=(encode_key(tid), None)))
         return outcomes
 
     def next_expiration_ms(self, expiration_ms: int) -> int | None:
-        times = [
-            md.last_update_ms + expiration_ms for md in self._idle_candidates() if md.state.expiration_allowed
-        ]
-        return min(times, default=None)
+        return min((md.last_update_ms + expiration_ms for md in self._expirable()), default=None)
 
     # ------------------------------------------------------------ admin queries (KIP-664)
 
@@ -794,19 +807,27 @@ class TransactionStateMachine:
         states = {s for s in (TxnState.from_display_name(n) for n in names) if s is not None}
         unknown = tuple(n for n in names if TxnState.from_display_name(n) is None)
         producers = set(producer_id_filters)
-        found = tuple(
+        found = _by_id(  # every id of `_states` is on a partition led here, none loading
             md
-            for tid, md in sorted(self._states.items())
+            for md in self._states.values()
             if md.state is not TxnState.DEAD
-            and self.partition_for(tid) in self._epochs
             and not (producers and md.producer_id not in producers)
             and not (names and md.state not in states)
             and not (duration_filter_ms >= 0 and now_ms - md.txn_start_ms <= duration_filter_ms)
         )
-        return ListResult(ErrorCode.NONE, found, unknown)
+        return ListResult(ErrorCode.NONE, tuple(found), unknown)
 
 
 # ---------------------------------------------------------------- pure helpers
+
+
+def _by_id(found: Iterable[TxnMetadata]) -> list[TxnMetadata]:
+    """In transactional id order (what the timer and the admin answers go by)."""
+    return sorted(found, key=_transactional_id)
+
+
+def _transactional_id(md: TxnMetadata) -> str:
+    return md.transactional_id
 
 
 def _all(partitions: frozenset[TopicPartition], error: ErrorCode) -> Mapping[TopicPartition, ErrorCode]:

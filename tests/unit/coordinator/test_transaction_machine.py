@@ -588,3 +588,35 @@ def test_java_string_hash_and_partition() -> None:
     assert java_abs(-(2**31)) == 0
     assert coordinator_partition("polygenelubricants", 7) == 0
     assert java_string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # a surrogate pair
+
+
+def test_a_partition_unloaded_or_reloaded_touches_only_its_own_ids() -> None:
+    """The machine keeps its ids by partition: the timer, the completions and the listing of
+    the other partitions see theirs as before."""
+    m = TransactionStateMachine(num_partitions=4, max_timeout_ms=MAX_TIMEOUT,
+                                new_producer_id=itertools.count(7).__next__)
+
+    def play(outcome: Outcome) -> Outcome:
+        assert outcome.record is not None, outcome
+        m.replay(*outcome.record)
+        return outcome
+
+    for p in range(4):
+        m.begin_load(p, 1)
+        m.finish_load(p)
+    ids = [f"txn-{n}" for n in range(40)]
+    for n, tid in enumerate(ids):  # Ongoing, the odd ones in PrepareCommit
+        init = play(m.init_producer_id(tid, 1_000, -1, -1, 0))
+        play(m.add_partitions(tid, init.producer_id, init.producer_epoch, (TP0,), 0))
+        if n % 2:
+            play(m.end_txn(tid, init.producer_id, init.producer_epoch, True, 0, 0))
+    gone = m.partition_for(ids[0])
+    m.unload(gone)
+    kept = sorted(tid for tid in ids if m.partition_for(tid) != gone)
+    ongoing, prepared = [t for t in kept if int(t[4:]) % 2 == 0], [t for t in kept if int(t[4:]) % 2]
+    assert [md.transactional_id for md in m.list_transactions(0).transactions] == kept
+    assert [o.transactional_id for o in m.abort_timed_out(10_000)] == ongoing
+    assert [i.transactional_id for i in m.pending_completions()] == prepared
+    m.begin_load(gone, 2)  # loading: none of its ids, and the others' answers unchanged
+    assert m.pending_completions(gone) == [] and m.get(ids[0]) is None
+    assert [i.transactional_id for i in m.pending_completions()] == prepared
