@@ -380,6 +380,36 @@ CASES["end-txn-commit-after-coordinator-abort"] = [
     init_until_done("new"),
     end_txn(5, commit=True),
 ]
+# Chaos seed 7 (tests/chaos/RUNS.md): an EndTxn that arrives late (sent again by TCP after its
+# client had committed with a retry) ends the transaction open by then. At transaction version 1
+# nothing tells the two apart, and both brokers commit the open one; at version 2 the first
+# EndTxn bumped the epoch, so the late one is fenced and the open transaction stays open.
+CASES["end-txn-late-v1-commits-the-open-transaction"] = [
+    *new_topic(),
+    init_txn(3),
+    add_partitions(3),
+    txn_produce([b"first"]),
+    end_txn(3, commit=True),
+    wait_state("Complete"),
+    add_partitions(3),
+    txn_produce([b"second"], sequence=1),
+    end_txn(3, commit=True),  # the first transaction's, delivered late: the same id and epoch
+    wait_lso(4),
+    fetch(18, isolation=1),
+]
+CASES["end-txn-late-v2-leaves-the-open-transaction"] = [
+    *new_topic(),
+    init_txn(),
+    txn_produce([b"first"]),
+    end_txn(5, commit=True),
+    wait_state("Complete"),
+    txn_produce([b"second"]),
+    end_txn(5, commit=True, epoch_delta=-1),  # the first transaction's, delivered late
+    describe_txn(),
+    end_txn(5, commit=False),
+    wait_lso(4),
+    fetch(18, isolation=1),
+]
 CASES["produce-partition-not-added"] = [
     *new_topic(),
     init_txn(3),
