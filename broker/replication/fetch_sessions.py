@@ -108,8 +108,8 @@ class FetchSession:
 
     def begin(self, generation: int, now_ms: int) -> list[PartitionKey]:
         """A fetch starts: the partitions it looks at (every one after a generation change,
-        when each is resolved again, and once every `SWEEP_MS`)."""
-        if generation != self.generation or now_ms - self.last_sweep_ms >= SWEEP_MS:
+        when each is resolved again, once every `SWEEP_MS`, and when the clock was set back)."""
+        if generation != self.generation or not 0 <= now_ms - self.last_sweep_ms < SWEEP_MS:
             if generation != self.generation:
                 for cached in self.partitions.values():
                     cached.resolved_at = UNRESOLVED

@@ -94,3 +94,13 @@ def test_a_session_unused_for_two_minutes_is_closed_when_another_is_made() -> No
     kept = cache.create(request({"a": [0]}), NodeId(3), 60_000)
     cache.create(request({"a": [0]}), NodeId(2), 120_000)  # node 2 started over
     assert old.closed and not kept.closed and len(cache) == 2
+
+
+def test_a_session_looks_at_every_partition_once_a_second_and_after_a_clock_set_back() -> None:
+    session = FetchSessionCache().create(request({"a": [0, 1]}), NodeId(2), 0)
+    assert sorted(session.begin(1, 10_000)) == [("a", 0), ("a", 1)]
+    session.settle([("a", 0), ("a", 1)])
+    assert session.begin(1, 10_500) == []
+    assert len(session.begin(1, 11_000)) == 2  # the sweep
+    session.settle([("a", 0), ("a", 1)])
+    assert len(session.begin(1, 5_000)) == 2  # the wall clock went back
