@@ -72,8 +72,7 @@ def _may_read(ctx: RequestContext, topic: FetchTopic, follower: bool) -> bool:
 def _wanted(
     ctx: RequestContext, topics: Iterable[tuple[FetchTopic, list[FetchPartition]]], follower: bool
 ) -> list[Wanted]:
-    """The partitions to read: (topic entry, its fetch entries) from the request, or from the
-    follower's session."""
+    """The partitions a sessionless fetch reads: (topic entry, its fetch entries) of the request."""
     result = []
     for topic, fetches in topics:
         if not _may_read(ctx, topic, follower):
@@ -296,6 +295,12 @@ def _looked_at(
     return out
 
 
+def _denied(session: FetchSession) -> list[Wanted]:
+    """Kafka: a follower without ClusterAction on the cluster reads none of its partitions."""
+    denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return [Wanted(c.topic, c.fetch, None, denied, key) for key, c in session.partitions.items()]
+
+
 def _quiet_now(session: FetchSession, wanted: list[Wanted], reading: list[Wanted]) -> list[PartitionKey]:
     """The partitions this fetch found quiet, whose follower is in the ISR with no change in
     flight (else each fetch must record it: it may join)."""
@@ -312,7 +317,10 @@ async def _session_fetch(ctx: RequestContext, request: FetchRequest, session: Fe
     are looked at; a change of a quiet one wakes the wait (`FetchSession.changed`)."""
     partitions = ctx.services.partitions
     keys = session.begin(partitions.generation, ctx.now_ms())
-    wanted = _looked_at(ctx, session, keys, record=True)
+    if authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+        wanted = _looked_at(ctx, session, keys, record=True)
+    else:
+        wanted = _denied(session)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
     while True:
@@ -322,22 +330,27 @@ async def _session_fetch(ctx: RequestContext, request: FetchRequest, session: Fe
             _count(reading, parts, True)
             session.settle(_quiet_now(session, wanted, reading))
             return _response(*_changed_only(session, reading, parts), session.session_id)
-        await _session_wait(loop, session, deadline)
+        waiter = loop.create_future()
+        session.waiters.add(waiter)
+        try:
+            await _until(waiter, deadline)
+        finally:
+            session.waiters.discard(waiter)
         wanted += _looked_at(ctx, session, session.woken, record=False)
         session.woken.clear()
         if partitions.generation != session.generation:  # a partition read may be gone since
             wanted = [_still_current(ctx, w) for w in wanted]
 
 
-async def _session_wait(loop: asyncio.AbstractEventLoop, session: FetchSession, deadline: float) -> None:
-    waiter = loop.create_future()
-    session.waiters.add(waiter)
-    expiry = loop.call_at(deadline, _expire, waiter)
+async def _until(waiter: asyncio.Future[None], deadline: float) -> None:
+    """Wait for `waiter`, which a change resolves, or the deadline does: asyncio.wait_for's
+    cancel, extra future and TimeoutError cost every expiring long poll of an idle consumer
+    (bench/connections)."""
+    expiry = asyncio.get_running_loop().call_at(deadline, _expire, waiter)
     try:
         await waiter
     finally:
         expiry.cancel()
-        session.waiters.discard(waiter)
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> R:
@@ -345,10 +358,9 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> R:
     session, error = _session(ctx, request, follower)
     if error != ErrorCode.NONE:
         return R(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
-    if session is not None and authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
+    if session is not None:
         return await _session_fetch(ctx, request, session)
-    topics = [(t, t.partitions) for t in request.topics] if session is None else session.by_topic()
-    wanted = _wanted(ctx, topics, follower >= 0)
+    wanted = _wanted(ctx, [(t, t.partitions) for t in request.topics], follower >= 0)
     if follower >= 0:
         _record_follower(ctx, wanted, follower)
     loop = asyncio.get_running_loop()
@@ -361,22 +373,14 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> R:
             seen = partitions.generation
             wanted = [_still_current(ctx, w) for w in wanted]
             live = [w.part for w in wanted if w.part is not None]
-        reading = wanted if session is None else [w for w in wanted if not _quiet(session, w)]
-        parts, total, errors = _read_all(reading, request, follower >= 0)
-        remaining = deadline - loop.time()
-        if total >= request.min_bytes or errors or remaining <= 0 or not live:
-            _count(reading, parts, follower >= 0)
-            if session is None:
-                return _response(reading, parts)
-            return _response(*_changed_only(session, reading, parts), session.session_id)
+        parts, total, errors = _read_all(wanted, request, follower >= 0)
+        if total >= request.min_bytes or errors or deadline - loop.time() <= 0 or not live:
+            _count(wanted, parts, follower >= 0)
+            return _response(wanted, parts)
         waiter = partitions.waiter(live, follower >= 0)
-        # the deadline resolves the waiter as a change would: asyncio.wait_for's cancel, extra
-        # future and TimeoutError cost every expiring long poll of an idle consumer (bench/connections)
-        expiry = loop.call_at(deadline, _expire, waiter)
         try:
-            await waiter
+            await _until(waiter, deadline)
         finally:
-            expiry.cancel()
             partitions.forget(waiter, live)
 
 

@@ -143,14 +143,6 @@ class FetchSession:
                     waiter.set_result(None)
         return True
 
-    def by_topic(self) -> list[tuple[FetchTopic, list[FetchPartition]]]:
-        """Every partition's latest fetch entry, grouped under its topic's latest entry."""
-        grouped: dict[TopicKey, tuple[FetchTopic, list[FetchPartition]]] = {}
-        for (name, _), cached in self.partitions.items():
-            entry = grouped.setdefault(name, (cached.topic, []))
-            entry[1].append(cached.fetch)
-        return list(grouped.values())
-
     def sent(self, key: PartitionKey) -> Sent | None:
         """The offsets last answered for a partition (None: never, or not in the session)."""
         cached = self.partitions.get(key)

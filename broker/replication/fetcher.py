@@ -51,7 +51,6 @@ class FollowedPartition:
     log: Log
     leader_epoch: int
     set_high_watermark: Callable[[int], object]  # the partition's own (Partition.set_high_watermark)
-    stalled: bool = False  # waiting for the image after an epoch or leadership error
 
 
 def truncation_offset(log_: Log, diverging_epoch: int, diverging_end: int) -> int:
@@ -131,7 +130,7 @@ class ReplicaFetcher:
         self._max_bytes = max_bytes
         self._on_progress = on_progress
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
-        self._stalled: set[TopicPartition] = set()
+        self._stalled: set[TopicPartition] = set()  # waiting for the image after an epoch or leadership error
         self._moved: set[TopicPartition] = set()  # positions that may differ from the last sent
         self._last_sweep = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -195,7 +194,7 @@ class ReplicaFetcher:
 
     def _position(self, tp: TopicPartition) -> Position | None:
         part = self.partitions.get(tp)
-        return None if part is None or part.stalled else _position(part)
+        return None if part is None or tp in self._stalled else _position(part)
 
     def _request(self) -> FetchRequest:
         cls = FetchRequest
@@ -271,5 +270,4 @@ class ReplicaFetcher:
             return
         log.info("partition %s-%d: leader answered %s; waiting for new metadata",
                  part.topic, part.index, error.name)
-        part.stalled = True
         self._stalled.add((part.topic, part.index))
